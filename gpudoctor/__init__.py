@@ -1,0 +1,28 @@
+"""gpudoctor: where did the GPU-hours go, and what to change.
+
+Kept import-light on purpose: this package is imported inside the patient's
+interpreter (via the injected ``sitecustomize``), so nothing here may import
+torch, pandas or matplotlib at module load.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "profile", "step", "GpuDoctorCallback", "GpuDoctorLightningCallback"]
+
+
+def __getattr__(name: str):  # PEP 562: lazy public API
+    if name in ("profile", "step"):
+        from gpudoctor.integrations import loop
+
+        return getattr(loop, name)
+    if name == "GpuDoctorCallback":
+        from gpudoctor.integrations.hf import GpuDoctorCallback
+
+        return GpuDoctorCallback
+    if name == "GpuDoctorLightningCallback":
+        from gpudoctor.integrations.lightning import GpuDoctorLightningCallback
+
+        return GpuDoctorLightningCallback
+    raise AttributeError(name)

@@ -1,0 +1,3 @@
+from gpudoctor.cli import main
+
+raise SystemExit(main())

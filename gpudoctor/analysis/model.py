@@ -1,0 +1,208 @@
+"""The parsed run: training processes, host and GPU figures, and SPEC sections."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpudoctor.analysis.process import ProcessView, build_process_view, padding_summary, quantiles
+from gpudoctor.recording.store import Recording
+from gpudoctor.report_schema import BREAKDOWN_KEYS
+
+
+@dataclass
+class HostStats:
+    cores: int
+    cpu_total_pct: float | None  # whole machine, 0-100
+    cpu_run_cores: float | None  # cores busy with the run's processes (1.0 = one core)
+    iowait_pct: float | None
+    read_mib_s: float | None
+    disk_read_mib_s: float | None
+    rss_max_mib: float | None
+    samples: int
+
+
+@dataclass
+class GpuStats:
+    count: int
+    names: list[str]
+    busy_fraction: float | None  # mean NVML utilization over the run's GPUs, 0-1
+    busy_in_loop: float | None
+    mem_used_max_mib: float | None
+    mem_total_mib: float | None
+    lost: list[int]
+
+
+@dataclass
+class Analysis:
+    rec: Recording
+    start: float
+    end: float
+    procs: list[ProcessView]
+    host: HostStats
+    gpu: GpuStats
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def duration_s(self) -> float:
+        return max(self.end - self.start, 1e-9)
+
+    @property
+    def primary(self) -> ProcessView | None:
+        return self.procs[0] if self.procs else None
+
+    @property
+    def has_inprocess(self) -> bool:
+        return bool(self.procs)
+
+    def breakdown(self) -> dict[str, float | None]:
+        """Mean over training processes; null slices when no process was hooked."""
+        if not self.procs:
+            return {k: None for k in BREAKDOWN_KEYS}
+        return {k: statistics.fmean(p.breakdown[k] for p in self.procs) for k in BREAKDOWN_KEYS}
+
+    def share(self, key: str) -> float:
+        value = self.breakdown().get(key)
+        return float(value) if value is not None else 0.0
+
+    def shares(self) -> dict[str, float | None]:
+        tok = statistics.fmean(p.tokenize_s / p.wall_s for p in self.procs) if self.procs else None
+        cpu = None
+        if self.host.cpu_run_cores is not None and self.host.cores:
+            cpu = min(1.0, self.host.cpu_run_cores / self.host.cores)
+        return {"tokenization": tok, "gpu_busy": self.gpu.busy_fraction, "cpu_busy": cpu}
+
+    def padding(self) -> dict[str, Any]:
+        batches = [b for p in self.procs for b in p.batches]
+        return padding_summary(batches)
+
+    def steps(self) -> dict[str, Any]:
+        p = self.primary
+        if p is None:
+            return {"count": 0, "first_step_at_s": None, "step_time_s": {"p50": None, "p90": None}}
+        return {
+            "count": len(p.step_times),
+            "first_step_at_s": (p.first_step - self.start) if p.first_step is not None else None,
+            "step_time_s": quantiles(p.step_intervals_s()),
+        }
+
+
+def analyze(rec: Recording) -> Analysis:
+    start = float(rec.meta.get("start_time") or 0.0)
+    end = float(rec.meta.get("end_time") or start)
+    procs = _training_processes(rec, start, end)
+    host = _host_stats(rec, procs)
+    gpu = _gpu_stats(rec, procs)
+    return Analysis(rec=rec, start=start, end=end, procs=procs, host=host, gpu=gpu, notes=list(rec.notes))
+
+
+def _training_processes(rec: Recording, start: float, end: float) -> list[ProcessView]:
+    proc_info = {pid: next((e for e in rows if e.get("k") == "proc"), {}) for pid, rows in rec.events.items()}
+    workers: dict[int, list[list[dict[str, Any]]]] = {}
+    for pid, info in proc_info.items():
+        if info.get("is_worker"):
+            workers.setdefault(int(info.get("ppid") or -1), []).append(rec.events[pid])
+    views = []
+    for pid, rows in rec.events.items():
+        if proc_info[pid].get("is_worker"):
+            continue
+        trains = any(e.get("k") in ("step", "first_step") for e in rows) or any(
+            e.get("k") == "span" and e.get("c") == "data_wait" for e in rows
+        )
+        if not trains:
+            continue
+        views.append(build_process_view(pid, rows, start, end, workers.get(pid, [])))
+    views.sort(key=lambda v: (v.rank, v.pid))
+    return views
+
+
+def _in_window(rows: list[dict[str, Any]], lo: float, hi: float) -> list[dict[str, Any]]:
+    return [r for r in rows if isinstance(r.get("t"), (int, float)) and lo <= r["t"] <= hi]
+
+
+def _mean(values: list[float]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.fmean(vals) if vals else None
+
+
+def _loop_window(procs: list[ProcessView], start: float, end: float) -> tuple[float, float]:
+    p = procs[0] if procs else None
+    if p is None or p.first_step is None:
+        return start, end
+    return p.first_step, (p.loop_end or end)
+
+
+def _host_stats(rec: Recording, procs: list[ProcessView]) -> HostStats:
+    cores = int((rec.meta.get("host") or {}).get("cpu_count") or 0)
+    lo, hi = _loop_window(procs, rec.start_time or 0.0, rec.end_time or 0.0)
+    rows = _in_window(rec.host, lo, hi) or rec.host
+    if not cores and rows and rows[0].get("cpu_percore_pct"):
+        cores = len(rows[0]["cpu_percore_pct"])
+    run_pct = _mean([r.get("cpu_proc_pct") for r in rows])
+    rss = [r.get("rss_mib") for r in rec.host if r.get("rss_mib") is not None]
+    return HostStats(
+        cores=cores,
+        cpu_total_pct=_mean([r.get("cpu_total_pct") for r in rows]),
+        cpu_run_cores=(run_pct / 100.0) if run_pct is not None else None,
+        iowait_pct=_mean([r.get("iowait_pct") for r in rows]),
+        read_mib_s=_mean([r.get("read_mib_s") for r in rows]),
+        disk_read_mib_s=_mean([r.get("disk_read_mib_s") for r in rows]),
+        rss_max_mib=max(rss) if rss else None,
+        samples=len(rec.host),
+    )
+
+
+def _gpu_stats(rec: Recording, procs: list[ProcessView]) -> GpuStats:
+    described = (rec.meta.get("gpus") or [])
+    if not rec.gpu and not described:
+        return GpuStats(0, [], None, None, None, None, [])
+    used = _gpus_used(rec)
+    lo, hi = _loop_window(procs, rec.start_time or 0.0, rec.end_time or 0.0)
+    per_row = []
+    loop_rows = []
+    mem_used: list[float] = []
+    mem_total: float | None = None
+    lost: set[int] = set()
+    names: dict[int, str] = {int(g["index"]): str(g.get("name")) for g in described if "index" in g}
+    for row in rec.gpu:
+        utils = []
+        for g in row.get("gpus", []):
+            idx = int(g.get("index", -1))
+            if used and idx not in used:
+                continue
+            if g.get("lost"):
+                lost.add(idx)
+                continue
+            names.setdefault(idx, str(g.get("name")))
+            if g.get("util_pct") is not None:
+                utils.append(float(g["util_pct"]))
+            if g.get("mem_used_mib") is not None:
+                mem_used.append(float(g["mem_used_mib"]))
+            if g.get("mem_total_mib") is not None:
+                mem_total = float(g["mem_total_mib"])
+        if utils:
+            value = statistics.fmean(utils) / 100.0
+            per_row.append(value)
+            if lo <= row.get("t", 0) <= hi:
+                loop_rows.append(value)
+    count = len(used) if used else len(names)
+    return GpuStats(
+        count=count,
+        names=[names[i] for i in sorted(names) if not used or i in used],
+        busy_fraction=statistics.fmean(per_row) if per_row else None,
+        busy_in_loop=statistics.fmean(loop_rows) if loop_rows else None,
+        mem_used_max_mib=max(mem_used) if mem_used else None,
+        mem_total_mib=mem_total,
+        lost=sorted(lost),
+    )
+
+
+def _gpus_used(rec: Recording) -> set[int]:
+    """GPUs where the run's processes held memory; empty set = unknown (use all)."""
+    used: set[int] = set()
+    for row in rec.gpu:
+        for g in row.get("gpus", []):
+            if g.get("proc_mem_mib"):
+                used.add(int(g.get("index", -1)))
+    return used

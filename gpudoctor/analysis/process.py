@@ -1,0 +1,198 @@
+"""What one training process did: its breakdown, steps, padding and loader cost."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpudoctor.analysis import timeline as tl
+from gpudoctor.report_schema import BREAKDOWN_KEYS
+
+
+@dataclass
+class ProcessView:
+    """Per-process figures, all derived from that process's events."""
+
+    pid: int
+    rank: int
+    events: list[dict[str, Any]]
+    start: float
+    end: float
+    first_step: float | None = None
+    step_times: list[float] = field(default_factory=list)
+    spans: dict[str, list[tl.Interval]] = field(default_factory=dict)
+    span_names: dict[str, dict[str, float]] = field(default_factory=dict)
+    slices: dict[str, list[tl.Interval]] = field(default_factory=dict)
+    breakdown: dict[str, float] = field(default_factory=dict)
+    batches: list[dict[str, Any]] = field(default_factory=list)
+    loaders: list[dict[str, Any]] = field(default_factory=list)
+    torch_cfg: dict[str, Any] | None = None
+    trainer: dict[str, Any] | None = None
+    plan: dict[str, Any] | None = None
+    tokenize_s: float = 0.0
+    tokenize_in_loop_s: float = 0.0
+    tokenize_calls: int = 0
+    fetch_s: float = 0.0
+    fetch_calls: int = 0
+    n_data_waits: int = 0
+    profiler: list[dict[str, Any]] = field(default_factory=list)
+    proc: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def wall_s(self) -> float:
+        return max(self.end - self.start, 1e-9)
+
+    def seconds(self, key: str) -> float:
+        return tl.total(self.slices.get(key, []))
+
+    @property
+    def loop_end(self) -> float | None:
+        ends = [t for t in self.step_times]
+        ends += [b for a, b in self.spans.get("data_wait", [])]
+        return max(ends) if ends else None
+
+    def step_intervals_s(self) -> list[float]:
+        times = sorted(self.step_times)
+        return [b - a for a, b in zip(times, times[1:], strict=False)]
+
+
+def build_process_view(
+    pid: int, events: list[dict[str, Any]], start: float, end: float, worker_events: list[list[dict[str, Any]]]
+) -> ProcessView:
+    proc = next((e for e in events if e.get("k") == "proc"), {})
+    rank = proc.get("rank")
+    view = ProcessView(pid=pid, rank=rank if isinstance(rank, int) else 0, events=events, start=start, end=end, proc=proc)
+    spans: dict[str, list[tl.Interval]] = {}
+    names: dict[str, dict[str, float]] = {}
+    firsts: list[float] = []
+    counters: list[dict[str, Any]] = []
+    for e in events:
+        kind = e.get("k")
+        if kind == "span":
+            t0, dt = float(e["t0"]), float(e["dt"])
+            spans.setdefault(e["c"], []).append((t0, t0 + dt))
+            per = names.setdefault(e["c"], {})
+            per[e.get("name", "?")] = per.get(e.get("name", "?"), 0.0) + dt
+            if e["c"] == "data_wait":
+                view.n_data_waits += 1
+        elif kind == "first_step":
+            firsts.append(float(e["t"]))
+        elif kind == "step":
+            view.step_times.append(float(e["t"]))
+        elif kind == "batch":
+            view.batches.append(e)
+        elif kind == "loader":
+            view.loaders.append(e)
+        elif kind == "torch_cfg" and view.torch_cfg is None:
+            view.torch_cfg = e
+        elif kind == "trainer":
+            view.trainer = e
+        elif kind == "hf_plan":
+            view.plan = e
+        elif kind == "counter":
+            counters.append(e)
+        elif kind == "profiler":
+            view.profiler.append(e)
+    view.first_step = min(firsts) if firsts else None
+    view.spans = spans
+    view.span_names = names
+    _apply_counters(view, counters, worker_events)
+    _compute_breakdown(view)
+    return view
+
+
+def _apply_counters(view: ProcessView, counters: list[dict[str, Any]], worker_events: list[list[dict[str, Any]]]) -> None:
+    """Tokenizer time of this process; batch production cost here or in its workers."""
+    first = view.first_step
+    for c in counters:
+        if c.get("name") == "tokenize":
+            view.tokenize_s += float(c["s"])
+            view.tokenize_calls += int(c["calls"])
+            # Counter lines are flushed every ~0.5 s; attribute by flush time.
+            if first is not None and float(c["t"]) > first:
+                view.tokenize_in_loop_s += float(c["s"])
+        elif c.get("name") == "fetch":
+            view.fetch_s += float(c["s"])
+            view.fetch_calls += int(c["calls"])
+    for rows in worker_events:
+        for c in rows:
+            if c.get("k") == "counter" and c.get("name") == "fetch":
+                view.fetch_s += float(c["s"])
+                view.fetch_calls += int(c["calls"])
+
+
+def _compute_breakdown(view: ProcessView) -> None:
+    """Disjoint slices of [start, end] that sum to the wall time."""
+    start, end = view.start, view.end
+    first = view.first_step if view.first_step is not None else end
+    first = min(max(first, start), end)
+    loop_end = view.loop_end
+    loop_end = min(max(loop_end, first), end) if loop_end is not None else first
+    assigned = tl.assign_by_priority(
+        [
+            ("eval", view.spans.get("eval", [])),
+            ("checkpoint", view.spans.get("checkpoint", [])),
+            ("data_wait", view.spans.get("data_wait", [])),
+        ],
+        first,
+        end,
+    )
+    taken = tl.merge([i for spans in assigned.values() for i in spans])
+    rest = tl.subtract([(first, end)], taken)
+    slices: dict[str, list[tl.Interval]] = {
+        "startup": [(start, first)] if first > start else [],
+        "data_wait": assigned["data_wait"],
+        "checkpoint": assigned["checkpoint"],
+        "eval": assigned["eval"],
+        "compute": tl.clip(rest, first, loop_end),
+        "other": tl.clip(rest, loop_end, end),
+    }
+    view.slices = slices
+    wall = view.wall_s
+    view.breakdown = {key: tl.total(slices[key]) / wall for key in BREAKDOWN_KEYS}
+
+
+def padding_summary(batches: list[dict[str, Any]]) -> dict[str, Any]:
+    tokens = sum(int(b["tokens"]) for b in batches)
+    pad = sum(int(b["pad"]) for b in batches)
+    lengths = [int(x) for b in batches for x in b.get("lengths", [])]
+    seq = [int(b["seq_len"]) for b in batches]
+    return {
+        "pad_fraction": (pad / tokens) if tokens else None,
+        "max_length": max(seq) if seq else None,
+        "p50_length": _percentile(lengths, 50),
+        "p99_length": _percentile(lengths, 99),
+        "batches_seen": len(batches),
+    }
+
+
+def dynamic_padding_tokens(batches: list[dict[str, Any]], multiple: int = 64) -> tuple[int, int]:
+    """(tokens now, tokens if each batch were padded to its longest row, rounded up)."""
+    now = sum(int(b["tokens"]) for b in batches)
+    after = 0
+    for b in batches:
+        lengths = b.get("lengths") or []
+        if not lengths:
+            after += int(b["tokens"])
+            continue
+        longest = -(-max(lengths) // multiple) * multiple
+        after += len(lengths) * min(longest, int(b["seq_len"]))
+    return now, after
+
+
+def _percentile(values: list[int], pct: float) -> int | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    idx = min(len(ordered) - 1, max(0, int(round(pct / 100 * (len(ordered) - 1)))))
+    return ordered[idx]
+
+
+def quantiles(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p90": None}
+    if len(values) == 1:
+        return {"p50": values[0], "p90": values[0]}
+    q = statistics.quantiles(values, n=10, method="inclusive")
+    return {"p50": statistics.median(values), "p90": q[8]}

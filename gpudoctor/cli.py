@@ -1,0 +1,116 @@
+"""Command line: ``gpudoctor run|attach|replay|sweep|report|diff|check``.
+
+argparse (stdlib) keeps ``gpudoctor --help`` fast; each command imports what it
+needs only when it runs. Errors are one line: ``gpudoctor: <problem>; <fix>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from gpudoctor import __version__
+from gpudoctor.errors import UserError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UserError(f"{message}; see '{self.prog} --help'")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
+    return value
+
+
+def _common(p: argparse.ArgumentParser, out: bool = True) -> None:
+    if out:
+        p.add_argument("--out", type=Path, default=None, help="run folder (default reports/<mode>-<timestamp>/)")
+    p.add_argument("--price-per-gpu-hour", type=_positive_float, default=None, metavar="USD",
+                   help="price of one GPU-hour (else GPUDOCTOR_PRICE_PER_GPU_HOUR, else a table by GPU name)")
+    p.add_argument("--gpus", type=int, default=None, metavar="N", help="GPUs you pay for (default: those seen)")
+    p.add_argument("--json", action="store_true", help="print the JSON report on stdout")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="gpudoctor", description="Where did the GPU-hours go, and what to change.")
+    parser.add_argument("--version", action="version", version=f"gpudoctor {__version__}")
+    sub = parser.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("run", help="profile a training command until it exits",
+                       description="Profile CMD (e.g. python train.py) with no code changes.")
+    _common(p)
+    p.add_argument("--interval", type=_positive_float, default=0.1, help="sampling period in seconds (default 0.1)")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+
+    p = sub.add_parser("attach", help="profile a running training process")
+    p.add_argument("pid", type=int)
+    _common(p)
+    p.add_argument("--duration", type=_positive_float, default=None, metavar="S")
+    p.add_argument("--interval", type=_positive_float, default=0.1)
+
+    p = sub.add_parser("replay", help="run a training config for a bounded time and diagnose it")
+    p.add_argument("config", type=Path)
+    _common(p)
+    p.add_argument("--target", default=None, help="predict the full run on this GPU (e.g. h100)")
+    p.add_argument("--max-steps", type=int, default=None)
+    p.add_argument("--max-seconds", type=_positive_float, default=None)
+
+    p = sub.add_parser("sweep", help="measure a grid of worker/batch settings")
+    p.add_argument("config", type=Path, nargs="?")
+    _common(p)
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2")
+
+    p = sub.add_parser("report", help="render a saved run (.html, .md or .json by OUT's extension)")
+    p.add_argument("input", type=Path, help="run folder or report.json")
+    p.add_argument("-o", "--output", type=Path, default=None)
+    _common(p, out=False)
+
+    p = sub.add_parser("diff", help="compare two runs (before/after)")
+    p.add_argument("before", type=Path)
+    p.add_argument("after", type=Path)
+    p.add_argument("-o", "--output", type=Path, default=None)
+    p.add_argument("--debug", action="store_true")
+
+    p = sub.add_parser("check", help="exit 1 when the run wastes more than F (a CI gate)")
+    p.add_argument("input", type=Path)
+    p.add_argument("--max-waste", type=_positive_float, required=True, metavar="F")
+    p.add_argument("--debug", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("GPUDOCTOR_DEBUG") == "1"
+    try:
+        args = build_parser().parse_args(argv)
+        if args.cmd is None:
+            build_parser().print_help()
+            return 2
+        return _dispatch(args)
+    except UserError as exc:
+        if debug:
+            raise
+        print(f"gpudoctor: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("gpudoctor: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 1
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    import importlib
+
+    module = {"run": "run", "attach": "attach", "replay": "replay", "sweep": "sweep",
+              "report": "render_cmd", "diff": "diff_cmd", "check": "check"}[args.cmd]
+    return importlib.import_module(f"gpudoctor.commands.{module}").main(args)

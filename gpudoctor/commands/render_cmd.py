@@ -1,0 +1,35 @@
+"""``gpudoctor report IN [-o OUT]``: re-render a saved run."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from gpudoctor.commands.load import load_report
+from gpudoctor.errors import UserError
+
+
+def main(args: Any) -> int:
+    from gpudoctor.render import renderer_for, write_all
+
+    report = load_report(args.input, args.price_per_gpu_hour, args.gpus)
+    if args.output is None:
+        folder = args.input if args.input.is_dir() else args.input.parent
+        try:
+            paths = write_all(report, folder)
+        except OSError as exc:
+            raise UserError(f"cannot write the report into {folder}: {exc.strerror}; pass -o OUT") from None
+        print("\n".join(str(p) for p in paths), file=sys.stderr)
+    else:
+        renderer = renderer_for(args.output)
+        try:
+            args.output.parent.mkdir(parents=True, exist_ok=True)
+            args.output.write_text(renderer.render(report), encoding="utf-8")
+        except OSError as exc:
+            raise UserError(f"cannot write {args.output}: {exc.strerror}; choose a writable path") from None
+        print(str(args.output), file=sys.stderr)
+    if args.json:
+        import json
+
+        print(json.dumps(report, indent=2))
+    return 0

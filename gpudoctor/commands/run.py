@@ -1,0 +1,138 @@
+"""``gpudoctor run -- CMD``: profile a command from launch to exit, no code changes.
+
+The child gets our ``_inject`` folder first on PYTHONPATH, so every Python
+process it starts (ranks, workers) loads the in-process hooks through
+``sitecustomize``; the doctor samples host and GPUs from outside.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import gpudoctor
+from gpudoctor.errors import UserError
+from gpudoctor.recorder import Recorder, RecorderOptions, default_out
+from gpudoctor.recording.store import RunFolder
+from gpudoctor.report import ReportOptions
+
+INJECT_DIR = Path(__file__).resolve().parent.parent / "_inject"
+PKG_PARENT = Path(gpudoctor.__file__).resolve().parent.parent
+
+
+def child_env(run_dir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    old = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = str(INJECT_DIR) + (os.pathsep + old if old else "")
+    env["GPUDOCTOR_RUN_DIR"] = str(run_dir.resolve())
+    env["GPUDOCTOR_PKG_PARENT"] = str(PKG_PARENT)
+    return env
+
+
+class _Interrupts:
+    """First Ctrl-C: let the child stop itself. Second: terminate it, then kill."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.count += 1
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        if signum == signal.SIGTERM:
+            proc.terminate()
+        elif self.count == 1:
+            print("\ngpudoctor: interrupted; waiting for the training process to stop "
+                  "(Ctrl-C again to terminate it). The report will cover what was recorded.", file=sys.stderr)
+        else:
+            print("gpudoctor: terminating the training process; writing the report from what was recorded.",
+                  file=sys.stderr)
+            proc.terminate()
+
+
+def run(command: list[str], out: Path | None, interval_s: float, price: float | None, gpus: int | None,
+        as_json: bool, nvml_binding: Any = None, mode: str = "run",
+        extra_env: dict[str, str] | None = None) -> tuple[int, dict[str, Any] | None, Path]:
+    if not command:
+        raise UserError("no command to run; usage: gpudoctor run [OPTIONS] -- python train.py")
+    folder = RunFolder(out or default_out(mode)).create()
+    recorder = Recorder(folder, RecorderOptions(mode=mode, command=command, interval_s=interval_s,
+                                                price_per_gpu_hour=price, gpus=gpus, nvml_binding=nvml_binding))
+    recorder.prepare()
+    env = child_env(folder.root)
+    if extra_env:
+        env.update(extra_env)
+    handler = _Interrupts()
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    start = time.time()
+    try:
+        proc = subprocess.Popen(command, env=env)
+    except FileNotFoundError:
+        _restore(old)
+        raise UserError(f"cannot start {command[0]!r}: no such command; check the command after --", 127) from None
+    except PermissionError:
+        _restore(old)
+        raise UserError(f"cannot start {command[0]!r}: permission denied; make it executable or run it "
+                        "through its interpreter", 126) from None
+    handler.proc = proc
+    recorder.start(proc.pid, start)
+    try:
+        code = _wait(proc, handler)
+    finally:
+        _restore(old)
+    status = "finished" if code == 0 else ("interrupted" if handler.count else "crashed")
+    recorder.stop(status, code)
+    try:
+        report = _report(folder, price, gpus, as_json)
+    except UserError:
+        raise
+    except Exception as exc:  # the recording is safe on disk; say how to re-render it
+        print(f"gpudoctor: could not build the report ({exc!r}); the recording is kept in {folder.root}; "
+              f"re-render it with: gpudoctor report {folder.root} --debug", file=sys.stderr)
+        return (code or 70), None, folder.root
+    return code, report, folder.root
+
+
+def _wait(proc: subprocess.Popen[bytes], handler: _Interrupts) -> int:
+    deadline = None
+    while True:
+        try:
+            return _exit_code(proc.wait(timeout=0.5))
+        except subprocess.TimeoutExpired:
+            pass
+        if handler.count >= 2 and deadline is None:
+            deadline = time.monotonic() + 5.0
+        if deadline is not None and time.monotonic() > deadline:
+            proc.kill()
+
+
+def _exit_code(code: int) -> int:
+    return 128 - code if code < 0 else code
+
+
+def _report(folder: RunFolder, price: float | None, gpus: int | None, as_json: bool) -> dict[str, Any] | None:
+    from gpudoctor.commands.finish import print_summary, write_report
+
+    report = write_report(folder.root, ReportOptions(price_per_gpu_hour=price, gpus=gpus))
+    print_summary(report, folder.root, as_json)
+    return report
+
+
+def _restore(old: dict[int, Any]) -> None:
+    for sig, h in old.items():
+        signal.signal(sig, h)
+
+
+def main(args: Any) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    code, _, folder = run(command, args.out, args.interval, args.price_per_gpu_hour, args.gpus, args.json)
+    return code

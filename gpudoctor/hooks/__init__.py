@@ -1,0 +1,77 @@
+"""In-process hooks: measure, from inside the training process, what only it knows.
+
+``install(run_dir)`` is called by the injected ``sitecustomize`` (``gpudoctor
+run``), by ``attach`` through a debugger, and by the Python API. It patches
+libraries as they are imported (or at once if they already are) and writes
+events to ``<run_dir>/events/<pid>.jsonl``. ``uninstall()`` undoes every patch
+so the process runs on unharmed after a detach. Stdlib-only at import time.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from gpudoctor.hooks import imports, patch
+from gpudoctor.hooks.writer import EventWriter
+
+_writer: EventWriter | None = None
+_torch_hooks = None
+
+
+def is_installed() -> bool:
+    return _writer is not None
+
+
+def writer() -> EventWriter | None:
+    return _writer
+
+
+def install(run_dir: str | os.PathLike[str]) -> EventWriter:
+    """Install all hooks once per process; later calls return the same writer."""
+    global _writer, _torch_hooks
+    if _writer is not None:
+        return _writer
+    from gpudoctor.hooks import hf_hooks
+    from gpudoctor.hooks.torch_hooks import TorchHooks
+
+    w = _writer = EventWriter(Path(run_dir))
+    th = _torch_hooks = TorchHooks(w)
+    imports.when_imported("torch", th.install_save)
+    imports.when_imported("torch.utils.data.dataloader", th.install_dataloader)
+    imports.when_imported("torch.utils.data._utils.fetch", th.install_fetch)
+    imports.when_imported("torch.optim.optimizer", th.install_optimizer)
+    imports.when_imported("torch.nn.modules.module", th.install_module)
+    imports.when_imported("transformers.tokenization_utils_base", lambda m: hf_hooks.install_tokenizers(w, th, m))
+    imports.when_imported("transformers.modeling_utils", lambda m: hf_hooks.install_modeling(w, m))
+    imports.when_imported("transformers.trainer", lambda m: hf_hooks.install_trainer(w, m))
+    imports.when_imported("datasets", lambda m: hf_hooks.install_datasets(w, m))
+    imports.when_imported("safetensors.torch", lambda m: hf_hooks.install_safetensors(w, m))
+    imports.when_imported("accelerate", lambda m: hf_hooks.install_accelerate(w, m))
+    imports.when_imported("lightning.pytorch", _install_lightning)
+    imports.when_imported("pytorch_lightning", _install_lightning)
+    return w
+
+
+def _install_lightning(mod: object) -> None:
+    from gpudoctor.integrations.lightning import install_into_trainer_class
+
+    install_into_trainer_class(mod)
+
+
+def uninstall() -> None:
+    """Remove every patch and hook, flush what was recorded."""
+    global _writer, _torch_hooks
+    imports.clear()
+    patch.restore_all()
+    if _torch_hooks is not None:
+        _torch_hooks.remove_handles()
+    if _writer is not None:
+        _writer.close()
+        _writer.enabled = False
+    _writer = None
+    _torch_hooks = None
+
+
+def torch_hooks():  # type: ignore[no-untyped-def]
+    return _torch_hooks

@@ -1,0 +1,107 @@
+"""Hooks into the Hugging Face stack: tokenizers, Trainer, datasets, safetensors."""
+
+from __future__ import annotations
+
+import time
+from types import ModuleType
+from typing import Any
+
+from gpudoctor.hooks import patch
+from gpudoctor.hooks.torch_hooks import TorchHooks
+from gpudoctor.hooks.writer import EventWriter
+from gpudoctor.redact import redact_mapping
+
+
+def install_tokenizers(writer: EventWriter, torch_hooks: TorchHooks, mod: ModuleType) -> None:
+    """Time tokenizer calls (``tokenizer(...)``, ``encode``) into the ``tokenize`` counter."""
+    base = getattr(mod, "PreTrainedTokenizerBase", None)
+    if base is None:
+        return
+    counted = patch.counted(writer, "tokenize")
+
+    def make(fn: Any) -> Any:
+        timed = counted(fn)
+
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if torch_hooks.pad_token_id is None:
+                torch_hooks.pad_token_id = getattr(self, "pad_token_id", None)
+            return timed(self, *args, **kwargs)
+
+        return call
+
+    for name in ("__call__", "encode", "encode_plus", "batch_encode_plus"):
+        if name in base.__dict__:
+            patch.replace(base, name, make)
+
+
+def install_modeling(writer: EventWriter, mod: ModuleType) -> None:
+    model = getattr(mod, "PreTrainedModel", None)
+    if model is None:
+        return
+    patch.replace(model, "save_pretrained", patch.span(writer, "checkpoint", "save_pretrained"))
+    patch.replace(model, "from_pretrained", patch.span(writer, "model_load", "from_pretrained"))
+
+
+def install_trainer(writer: EventWriter, mod: ModuleType) -> None:
+    trainer = getattr(mod, "Trainer", None)
+    if trainer is None:
+        return
+    patch.replace(trainer, "_save_checkpoint", patch.span(writer, "checkpoint", "Trainer._save_checkpoint"))
+    patch.replace(trainer, "evaluate", patch.span(writer, "eval", "Trainer.evaluate"))
+
+    def make_init(fn: Any) -> Any:
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            fn(self, *args, **kwargs)
+            writer.emit(trainer_event(self))
+            from gpudoctor.integrations.hf import GpuDoctorCallback
+
+            if not any(isinstance(cb, GpuDoctorCallback) for cb in self.callback_handler.callbacks):
+                self.add_callback(GpuDoctorCallback(_writer=writer))
+
+        return __init__
+
+    patch.replace(trainer, "__init__", make_init)
+
+
+def trainer_event(trainer: Any) -> dict[str, Any]:
+    args = getattr(trainer, "args", None)
+    try:
+        arg_dict = args.to_dict() if args is not None else {}
+    except Exception:  # an exotic args object must not break training
+        arg_dict = {}
+    import transformers
+
+    return {
+        "k": "trainer",
+        "t": time.time(),
+        "args": redact_mapping(arg_dict),
+        "max_steps": getattr(args, "max_steps", None),
+        "num_train_epochs": getattr(args, "num_train_epochs", None),
+        "version": transformers.__version__,
+    }
+
+
+def install_datasets(writer: EventWriter, mod: ModuleType) -> None:
+    """Time dataset formatting (``map``/``filter``), the usual cause of startup idle."""
+    for cls_name in ("Dataset", "DatasetDict", "IterableDataset"):
+        cls = getattr(mod, cls_name, None)
+        if cls is None:
+            continue
+        for method in ("map", "filter"):
+            if method in cls.__dict__:
+                patch.replace(cls, method, patch.span(writer, "format", f"datasets.{cls_name}.{method}"))
+    for fn_name in ("load_dataset", "load_from_disk"):
+        if hasattr(mod, fn_name):
+            patch.replace(mod, fn_name, patch.span(writer, "format", f"datasets.{fn_name}"))
+
+
+def install_safetensors(writer: EventWriter, mod: ModuleType) -> None:
+    for fn_name in ("save_file", "save_model"):
+        if hasattr(mod, fn_name):
+            patch.replace(mod, fn_name, patch.span(writer, "checkpoint", f"safetensors.{fn_name}"))
+
+
+def install_accelerate(writer: EventWriter, mod: ModuleType) -> None:
+    acc = getattr(mod, "Accelerator", None)
+    if acc is not None:
+        patch.replace(acc, "save_state", patch.span(writer, "checkpoint", "Accelerator.save_state"))

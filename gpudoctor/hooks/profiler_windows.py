@@ -1,0 +1,106 @@
+"""Short torch.profiler windows: a few steps now and then, never the whole run.
+
+The profiler costs far more than our hooks (and its first start can take a
+second), so by default a window opens only once the run has trained for a
+minute, lasts 5 steps, and repeats every 10 minutes. It cross-checks the
+hook-measured data wait against the profiler's own ``enumerate(DataLoader)``
+events and, on a GPU, measures kernel busy time.
+
+``GPUDOCTOR_PROFILE_WINDOW`` overrides: ``off``, or ``START:LEN`` (steps).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+from gpudoctor.hooks.writer import EventWriter
+
+FIRST_AFTER_S = 60.0
+EVERY_S = 600.0
+MIN_STEPS = 50
+LENGTH_STEPS = 5
+
+
+class ProfilerWindows:
+    def __init__(self, writer: EventWriter) -> None:
+        self.writer = writer
+        self.disabled = False
+        self.forced: tuple[int, int] | None = None
+        spec = os.environ.get("GPUDOCTOR_PROFILE_WINDOW", "").strip()
+        if spec == "off":
+            self.disabled = True
+        elif spec:
+            start, _, length = spec.partition(":")
+            self.forced = (int(start), int(length or LENGTH_STEPS))
+        self._prof: Any = None
+        self._end_step = 0
+        self._t0 = 0.0
+        self._p0 = 0.0
+        self._start_step = 0
+        self._last_p: float | None = None
+        self._wait_s = FIRST_AFTER_S
+
+    def on_step(self, step: int) -> None:
+        if self.disabled:
+            return
+        if self._prof is not None:
+            if step >= self._end_step:
+                self._finish(step)
+            return
+        now = time.perf_counter()
+        if self.forced is not None:
+            if step == self.forced[0]:
+                self._begin(step, self.forced[1])
+            return
+        if self._last_p is None:
+            self._last_p = now
+            return
+        if step >= MIN_STEPS and now - self._last_p >= self._wait_s:
+            self._begin(step, LENGTH_STEPS)
+
+    def _begin(self, step: int, length: int) -> None:
+        torch = sys.modules["torch"]
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        self._prof = profile(activities=activities, record_shapes=False, with_stack=False)
+        self._t0 = time.time()
+        self._p0 = time.perf_counter()
+        self._start_step = step
+        self._end_step = step + length
+        self._prof.__enter__()
+
+    def _finish(self, step: int) -> None:
+        prof, self._prof = self._prof, None
+        prof.__exit__(None, None, None)
+        dt = time.perf_counter() - self._p0
+        dataloader_us = 0.0
+        kernel_us = 0.0
+        cuda = "cuda" in str(getattr(prof, "activities", "")).lower()
+        for evt in prof.key_averages():
+            if "DataLoader" in evt.key and "__next__" in evt.key:
+                dataloader_us += evt.cpu_time_total
+            if cuda:
+                kernel_us += getattr(evt, "self_device_time_total", 0.0) or 0.0
+        self.writer.emit(
+            {
+                "k": "profiler",
+                "t0": self._t0,
+                "dt": dt,
+                "steps": step - self._start_step,
+                "dataloader_s": dataloader_us / 1e6,
+                "cuda_kernel_s": kernel_us / 1e6 if cuda else None,
+            }
+        )
+        self._last_p = time.perf_counter()
+        self._wait_s = EVERY_S
+
+    def stop(self) -> None:
+        if self._prof is not None:
+            self._prof.__exit__(None, None, None)
+            self._prof = None

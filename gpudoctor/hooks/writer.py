@@ -1,0 +1,148 @@
+"""Per-process event writer used by the in-process hooks.
+
+The hot path (one call per batch or step) only appends a dict to a list;
+JSON encoding and the write happen on a flush thread every ``flush_s``, so a
+SIGKILL loses at most that much. Fork-safe: a forked DataLoader worker starts
+with an empty buffer and its own ``events/<pid>.jsonl``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.redact import redact_argv
+
+
+class EventWriter:
+    def __init__(self, run_dir: Path, flush_s: float = 0.5) -> None:
+        self.run_dir = Path(run_dir)
+        self.flush_s = flush_s
+        self.enabled = True
+        self._reset_state()
+        os.register_at_fork(after_in_child=self._reset_state)
+        atexit.register(self.close)
+
+    def _reset_state(self) -> None:
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._buf: list[dict[str, Any]] = []
+        self._counters: dict[str, list[float]] = {}
+        self._fh: Any = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._announced = False
+
+    # -- hot path -----------------------------------------------------------
+    def emit(self, event: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        if not self._announced:
+            self._announce()
+        self._buf.append(event)  # list.append is atomic under the GIL
+
+    def count(self, name: str, seconds: float) -> None:
+        """Add one call of ``seconds`` to a periodically flushed counter."""
+        if not self.enabled:
+            return
+        if not self._announced:
+            self._announce()
+        slot = self._counters.get(name)
+        if slot is None:
+            slot = self._counters[name] = [0, 0.0]
+        slot[0] += 1
+        slot[1] += seconds
+
+    # -- background ---------------------------------------------------------
+    def _announce(self) -> None:
+        self._announced = True
+        self._buf.append(_proc_event())
+        self._thread = threading.Thread(target=self._loop, name="gpudoctor-writer", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.flush_s):
+            self.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._counters:
+                now = time.time()
+                counters, self._counters = self._counters, {}
+                for name, (calls, seconds) in counters.items():
+                    self._buf.append({"k": "counter", "t": now, "name": name, "calls": int(calls), "s": seconds})
+            if not self._buf:
+                return
+            events, self._buf = self._buf, []
+            try:
+                if self._fh is None:
+                    path = self.run_dir / "events" / f"{os.getpid()}.jsonl"
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115
+                self._fh.write("".join(json.dumps(e, separators=(",", ":"), default=str) + "\n" for e in events))
+                self._fh.flush()
+            except OSError as exc:  # disk full / folder gone: stop recording, never hurt the patient
+                self.enabled = False
+                print(f"gpudoctor: stopped recording in pid {os.getpid()}: {exc}", file=sys.stderr)
+
+    def close(self) -> None:
+        if self._pid != os.getpid():
+            return
+        if self._announced:
+            self.emit({"k": "exit", "t": time.time()})
+        self._stop.set()
+        self.flush()
+        with self._lock:
+            if self._fh is not None:
+                self._fh.close()
+                self._fh = None
+
+
+def _proc_event() -> dict[str, Any]:
+    env = os.environ
+    create_time: float | None
+    try:
+        import psutil
+
+        create_time = psutil.Process().create_time()
+    except Exception:  # psutil missing in the patient's interpreter: time is still known from samples
+        create_time = None
+    is_worker = False
+    torch_data = sys.modules.get("torch.utils.data")
+    if torch_data is not None:
+        try:
+            is_worker = torch_data.get_worker_info() is not None
+        except Exception:
+            is_worker = False
+    libs = {}
+    for name in ("torch", "transformers", "datasets", "accelerate", "tokenizers", "lightning"):
+        mod = sys.modules.get(name)
+        if mod is not None:
+            libs[name] = getattr(mod, "__version__", None)
+    return {
+        "k": "proc",
+        "t": time.time(),
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "rank": _int_env(env.get("RANK")),
+        "local_rank": _int_env(env.get("LOCAL_RANK")),
+        "world_size": _int_env(env.get("WORLD_SIZE")),
+        "argv": redact_argv([sys.executable, *sys.argv]),
+        "create_time": create_time,
+        "is_worker": is_worker,
+        "libs": libs,
+        "python": sys.version.split()[0],
+    }
+
+
+def _int_env(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None

@@ -1,0 +1,1 @@
+"""Python API for exact, in-process numbers (Trainer/Lightning callbacks, loop hooks)."""

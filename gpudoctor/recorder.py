@@ -1,0 +1,116 @@
+"""The doctor's side of a recording: samplers plus meta.json, for any source.
+
+``run`` points it at a child process, the in-process API at its own pid,
+``attach`` at a live pid. It owns the run folder's meta.json: written as
+``running`` at start (so a killed doctor still leaves a loadable folder) and
+finalized at stop.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpudoctor import __version__
+from gpudoctor.recording.store import RunFolder
+from gpudoctor.redact import redact_argv
+
+
+@dataclass
+class RecorderOptions:
+    mode: str = "run"
+    command: list[str] = field(default_factory=list)
+    interval_s: float = 0.1
+    price_per_gpu_hour: float | None = None
+    gpus: int | None = None
+    nvml_binding: Any = None  # tests inject a fake pynvml here
+
+
+class Recorder:
+    def __init__(self, folder: RunFolder, options: RecorderOptions) -> None:
+        self.folder = folder
+        self.options = options
+        self.meta: dict[str, Any] = {}
+        self._host: Any = None
+        self._gpu: Any = None
+        self._gpus_desc: list[dict[str, Any]] = []
+        self._problems: list[str] = []
+        self._nvml: Any = None
+
+    def prepare(self) -> None:
+        """Open NVML before the patient starts, so its first second is sampled too."""
+        from gpudoctor.samplers.nvml import Nvml
+
+        nvml = Nvml(binding=self.options.nvml_binding)
+        if nvml.init():
+            self._nvml = nvml
+            self._gpus_desc = nvml.describe_gpus()
+        self._problems = list(nvml.problems())
+
+    def start(self, pid: int, start_time: float | None = None) -> None:
+        from gpudoctor.samplers.host import HostSampler
+        from gpudoctor.samplers.nvml import GpuSampler
+
+        start_time = start_time or time.time()
+        self.meta = {
+            "mode": self.options.mode,
+            "command": redact_argv(self.options.command),
+            "pid": pid,
+            "started_at": dt.datetime.fromtimestamp(start_time, dt.timezone.utc).isoformat(),
+            "start_time": start_time,
+            "end_time": None,
+            "status": "running",
+            "exit_code": None,
+            "host": host_info(),
+            "gpus": self._gpus_desc,
+            "nvml_problems": self._problems,
+            "price_per_gpu_hour": self.options.price_per_gpu_hour,
+            "gpus_option": self.options.gpus,
+            "gpudoctor_version": __version__,
+        }
+        self.folder.write_meta(self.meta)
+        interval = self.options.interval_s
+        self._host = HostSampler(pid, self.folder.appender("samples/host.jsonl"), interval_s=interval)
+        self._host.start()
+        if self._nvml is not None:
+            self._gpu = GpuSampler(
+                self._nvml, self.folder.appender("samples/gpu.jsonl"), interval_s=interval, pids_provider=self._host.pids
+            )
+            self._gpu.start()
+
+    def stop(self, status: str, exit_code: int | None) -> None:
+        for sampler in (self._gpu, self._host):
+            if sampler is not None:
+                sampler.stop()
+        problems = list(self._problems)
+        if self._gpu is not None:
+            problems += [p for p in self._gpu.problems() if p not in problems]
+        for sampler in (self._gpu, self._host):
+            if sampler is not None:
+                problems += [f"{sampler.name} sampler: {e}" for e in sampler.errors]
+        self.meta.update(end_time=time.time(), status=status, exit_code=exit_code, nvml_problems=problems)
+        self.folder.write_meta(self.meta)
+
+
+def host_info() -> dict[str, Any]:
+    import psutil
+
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "cpu_count_physical": psutil.cpu_count(logical=False),
+        "memory_total_mib": round(psutil.virtual_memory().total / 2**20),
+    }
+
+
+def default_out(mode: str) -> Path:
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("reports") / f"{mode}-{stamp}"

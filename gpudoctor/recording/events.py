@@ -1,0 +1,49 @@
+"""Kinds of lines in ``events/<pid>.jsonl`` and ``samples/*.jsonl``.
+
+Every line is one JSON object. Times ``t``/``t0`` are wall-clock epoch seconds
+(``time.time()``), so events from different processes line up; durations
+``dt``/``s`` are seconds measured with ``time.perf_counter``.
+
+In-process events (key ``k``):
+
+``proc``      once per hooked process: ``pid, ppid, rank, local_rank, world_size,
+              argv`` (redacted), ``create_time`` (epoch), ``is_worker``, ``libs``
+              ({package: version}), ``python``.
+``span``      a timed interval: ``c`` category, ``t0``, ``dt``, ``name``.
+              Categories: ``data_wait`` (blocked in ``DataLoader.__next__``),
+              ``checkpoint`` (torch.save, save_pretrained, safetensors, Trainer
+              checkpoints), ``eval`` (Trainer.evaluate, Lightning validation,
+              ``gpudoctor.profile().eval()``), ``format`` (``datasets`` map/filter),
+              ``model_load`` (``from_pretrained``). Only the outermost span of a
+              category is written when calls nest.
+``first_step`` ``t``: start of the first training step (first batch request from a
+              DataLoader, or first forward of a module in training mode).
+``step``      ``t`` (end of an optimizer step), ``n`` (1-based count), ``dt`` (time
+              inside ``optimizer.step``).
+``loader``    a DataLoader iterator was created: ``id, num_workers, batch_size,
+              pin_memory, prefetch_factor, persistent_workers, dataset``,
+              ``params`` (the installed DataLoader's argument names).
+``batch``     padding seen in a training batch: ``t, tokens, pad, seq_len``,
+              ``lengths`` (non-pad length of each row).
+``counter``   periodic totals since the previous counter line: ``t``, ``name``
+              (``tokenize`` | ``fetch``), ``calls``, ``s`` (seconds). ``fetch`` is the
+              time a process spent producing batches (dataset ``__getitem__`` +
+              collate), in the main process or in a DataLoader worker.
+``torch_cfg`` at the first training forward: ``cuda`` (bool), ``device_name``,
+              ``matmul_precision``, ``allow_tf32``, ``cudnn_allow_tf32``,
+              ``param_dtype``, ``autocast`` (bool), ``autocast_dtype``.
+``trainer``   Hugging Face Trainer seen: ``args`` (TrainingArguments.to_dict(),
+              redacted; its keys are the installed version's field names),
+              ``max_steps``, ``num_train_epochs``, ``version``.
+``profiler``  a short torch.profiler window: ``t0, dt, steps``, ``dataloader_s``
+              (time in DataLoader ``__next__`` events), ``cuda_kernel_s`` (null on CPU).
+``exit``      the process is exiting normally: ``t``.
+
+Sampler lines (no ``k``): see :mod:`gpudoctor.samplers.host` and
+:mod:`gpudoctor.samplers.nvml` for the fields.
+"""
+
+from __future__ import annotations
+
+SPAN_CATEGORIES = ("data_wait", "checkpoint", "eval", "format", "model_load")
+COUNTER_NAMES = ("tokenize", "fetch")

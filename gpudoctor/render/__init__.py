@@ -1,0 +1,57 @@
+"""Renderers: report dict -> ``report.json`` / ``report.html`` / ``report.md``.
+
+Each renderer is a pure function of the report dict, so a live run and a saved
+``report.json`` render the same. Renderer modules are imported on demand to
+keep the CLI fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.errors import UserError
+from gpudoctor.render.base import Renderer
+
+__all__ = ["Renderer", "renderer_for", "write_all", "SUPPORTED_EXTENSIONS"]
+
+_RENDERERS = {
+    "json": "gpudoctor.render.json_renderer:JsonRenderer",
+    "html": "gpudoctor.render.html:HtmlRenderer",
+    "md": "gpudoctor.render.markdown:MarkdownRenderer",
+}
+_ALIASES = {"htm": "html", "markdown": "md"}
+SUPPORTED_EXTENSIONS = tuple(f".{ext}" for ext in _RENDERERS)
+
+
+def _extension(path_or_ext: str | Path) -> str:
+    text = str(path_or_ext)
+    suffix = Path(text).suffix if Path(text).suffix else text
+    ext = suffix.lstrip(".").lower()
+    return _ALIASES.get(ext, ext)
+
+
+def renderer_for(path_or_ext: str | Path) -> Renderer:
+    """The renderer for an output path (``out/report.html``) or extension (``.md``)."""
+    ext = _extension(path_or_ext)
+    target = _RENDERERS.get(ext)
+    if target is None:
+        raise UserError(
+            f"cannot render to {str(path_or_ext)!r}: "
+            f"use an output ending in {', '.join(SUPPORTED_EXTENSIONS)}"
+        )
+    module_name, class_name = target.split(":")
+    return getattr(importlib.import_module(module_name), class_name)()
+
+
+def write_all(report: dict[str, Any], folder: str | Path) -> list[Path]:
+    """Write ``report.json``, ``report.html`` and ``report.md`` into ``folder``."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for ext in ("json", "html", "md"):
+        path = folder / f"report.{ext}"
+        path.write_text(renderer_for(ext).render(report), encoding="utf-8")
+        written.append(path)
+    return written

@@ -1,0 +1,210 @@
+"""The renderer base class and the formatting every renderer shares.
+
+A renderer is a pure function of a report dict (see
+:mod:`gpudoctor.report_schema`): ``render(report) -> str``. The helpers here
+turn figures into the words users read, the same way in HTML, Markdown and the
+diff: a missing figure prints as "unavailable", never as 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from gpudoctor.report_schema import BREAKDOWN_KEYS
+
+UNAVAILABLE = "unavailable"
+NO_PRICE = "no price: pass --price-per-gpu-hour"
+
+SLICE_LABELS = {
+    "startup": "startup",
+    "data_wait": "data wait",
+    "compute": "compute",
+    "checkpoint": "checkpoint",
+    "eval": "eval",
+    "other": "other",
+}
+
+# One colour per slice / span kind, used by the bar, the timeline and the legend
+# (Okabe-Ito based, readable for colour-blind users).
+SLICE_COLORS = {
+    "startup": "#E69F00",
+    "data_wait": "#D55E00",
+    "compute": "#0072B2",
+    "checkpoint": "#CC79A7",
+    "eval": "#009E73",
+    "other": "#A8A8A8",
+    "format": "#8C6D1F",
+    "model_load": "#56B4E9",
+}
+
+SEVERITY_COLORS = {"high": "#C62828", "medium": "#E65100", "low": "#B28704", "info": "#546E7A"}
+
+
+class Renderer:
+    """Turns a report dict into one output file's text."""
+
+    output_file_extension: str = ""
+
+    def render(self, report: dict[str, Any]) -> str:
+        """Return the whole file's text for ``report``."""
+        raise NotImplementedError
+
+
+def num(value: Any) -> float | None:
+    """``value`` as a finite float, or None (missing, NaN, inf, not a number)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def fmt_pct(fraction: Any, digits: int = 1) -> str:
+    """``0.412`` -> ``"41.2%"``; None -> ``"unavailable"``."""
+    f = num(fraction)
+    return UNAVAILABLE if f is None else f"{f * 100:.{digits}f}%"
+
+
+def fmt_usd(usd: Any, missing: str = NO_PRICE) -> str:
+    """``3.8`` -> ``"$3.80"``; tiny amounts keep a significant digit."""
+    v = num(usd)
+    if v is None:
+        return missing
+    if 0 < abs(v) < 0.01:
+        return f"${v:.4f}"
+    return f"${v:,.2f}"
+
+
+def fmt_duration(seconds: Any) -> str:
+    """``3723`` -> ``"1h 02m 03s"``, ``150`` -> ``"2m 30s"``, ``4.25`` -> ``"4.25s"``."""
+    s = num(seconds)
+    if s is None:
+        return UNAVAILABLE
+    if s < 60:
+        return f"{s:.3g}s" if s < 10 else f"{s:.1f}s"
+    whole = round(s)
+    h, rest = divmod(whole, 3600)
+    m, sec = divmod(rest, 60)
+    return f"{h}h {m:02d}m {sec:02d}s" if h else f"{m}m {sec:02d}s"
+
+
+def fmt_step_time(seconds: Any) -> str:
+    """Step times read best in ms below a second."""
+    s = num(seconds)
+    if s is None:
+        return UNAVAILABLE
+    return f"{s * 1000:.0f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def fmt_speedup(factor: Any) -> str:
+    """``1.8`` -> ``"1.80×"`` (a throughput factor); None -> ``"unavailable"``."""
+    f = num(factor)
+    return UNAVAILABLE if f is None else f"{f:.2f}×"
+
+
+def fmt_int(value: Any) -> str:
+    """Thousands separators; None -> ``"unavailable"``."""
+    v = num(value)
+    return UNAVAILABLE if v is None else f"{round(v):,}"
+
+
+def fmt_value(value: Any) -> str:
+    """A figure from ``finding.data`` or ``run.host``: short, never NaN."""
+    if isinstance(value, float):
+        v = num(value)
+        return UNAVAILABLE if v is None else f"{v:.4g}"
+    if value is None:
+        return UNAVAILABLE
+    return str(value)
+
+
+def breakdown_items(breakdown: dict[str, Any] | None) -> list[tuple[str, float | None]]:
+    """The six slices in SPEC order (then any extra ones), as ``(name, fraction)``."""
+    breakdown = breakdown or {}
+    keys = list(BREAKDOWN_KEYS) + [k for k in breakdown if k not in BREAKDOWN_KEYS]
+    return [(k, num(breakdown.get(k))) for k in keys]
+
+
+def command_text(command: Any) -> str:
+    """The command line as one shell-like string."""
+    if isinstance(command, (list, tuple)):
+        return " ".join(str(a) for a in command)
+    return "" if command is None else str(command)
+
+
+def gpus_text(run: dict[str, Any]) -> str:
+    """``"2 × NVIDIA H100 80GB HBM3 (80 GiB)"``, or ``"no GPU seen"``."""
+    gpus = run.get("gpus") or []
+    if not gpus:
+        count = run.get("gpu_count") or 0
+        return f"{count} GPU(s)" if count else "no GPU seen"
+    names: dict[str, int] = {}
+    for gpu in gpus:
+        mib = num(gpu.get("memory_total_mib"))
+        label = str(gpu.get("name") or "GPU") + (f" ({mib / 1024:.0f} GiB)" if mib else "")
+        names[label] = names.get(label, 0) + 1
+    return ", ".join(f"{n} × {label}" for label, n in names.items())
+
+
+def host_text(host: Any) -> str:
+    """A one-line host description from whatever keys ``run.host`` has."""
+    if not isinstance(host, dict):
+        return "" if host is None else str(host)
+    preferred = ("hostname", "platform", "cpu_count", "memory_total_mib", "python", "torch")
+    keys = [k for k in preferred if k in host] or [
+        k for k, v in host.items() if isinstance(v, (str, int, float))
+    ]
+    parts = []
+    for k in keys:
+        v = host[k]
+        if k == "hostname":
+            parts.append(str(v))
+        elif k == "memory_total_mib" and num(v) is not None:
+            parts.append(f"{num(v) / 1024:.0f} GiB RAM")
+        elif k == "cpu_count":
+            parts.append(f"{v} CPUs")
+        else:
+            parts.append(f"{k} {fmt_value(v)}")
+    return " · ".join(parts)
+
+
+def config_code(config: dict[str, Any] | None, library: str | None) -> tuple[str, str]:
+    """A fix's config as ``(language, code)``: Python keyword arguments when the
+    fix names the library API they belong to (``TrainingArguments``,
+    ``DataLoader``), so they paste into that call; YAML otherwise."""
+    config = config or {}
+    if not config:
+        return "text", ""
+    header = f"# {library}\n" if library else ""
+    if library:
+        lines = [f"{name}={py_literal(value)}," for name, value in config.items()]
+        return "python", header + "\n".join(lines)
+    lines = [f"{name}: {json.dumps(value, default=str)}" for name, value in config.items()]
+    return "yaml", header + "\n".join(lines)
+
+
+def py_literal(value: Any) -> str:
+    """A JSON value written the way Python source spells it."""
+    if isinstance(value, float) and num(value) is None:
+        return "None"
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return repr(value)
+    if isinstance(value, (list, tuple, dict)):
+        return repr(value)
+    return repr(str(value))
+
+
+def downsample(t: list[Any], values: list[Any], max_points: int) -> tuple[list[float], list[float]]:
+    """Bucket-mean ``(t, values)`` to at most ``max_points``; drops non-finite pairs."""
+    pairs = [(num(a), num(b)) for a, b in zip(t, values, strict=False)]
+    clean = [(a, b) for a, b in pairs if a is not None and b is not None]
+    if len(clean) <= max_points:
+        return [a for a, _ in clean], [b for _, b in clean]
+    size = len(clean) / max_points
+    ts, vs = [], []
+    for i in range(max_points):
+        chunk = clean[int(i * size) : int((i + 1) * size)] or [clean[-1]]
+        ts.append(sum(a for a, _ in chunk) / len(chunk))
+        vs.append(sum(b for _, b in chunk) / len(chunk))
+    return ts, vs

@@ -1,0 +1,277 @@
+"""``report.html``: one self-contained page (inline CSS and SVG, no scripts).
+
+The report is first turned into a flat view of display strings
+(:func:`build_view`), so the template only loops and prints. Jinja2 autoescape
+is on: every string from the run is escaped; only the SVG charts, built and
+escaped in :mod:`gpudoctor.render.charts`, are inserted as markup.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.render import charts
+from gpudoctor.render.base import (
+    NO_PRICE,
+    SEVERITY_COLORS,
+    SLICE_COLORS,
+    Renderer,
+    breakdown_items,
+    command_text,
+    config_code,
+    fmt_duration,
+    fmt_int,
+    fmt_pct,
+    fmt_speedup,
+    fmt_step_time,
+    fmt_usd,
+    fmt_value,
+    gpus_text,
+    host_text,
+    num,
+    py_literal,
+)
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+@lru_cache(maxsize=1)
+def environment() -> Any:
+    """The Jinja2 environment (imported lazily; autoescape always on)."""
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def markup(svg: str) -> Any:
+    """Mark chart SVG (already escaped) as safe for the template."""
+    from markupsafe import Markup
+
+    return Markup(svg)
+
+
+def render_template(name: str, view: dict[str, Any]) -> str:
+    """Render ``templates/<name>`` with ``view``."""
+    return environment().get_template(name).render(**view)
+
+
+class HtmlRenderer(Renderer):
+    """Renders ``report.html``."""
+
+    output_file_extension = "html"
+
+    def render(self, report: dict[str, Any]) -> str:
+        return render_template("report.html.j2", build_view(report))
+
+
+def build_view(report: dict[str, Any]) -> dict[str, Any]:
+    """Everything the template prints, as display strings."""
+    run = report.get("run") or {}
+    cost = report.get("cost") or {}
+    duration_s = num(run.get("duration_s"))
+    return {
+        "header": header_view(run, cost),
+        "verdict": str(report.get("verdict") or "no verdict"),
+        "verdict_color": verdict_color(report.get("findings") or []),
+        "kpis": kpi_view(report),
+        "timeline_svg": markup(charts.timeline_svg(report.get("timeline"), duration_s)),
+        "timeline_legend": timeline_legend(report.get("timeline")),
+        "breakdown_svg": markup(charts.breakdown_bar_svg(report.get("breakdown"))),
+        "breakdown_rows": breakdown_rows(report.get("breakdown"), duration_s),
+        "shares": shares_view(report.get("shares")),
+        "padding": padding_view(report.get("padding")),
+        "steps": steps_view(report.get("steps")),
+        "findings": [finding_view(f) for f in report.get("findings") or []],
+        "cost": cost_view(cost),
+        "ranks": ranks_view(report.get("per_rank")),
+        "notes": [str(n) for n in report.get("notes") or []],
+        "schema": str(report.get("schema") or ""),
+    }
+
+
+def header_view(run: dict[str, Any], cost: dict[str, Any]) -> dict[str, Any]:
+    """Command, status and the facts about where it ran."""
+    exit_code = run.get("exit_code")
+    status = str(run.get("status") or ("finished" if exit_code in (0, None) else "crashed"))
+    price = num(run.get("price_per_gpu_hour_usd"))
+    gpu_count = run.get("gpu_count") or 0
+    price_text = NO_PRICE if price is None else f"{fmt_usd(price)} per GPU-hour × {gpu_count} GPU"
+    source = cost.get("price_source")
+    return {
+        "command": command_text(run.get("command")) or "(no command recorded)",
+        "status": status,
+        "status_class": status
+        if status in ("finished", "crashed", "interrupted", "partial")
+        else "other",
+        "exit_code": "" if exit_code is None else str(exit_code),
+        "facts": [
+            ("mode", str(run.get("mode") or "unknown")),
+            ("started", str(run.get("started_at") or "unknown")),
+            ("duration", fmt_duration(run.get("duration_s"))),
+            ("pid", "" if run.get("pid") is None else str(run.get("pid"))),
+            ("host", host_text(run.get("host")) or "unknown"),
+            ("GPUs", gpus_text(run)),
+            (
+                "price",
+                price_text + (f" (source: {source})" if source and price is not None else ""),
+            ),
+        ],
+        "version": str(run.get("gpudoctor_version") or ""),
+    }
+
+
+def verdict_color(findings: list[dict[str, Any]]) -> str:
+    """The colour of the most severe finding; calm blue-grey when nothing is wrong."""
+    severities = {str(f.get("severity")) for f in findings}
+    worst = next((s for s in ("high", "medium", "low") if s in severities), "info")
+    return SEVERITY_COLORS[worst]
+
+
+def kpi_view(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """The few headline figures under the verdict."""
+    cost = report.get("cost") or {}
+    steps = report.get("steps") or {}
+    shares = report.get("shares") or {}
+    return [
+        ("wasted time", fmt_pct(cost.get("wasted_fraction"))),
+        ("wasted $/hour", fmt_usd(cost.get("wasted_usd_per_hour"), "no price")),
+        ("wasted so far", fmt_usd(cost.get("wasted_usd_so_far"), "no price")),
+        ("GPU busy", fmt_pct(shares.get("gpu_busy"))),
+        ("step time p50", fmt_step_time((steps.get("step_time_s") or {}).get("p50"))),
+    ]
+
+
+def timeline_legend(timeline: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """``(label, colour)`` for the lanes and lines the timeline draws."""
+    spans = (timeline or {}).get("spans") or {}
+    kinds = charts.lane_kinds(spans)
+    legend = [(charts.SPAN_LABELS.get(k, k), SLICE_COLORS.get(k, "#777777")) for k in kinds]
+    return legend + [("GPU busy %", SLICE_COLORS["compute"]), ("CPU %", "#3d4852")]
+
+
+def breakdown_rows(
+    breakdown: dict[str, Any] | None, duration_s: float | None
+) -> list[dict[str, str]]:
+    """Legend rows: colour, slice, share of wall time, seconds."""
+    rows = []
+    for key, frac in breakdown_items(breakdown):
+        seconds = None if frac is None or duration_s is None else frac * duration_s
+        rows.append(
+            {
+                "label": charts.SPAN_LABELS.get(key, key),
+                "color": SLICE_COLORS.get(key, "#777777"),
+                "pct": fmt_pct(frac),
+                "time": fmt_duration(seconds) if seconds is not None else "",
+            }
+        )
+    return rows
+
+
+def shares_view(shares: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """Tokenization, GPU busy, CPU busy; "unavailable" when not observed."""
+    shares = shares or {}
+    return [
+        ("tokenization", fmt_pct(shares.get("tokenization"))),
+        ("GPU busy", fmt_pct(shares.get("gpu_busy"))),
+        ("CPU busy", fmt_pct(shares.get("cpu_busy"))),
+    ]
+
+
+def padding_view(padding: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """Pad fraction and the sequence lengths behind it."""
+    padding = padding or {}
+    return [
+        ("pad tokens", fmt_pct(padding.get("pad_fraction"))),
+        ("max length", fmt_int(padding.get("max_length"))),
+        ("p50 length", fmt_int(padding.get("p50_length"))),
+        ("p99 length", fmt_int(padding.get("p99_length"))),
+        ("batches seen", fmt_int(padding.get("batches_seen") or 0)),
+    ]
+
+
+def steps_view(steps: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """Step count, step-time percentiles and when training began."""
+    steps = steps or {}
+    times = steps.get("step_time_s") or {}
+    p50 = num(times.get("p50"))
+    return [
+        ("steps", fmt_int(steps.get("count") or 0)),
+        ("step time p50", fmt_step_time(p50)),
+        ("step time p90", fmt_step_time(times.get("p90"))),
+        ("steps / second", f"{1 / p50:.2f}" if p50 else "unavailable"),
+        ("first step at", fmt_duration(steps.get("first_step_at_s"))),
+    ]
+
+
+def finding_view(finding: dict[str, Any]) -> dict[str, Any]:
+    """One finding card."""
+    fix = finding.get("fix") or {}
+    severity = str(finding.get("severity") or "info")
+    lang, code = config_code(fix.get("config"), fix.get("library"))
+    return {
+        "rule": str(finding.get("rule") or "unknown"),
+        "title": str(finding.get("title") or finding.get("rule") or "finding"),
+        "severity": severity,
+        "color": SEVERITY_COLORS.get(severity, SEVERITY_COLORS["info"]),
+        "waste": fmt_pct(finding.get("waste_fraction")),
+        "usd": fmt_usd(finding.get("waste_usd_per_hour")),
+        "has_usd": num(finding.get("waste_usd_per_hour")) is not None,
+        "speedup": fmt_speedup(finding.get("predicted_speedup")).replace(
+            "unavailable", "not estimated"
+        ),
+        "evidence": str(finding.get("evidence") or ""),
+        "data": [(str(k), fmt_value(v)) for k, v in (finding.get("data") or {}).items()],
+        "fix_summary": str(fix.get("summary") or ""),
+        "library": str(fix.get("library") or ""),
+        "config": [(str(k), py_literal(v)) for k, v in (fix.get("config") or {}).items()],
+        "config_lang": lang,
+        "config_code": code,
+        "snippet": str(fix.get("snippet") or ""),
+    }
+
+
+def cost_view(cost: dict[str, Any]) -> list[tuple[str, str]]:
+    """Price of the run, waste, and the whole-run projection when known."""
+    rows = [
+        ("run cost per hour", fmt_usd(cost.get("usd_per_hour"))),
+        ("wasted per hour", fmt_usd(cost.get("wasted_usd_per_hour"))),
+        ("wasted fraction", fmt_pct(cost.get("wasted_fraction"))),
+        ("wasted so far", fmt_usd(cost.get("wasted_usd_so_far"))),
+    ]
+    hours = num(cost.get("projected_run_hours"))
+    if hours is not None:
+        rows.append(("projected run length", fmt_duration(hours * 3600)))
+    if num(cost.get("projected_run_usd")) is not None:
+        rows.append(("projected run cost", fmt_usd(cost.get("projected_run_usd"))))
+    if num(cost.get("projected_wasted_usd")) is not None:
+        rows.append(("projected waste", fmt_usd(cost.get("projected_wasted_usd"))))
+    return rows
+
+
+def ranks_view(per_rank: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+    """A per-rank table, only when there is more than one rank."""
+    if not per_rank or len(per_rank) < 2:
+        return None
+    keys = [k for k, _ in breakdown_items(per_rank[0].get("breakdown"))]
+    header = ["rank", "pid"] + [charts.SPAN_LABELS.get(k, k) for k in keys] + ["steps", "p50 step"]
+    rows = []
+    for rank in per_rank:
+        bd = dict(breakdown_items(rank.get("breakdown")))
+        steps = rank.get("steps") or {}
+        rows.append(
+            [str(rank.get("rank", "")), str(rank.get("pid", ""))]
+            + [fmt_pct(bd.get(k)) for k in keys]
+            + [
+                fmt_int(steps.get("count") or 0),
+                fmt_step_time((steps.get("step_time_s") or {}).get("p50")),
+            ]
+        )
+    return {"header": header, "rows": rows}

@@ -1,0 +1,253 @@
+"""``report.md``: the report as a GitHub pull-request comment.
+
+Strings from the run never become live Markdown or HTML: prose is escaped
+(``<`` as ``&lt;``, Markdown punctuation with backslashes, ``|`` in tables),
+code goes in code spans and fences whose backtick runs are longer than any in
+the text, so a hostile command or snippet cannot close them early. Inside code
+GitHub shows ``<script>`` literally.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from gpudoctor.render.base import (
+    NO_PRICE,
+    Renderer,
+    breakdown_items,
+    command_text,
+    config_code,
+    fmt_duration,
+    fmt_int,
+    fmt_pct,
+    fmt_speedup,
+    fmt_step_time,
+    fmt_usd,
+    gpus_text,
+    num,
+)
+from gpudoctor.render.charts import SPAN_LABELS
+
+SEVERITY_MARKS = {"high": "🔴", "medium": "🟠", "low": "🟡", "info": "⚪"}
+_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+_LINE_START = re.compile(r"^(\s*)([-+]|\d{1,9}(?=[.)](?:\s|$)))")
+
+
+def md_text(text: Any) -> str:
+    """Run text as inert Markdown prose on one line (safe in tables too)."""
+    s = " ".join(str(text).split())
+    s = "".join(_HTML.get(c, c) for c in s)
+    s = re.sub(r"([\\`*\[\]|~!#])", r"\\\1", s)
+    s = re.sub(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])", r"\\_", s)
+    return _LINE_START.sub(_escape_marker, s)
+
+
+def _escape_marker(m: re.Match[str]) -> str:
+    """Keep a leading ``-``/``+``/``1.`` from starting a list or a rule."""
+    indent, marker = m.group(1), m.group(2)
+    return indent + marker + "\\" if marker[0].isdigit() else indent + "\\" + marker
+
+
+def md_code(text: Any, in_table: bool = False) -> str:
+    """Run text as one inline code span that no backtick inside can close."""
+    s = " ".join(str(text).split())
+    if in_table:
+        s = s.replace("|", "\\|")
+    longest = max((len(run) for run in re.findall(r"`+", s)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if s.startswith("`") or s.endswith("`") or not s.strip() else ""
+    return f"{fence}{pad}{s}{pad}{fence}"
+
+
+def md_fence(code: str, lang: str = "") -> str:
+    """A fenced code block longer than any backtick run in ``code``."""
+    longest = max((len(run) for run in re.findall(r"`+", code)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{lang}\n{code.rstrip()}\n{fence}"
+
+
+def snippet_lang(snippet: str) -> str:
+    """``bash`` for command lines, ``python`` for everything else."""
+    first = next((ln.strip() for ln in snippet.splitlines() if ln.strip()), "")
+    shell = ("pip ", "python ", "python3 ", "torchrun ", "accelerate ", "export ", "gpudoctor ")
+    return "bash" if first.startswith(shell) or re.match(r"^[A-Z_]+=\S+ ", first) else "python"
+
+
+def table(header: list[str], rows: list[list[str]], right: set[int] | None = None) -> str:
+    """A GitHub table; cells must already be escaped."""
+    right = right or set()
+    align = ["---:" if i in right else "---" for i in range(len(header))]
+    lines = [header, align] + rows
+    return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
+
+
+class MarkdownRenderer(Renderer):
+    """Renders ``report.md``."""
+
+    output_file_extension = "md"
+
+    def render(self, report: dict[str, Any]) -> str:
+        parts = [
+            headline(report),
+            run_line(report.get("run") or {}),
+            cost_line(report.get("cost") or {}),
+            "### Where the time went\n\n" + breakdown_table(report),
+            facts_lines(report),
+            findings_section(report.get("findings") or []),
+            ranks_section(report.get("per_rank")),
+            notes_section(report.get("notes")),
+            footer(report),
+        ]
+        return "\n\n".join(p for p in parts if p) + "\n"
+
+
+def headline(report: dict[str, Any]) -> str:
+    """The one-line verdict as the comment's heading."""
+    return "### gpudoctor: " + md_text(report.get("verdict") or "no verdict")
+
+
+def run_line(run: dict[str, Any]) -> str:
+    """Command, status, duration, GPUs and price on one line."""
+    status = str(run.get("status") or "finished")
+    if run.get("exit_code") not in (None, 0):
+        status += f" (exit code {run.get('exit_code')})"
+    price = num(run.get("price_per_gpu_hour_usd"))
+    bits = [
+        md_code(command_text(run.get("command")) or "(no command recorded)"),
+        md_text(status),
+        fmt_duration(run.get("duration_s")),
+        md_text(gpus_text(run)),
+        f"{fmt_usd(price)}/GPU-hour" if price is not None else md_text(NO_PRICE),
+    ]
+    return " · ".join(bits)
+
+
+def cost_line(cost: dict[str, Any]) -> str:
+    """Wasted share and dollars, and the whole-run projection when known."""
+    line = f"**Wasted:** {fmt_pct(cost.get('wasted_fraction'))} of wall time"
+    if num(cost.get("wasted_usd_per_hour")) is None:
+        return line + " · " + md_text(NO_PRICE)
+    line += f" · **{fmt_usd(cost.get('wasted_usd_per_hour'))}/hour**"
+    line += f" of {fmt_usd(cost.get('usd_per_hour'))}/hour"
+    if num(cost.get("wasted_usd_so_far")) is not None:
+        line += f" · {fmt_usd(cost.get('wasted_usd_so_far'))} so far"
+    if num(cost.get("projected_wasted_usd")) is not None:
+        line += f" · {fmt_usd(cost.get('projected_wasted_usd'))} over the projected whole run"
+        if num(cost.get("projected_run_usd")) is not None:
+            line += f" ({fmt_usd(cost.get('projected_run_usd'))} total)"
+    return line
+
+
+def breakdown_table(report: dict[str, Any]) -> str:
+    """Slice, share of wall time, seconds."""
+    duration = num((report.get("run") or {}).get("duration_s"))
+    rows = []
+    for key, frac in breakdown_items(report.get("breakdown")):
+        seconds = fmt_duration(frac * duration) if frac is not None and duration else ""
+        rows.append([md_text(SPAN_LABELS.get(key, key)), fmt_pct(frac), seconds])
+    return table(["slice", "share", "time"], rows, right={1, 2})
+
+
+def facts_lines(report: dict[str, Any]) -> str:
+    """Shares, padding and steps, one line each."""
+    shares = report.get("shares") or {}
+    padding = report.get("padding") or {}
+    steps = report.get("steps") or {}
+    times = steps.get("step_time_s") or {}
+    return "\n".join(
+        [
+            f"**Shares:** tokenization {fmt_pct(shares.get('tokenization'))} · "
+            f"GPU busy {fmt_pct(shares.get('gpu_busy'))} · CPU busy {fmt_pct(shares.get('cpu_busy'))}  ",
+            padding_line(padding) + "  ",
+            f"**Steps:** {fmt_int(steps.get('count') or 0)} · p50 {fmt_step_time(times.get('p50'))} · "
+            f"p90 {fmt_step_time(times.get('p90'))} · first step at {fmt_duration(steps.get('first_step_at_s'))}",
+        ]
+    )
+
+
+def padding_line(padding: dict[str, Any]) -> str:
+    """Pad share and the lengths behind it, or why it is unavailable."""
+    batches = fmt_int(padding.get("batches_seen") or 0)
+    if num(padding.get("pad_fraction")) is None:
+        return f"**Padding:** unavailable ({batches} padded batches seen)"
+    return (
+        f"**Padding:** {fmt_pct(padding.get('pad_fraction'))} pad tokens "
+        f"(max length {fmt_int(padding.get('max_length'))}, p50 {fmt_int(padding.get('p50_length'))}, "
+        f"p99 {fmt_int(padding.get('p99_length'))}; {batches} batches)"
+    )
+
+
+def findings_section(findings: list[dict[str, Any]]) -> str:
+    """The findings table, then each finding's evidence and fix."""
+    if not findings:
+        return "### Findings\n\nNo findings: nothing in this run points to wasted time."
+    rows = [
+        [
+            str(i),
+            md_code(f.get("rule") or "unknown", in_table=True),
+            SEVERITY_MARKS.get(str(f.get("severity")), "")
+            + " "
+            + md_text(f.get("severity") or "info"),
+            fmt_pct(f.get("waste_fraction")),
+            fmt_usd(f.get("waste_usd_per_hour"), "no price"),
+            fmt_speedup(f.get("predicted_speedup")).replace("unavailable", "not estimated"),
+        ]
+        for i, f in enumerate(findings, 1)
+    ]
+    head = table(["#", "rule", "severity", "waste", "$/hour", "speedup"], rows, right={3, 4, 5})
+    details = [finding_detail(i, f) for i, f in enumerate(findings, 1)]
+    return "### Findings\n\n" + head + "\n\n" + "\n\n".join(details)
+
+
+def finding_detail(index: int, finding: dict[str, Any]) -> str:
+    """Title, evidence, fix summary, config block and snippet of one finding."""
+    fix = finding.get("fix") or {}
+    title = finding.get("title") or finding.get("rule") or "finding"
+    out = [
+        f"#### {index}. {md_text(title)} ({md_code(finding.get('rule') or 'unknown')})",
+        md_text(finding.get("evidence") or ""),
+    ]
+    if fix.get("summary"):
+        out.append("**Fix:** " + md_text(fix["summary"]))
+    lang, code = config_code(fix.get("config"), fix.get("library"))
+    if code:
+        out.append(md_fence(code, lang))
+    snippet = fix.get("snippet")
+    if snippet:
+        out.append(md_fence(str(snippet), snippet_lang(str(snippet))))
+    return "\n\n".join(p for p in out if p)
+
+
+def ranks_section(per_rank: list[dict[str, Any]] | None) -> str:
+    """Per-rank breakdown, only for more than one rank."""
+    if not per_rank or len(per_rank) < 2:
+        return ""
+    keys = [k for k, _ in breakdown_items(per_rank[0].get("breakdown"))]
+    header = ["rank", "pid"] + [SPAN_LABELS.get(k, k) for k in keys] + ["steps", "p50 step"]
+    rows = []
+    for rank in per_rank:
+        bd = dict(breakdown_items(rank.get("breakdown")))
+        steps = rank.get("steps") or {}
+        rows.append(
+            [md_text(rank.get("rank", "")), md_text(rank.get("pid", ""))]
+            + [fmt_pct(bd.get(k)) for k in keys]
+            + [
+                fmt_int(steps.get("count") or 0),
+                fmt_step_time((steps.get("step_time_s") or {}).get("p50")),
+            ]
+        )
+    return "### Per rank\n\n" + table(header, rows, right=set(range(2, len(header))))
+
+
+def notes_section(notes: list[Any] | None) -> str:
+    """Partial recordings, skipped lines and the like."""
+    if not notes:
+        return ""
+    return "### Notes\n\n" + "\n".join("- " + md_text(n) for n in notes)
+
+
+def footer(report: dict[str, Any]) -> str:
+    """Which gpudoctor wrote it."""
+    version = (report.get("run") or {}).get("gpudoctor_version") or ""
+    return f"<sub>gpudoctor {md_text(version)} · {md_text(report.get('schema') or '')}</sub>"

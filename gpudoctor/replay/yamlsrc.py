@@ -1,0 +1,81 @@
+"""YAML loading that remembers the line of every key, for one-line errors.
+
+PyYAML's node marks carry line numbers; the safe constructor drops them. We keep
+them in a ``dict`` subclass so validation can say ``config.yaml:12: training.x``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+import yaml
+
+from gpudoctor.errors import UserError
+
+
+class LinedDict(dict):
+    """A mapping from YAML with the 1-based line of itself and of each key."""
+
+    line: int = 0
+    key_lines: dict[Any, int]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.key_lines = {}
+
+
+class _LineLoader(yaml.SafeLoader):
+    """SafeLoader whose mappings are ``LinedDict`` and refuse duplicate keys."""
+
+
+def _construct_map(loader: _LineLoader, node: yaml.MappingNode):  # type: ignore[no-untyped-def]
+    data = LinedDict()
+    data.line = node.start_mark.line + 1
+    yield data
+    loader.flatten_mapping(node)
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        if not isinstance(key, Hashable):
+            raise UserError(f"{_name(loader)}:{line}: a key must be a plain name, not {key!r}")
+        if key in data.key_lines:
+            first = data.key_lines[key]
+            raise UserError(f"{_name(loader)}:{line}: key {key!r} appears twice (first on line {first})")
+        data.key_lines[key] = line
+        data[key] = loader.construct_object(value_node, deep=True)
+
+
+_LineLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
+
+
+def _name(loader: _LineLoader) -> str:
+    return getattr(loader, "source_name", "<config>")
+
+
+def load_yaml(text: str, source_name: str = "<config>") -> Any:
+    """Parse ``text``; any YAML problem becomes a one-line ``UserError`` with its line."""
+    loader = _LineLoader(text)
+    loader.source_name = source_name  # type: ignore[attr-defined]
+    try:
+        return loader.get_single_data()
+    except UserError:
+        raise
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = f":{mark.line + 1}" if mark is not None else ""
+        problem = (exc.problem or exc.context or "invalid YAML").strip()
+        raise UserError(f"{source_name}{line}: not valid YAML: {problem}") from None
+    except yaml.YAMLError as exc:
+        raise UserError(f"{source_name}: not valid YAML: {_one_line(exc)}") from None
+    except (ValueError, TypeError, OverflowError) as exc:
+        # e.g. a date-like scalar "2024-13-45" that the timestamp constructor rejects
+        raise UserError(f"{source_name}: a value could not be read: {_one_line(exc)}") from None
+    except RecursionError:
+        raise UserError(f"{source_name}: nesting too deep to be a gpudoctor config") from None
+    finally:
+        loader.dispose()
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:200]

@@ -1,0 +1,221 @@
+"""Recording -> analysis -> rules -> the report dict (SPEC's report.json).
+
+Every command (run, attach, replay, report) ends here, so a report from a live
+run and one re-rendered from disk are the same.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from gpudoctor import __version__
+from gpudoctor.analysis import Analysis, analyze
+from gpudoctor.cost import Price, cost_section, resolve_price
+from gpudoctor.recording.store import Recording
+from gpudoctor.report_schema import BREAKDOWN_KEYS, SCHEMA
+from gpudoctor.rules import Finding, Fix, run_rules
+
+MAX_POINTS = 2000
+
+
+@dataclass
+class ReportOptions:
+    price_per_gpu_hour: float | None = None
+    gpus: int | None = None
+
+
+def build_report(rec: Recording, options: ReportOptions | None = None) -> dict[str, Any]:
+    options = options or ReportOptions()
+    a = analyze(rec)
+    price = resolve_price(
+        options.price_per_gpu_hour if options.price_per_gpu_hour is not None else rec.meta.get("price_per_gpu_hour"),
+        options.gpus if options.gpus is not None else rec.meta.get("gpus_option"),
+        a.gpu.names,
+    )
+    findings = run_rules(a)
+    infos = _info_findings(a, price)
+    wasted = _wasted_fraction(a, findings)
+    usd_h = price.usd_per_hour
+    finding_dicts = [f.to_dict(usd_h) for f in findings]
+    for f in finding_dicts:
+        if f["rule"] == "startup_idle" and usd_h is not None:
+            f["data"]["usd_per_launch"] = round(f["data"]["recoverable_s_per_launch"] / 3600 * usd_h, 4)
+    report: dict[str, Any] = {
+        "schema": SCHEMA,
+        "run": _run_section(rec, a, price),
+        "breakdown": _rounded(a.breakdown()),
+        "shares": _rounded(a.shares()),
+        "padding": _rounded(a.padding()),
+        "steps": _steps(a),
+        "findings": finding_dicts + [f.to_dict(None) for f in infos],
+        "cost": cost_section(price, wasted, a.duration_s, _projected_run_s(a)),
+        "verdict": _verdict(a, findings, wasted),
+        "per_rank": _per_rank(a),
+        "timeline": _timeline(a),
+        "notes": list(a.notes),
+    }
+    return report
+
+
+def _run_section(rec: Recording, a: Analysis, price: Price) -> dict[str, Any]:
+    meta = rec.meta
+    started = meta.get("started_at") or dt.datetime.fromtimestamp(a.start, dt.timezone.utc).isoformat()
+    return {
+        "mode": meta.get("mode", "run"),
+        "command": meta.get("command", []),
+        "pid": meta.get("pid"),
+        "started_at": started,
+        "duration_s": round(a.duration_s, 3),
+        "host": meta.get("host", {}),
+        "gpus": meta.get("gpus", []),
+        "gpu_count": price.gpus,
+        "price_per_gpu_hour_usd": price.per_gpu_hour_usd,
+        "exit_code": meta.get("exit_code"),
+        "status": meta.get("status", "partial"),
+        "gpudoctor_version": __version__,
+    }
+
+
+def _steps(a: Analysis) -> dict[str, Any]:
+    s = a.steps()
+    s["step_time_s"] = _rounded(s["step_time_s"])
+    if s["first_step_at_s"] is not None:
+        s["first_step_at_s"] = round(s["first_step_at_s"], 3)
+    return s
+
+
+def _wasted_fraction(a: Analysis, findings: list[Finding]) -> float:
+    """Share of wall time the fixes would recover (padding counts through compute)."""
+    total = 0.0
+    for f in findings:
+        if f.rule == "padding_waste":
+            total += f.waste_fraction * a.share("compute")
+        else:
+            total += f.waste_fraction
+    return min(total, 0.95)
+
+
+def _projected_run_s(a: Analysis) -> float | None:
+    p = a.primary
+    if p is None or p.plan is None:
+        return None
+    max_steps = p.plan.get("max_steps")
+    p50 = a.steps()["step_time_s"]["p50"]
+    done = len(p.step_times)
+    if not isinstance(max_steps, int) or max_steps <= 0 or not p50:
+        return None
+    return a.duration_s + max(0, max_steps - done) * p50
+
+
+def _info_findings(a: Analysis, price: Price) -> list[Finding]:
+    infos: list[Finding] = []
+
+    def info(rule: str, title: str, evidence: str, summary: str) -> None:
+        infos.append(Finding(rule, "info", title, 0.0, evidence, Fix(summary=summary)))
+
+    for problem in a.rec.meta.get("nvml_problems", []):
+        info("gpu_unavailable", "GPU figures unavailable", problem,
+             "GPU busy share, GPU memory and GPU-only rules are left out (null), not guessed.")
+    if not a.has_inprocess:
+        info("no_inprocess_data", "No in-process measurements",
+             "No hooked Python training process reported a batch or a step, so the breakdown, data wait, "
+             "padding and tokenization are unavailable.",
+             "Run a Python training command (gpudoctor run -- python train.py), or check the stderr line "
+             "'gpudoctor: in-process hooks not loaded'.")
+    if price.usd_per_hour is None:
+        info("cost_unavailable", "Dollar figures unavailable", price.source,
+             "Pass --price-per-gpu-hour USD (and --gpus N) to price the waste.")
+    for note in a.notes:
+        info("partial_recording", "Partial recording", note, "Figures cover the part that was recorded.")
+    return infos
+
+
+def _verdict(a: Analysis, findings: list[Finding], wasted: float) -> str:
+    real = [f for f in findings if f.waste_fraction >= 0.05]
+    if not a.has_inprocess:
+        return "No training process was measured from inside; only host figures are available."
+    compute = a.share("compute")
+    if not real:
+        return f"Healthy: no waste above 5% found; {100 * compute:.0f}% of wall time went to training compute."
+    top = real[0]
+    speed = 1 / (1 - wasted) if wasted < 1 else math.inf
+    return (
+        f"{len(real)} problem(s) found; the biggest: {top.title.lower()} ({100 * top.waste_fraction:.0f}%). "
+        f"Fixing them could make this run about {speed:.1f}x faster."
+    )
+
+
+def _per_rank(a: Analysis) -> list[dict[str, Any]]:
+    out = []
+    for p in a.procs:
+        from gpudoctor.analysis.process import quantiles
+
+        out.append({
+            "rank": p.rank,
+            "pid": p.pid,
+            "breakdown": _rounded(p.breakdown),
+            "steps": {"count": len(p.step_times), "step_time_s": _rounded(quantiles(p.step_intervals_s()))},
+        })
+    return out
+
+
+def _timeline(a: Analysis) -> dict[str, Any]:
+    t0 = a.start
+    host = a.rec.host
+    stride = max(1, math.ceil(len(host) / MAX_POINTS))
+    rows = host[::stride]
+    gpu_rows = a.rec.gpu[:: max(1, math.ceil(len(a.rec.gpu) / MAX_POINTS))]
+    series: dict[str, Any] = {
+        "t_s": [round(r["t"] - t0, 3) for r in rows],
+        "cpu_pct": [r.get("cpu_proc_pct") for r in rows],
+        "rss_mib": [r.get("rss_mib") for r in rows],
+        "gpu_busy_pct": None,
+        "gpu_t_s": None,
+    }
+    if gpu_rows and a.gpu.busy_fraction is not None:
+        series["gpu_t_s"] = [round(r["t"] - t0, 3) for r in gpu_rows]
+        series["gpu_busy_pct"] = [_mean_util(r) for r in gpu_rows]
+    spans: dict[str, list[list[float]]] = {k: [] for k in ("startup", "data_wait", "checkpoint", "eval", "format")}
+    p = a.primary
+    if p is not None:
+        for key in ("startup", "data_wait", "checkpoint", "eval"):
+            spans[key] = _rel(p.slices.get(key, []), t0)
+        spans["format"] = _rel(p.spans.get("format", []), t0)
+    steps = [round(t - t0, 3) for t in (p.step_times if p else [])]
+    steps = steps[:: max(1, math.ceil(len(steps) / MAX_POINTS))]
+    return {"duration_s": round(a.duration_s, 3), "series": series, "spans": spans, "steps_t_s": steps}
+
+
+def _mean_util(row: dict[str, Any]) -> float | None:
+    vals = [g["util_pct"] for g in row.get("gpus", []) if g.get("util_pct") is not None and not g.get("lost")]
+    return round(sum(vals) / len(vals), 1) if vals else None
+
+
+def _rel(spans: list[tuple[float, float]], t0: float) -> list[list[float]]:
+    merged: list[list[float]] = []
+    for a_, b in sorted(spans):
+        # Merge spans closer than 10 ms so a 10k-batch run draws as a few bars.
+        if merged and a_ - t0 - merged[-1][1] < 0.01:
+            merged[-1][1] = round(b - t0, 3)
+        else:
+            merged.append([round(a_ - t0, 3), round(b - t0, 3)])
+    if len(merged) > MAX_POINTS:
+        merged = merged[:: math.ceil(len(merged) / MAX_POINTS)]
+    return merged
+
+
+def _rounded(d: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, float):
+            out[k] = round(v, 4) if math.isfinite(v) else None
+        else:
+            out[k] = v
+    return out
+
+
+def breakdown_sum(report: dict[str, Any]) -> float:
+    return sum(report["breakdown"][k] or 0.0 for k in BREAKDOWN_KEYS)

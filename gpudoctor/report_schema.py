@@ -1,0 +1,32 @@
+"""The report dict every renderer consumes (and ``report.json`` stores).
+
+It is SPEC.md's ``gpudoctor.report/1`` plus keys renderers need to draw a run
+from ``report.json`` alone (so ``gpudoctor report report.json -o x.html`` needs
+no raw samples). Extra keys, beyond SPEC.md:
+
+run:       ``exit_code`` (int|null), ``status`` ("finished"|"crashed"|"interrupted"|
+           "partial"), ``gpudoctor_version``.
+cost:      ``usd_per_hour``/``wasted_usd_per_hour`` are null when no price is known
+           (no GPU seen and none given); ``wasted_usd_so_far`` (f|null),
+           ``projected_run_hours`` (f|null), ``projected_run_usd`` (f|null),
+           ``projected_wasted_usd`` (f|null), ``price_source`` (str).
+findings:  each also has ``title`` (str) and ``data`` ({name: number|str}, the figures
+           the evidence cites); ``fix.library`` names whose names ``fix.config``
+           uses (e.g. "transformers 5.23.0 TrainingArguments").
+           ``waste_usd_per_hour`` is null when no price is known.
+per_rank:  [{"rank": int, "pid": int, "breakdown": {...}, "steps": {...}}] (one
+           entry per training process; a single process is rank 0).
+timeline:  {"duration_s": f,
+            "series": {"t_s": [f], "gpu_busy_pct": [f]|null, "cpu_pct": [f],
+                       "rss_mib": [f]},
+            "spans": {"startup": [[s, e]], "data_wait": [[s, e]...],
+                      "checkpoint": [...], "eval": [...], "format": [...]},
+            "steps_t_s": [f]}          (seconds since run start, downsampled)
+notes:     [str]   (partial recording, skipped lines, ...)
+"""
+
+from __future__ import annotations
+
+SCHEMA = "gpudoctor.report/1"
+BREAKDOWN_KEYS = ("startup", "data_wait", "compute", "checkpoint", "eval", "other")
+SEVERITIES = ("high", "medium", "low", "info")

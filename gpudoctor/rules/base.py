@@ -1,0 +1,105 @@
+"""Rules as small objects (the shape of torch.profiler's pattern matcher).
+
+Each rule has a ``name`` (a SPEC rule name), a ``description`` and
+``match(analysis) -> Finding | None``. Rules register themselves where they
+are defined with ``@register``; :func:`all_rules` returns them in a stable order.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from gpudoctor.analysis import Analysis
+
+
+@dataclass
+class Fix:
+    summary: str
+    config: dict[str, Any] = field(default_factory=dict)
+    snippet: str | None = None
+    library: str | None = None
+
+
+@dataclass
+class Finding:
+    rule: str
+    severity: str
+    title: str
+    waste_fraction: float
+    evidence: str
+    fix: Fix
+    predicted_speedup: float | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self, usd_per_hour: float | None) -> dict[str, Any]:
+        waste_usd = usd_per_hour * self.waste_fraction if usd_per_hour is not None else None
+        return {
+            "rule": self.rule,
+            "severity": self.severity,
+            "title": self.title,
+            "waste_fraction": round(self.waste_fraction, 4),
+            "waste_usd_per_hour": round(waste_usd, 4) if waste_usd is not None else None,
+            "evidence": self.evidence,
+            "data": self.data,
+            "fix": {
+                "summary": self.fix.summary,
+                "config": self.fix.config,
+                "snippet": self.fix.snippet,
+                "library": self.fix.library,
+            },
+            "predicted_speedup": round(self.predicted_speedup, 3) if self.predicted_speedup else None,
+        }
+
+
+class Rule:
+    name: ClassVar[str]
+    description: ClassVar[str]
+
+    def match(self, a: Analysis) -> Finding | None:
+        raise NotImplementedError
+
+
+_REGISTRY: dict[str, type[Rule]] = {}
+
+
+def register(cls: type[Rule]) -> type[Rule]:
+    if cls.name in _REGISTRY:
+        raise ValueError(f"rule {cls.name} registered twice")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def all_rules() -> list[Rule]:
+    import gpudoctor.rules.catalog  # noqa: F401 - importing registers the rules
+
+    return [cls() for cls in _REGISTRY.values()]
+
+
+def severity_for(waste_fraction: float) -> str:
+    if waste_fraction >= 0.2:
+        return "high"
+    if waste_fraction >= 0.08:
+        return "medium"
+    return "low"
+
+
+def speedup_from_waste(waste_fraction: float) -> float:
+    """Removing a fraction w of wall time makes the run 1/(1-w) times faster."""
+    return 1.0 / max(1.0 - min(waste_fraction, 0.95), 0.05)
+
+
+def nice_round_up(value: float) -> int:
+    """Round up to 1, 2 or 5 times a power of ten (save_steps=2000, not 1873)."""
+    if value <= 1:
+        return 1
+    exp = 10 ** math.floor(math.log10(value))
+    for m in (1, 2, 5, 10):
+        if m * exp >= value:
+            return int(m * exp)
+    return int(10 * exp)
+
+
+def pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"

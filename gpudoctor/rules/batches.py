@@ -1,0 +1,95 @@
+"""Rules that look at the batches themselves: padding."""
+
+from __future__ import annotations
+
+from gpudoctor.analysis import Analysis
+from gpudoctor.analysis.process import dynamic_padding_tokens
+from gpudoctor.rules.base import Finding, Fix, Rule, pct, register, severity_for, speedup_from_waste
+from gpudoctor.rules.names import names_for
+
+MIN_PAD_FRACTION = 0.10
+MIN_RECOVERABLE = 0.05
+MULTIPLE = 64
+
+
+def round_up(value: int, multiple: int = MULTIPLE) -> int:
+    return -(-value // multiple) * multiple
+
+
+@register
+class PaddingWaste(Rule):
+    name = "padding_waste"
+    description = "Batches carry pad tokens the model computes on for nothing."
+
+    def match(self, a: Analysis) -> Finding | None:
+        batches = [b for p in a.procs for b in p.batches]
+        pad = a.padding()
+        frac = pad["pad_fraction"]
+        if not batches or frac is None or frac < MIN_PAD_FRACTION:
+            return None
+        now, after = dynamic_padding_tokens(batches, MULTIPLE)
+        recoverable = 1.0 - after / now if now else 0.0
+        packing = frac >= 0.5 and recoverable < 0.5 * frac  # lengths vary inside batches too
+        waste = max(recoverable, frac if packing else 0.0)
+        if waste < MIN_RECOVERABLE:
+            return None
+        names = names_for(a.primary)
+        p99, longest_seen = pad["p99_length"], pad["max_length"]
+        new_max = round_up(int(p99)) if p99 else None
+        config: dict[str, object] = {}
+        if new_max and longest_seen and new_max < longest_seen:
+            config["max_length"] = new_max
+        if names.is_trainer:
+            if names.has("train_sampling_strategy"):
+                config["train_sampling_strategy"] = "group_by_length"
+            elif names.has("group_by_length"):
+                config["group_by_length"] = True
+            snippet = (
+                "tokenized = ds.map(lambda b: tokenizer(b['text'], truncation=True"
+                + (f", max_length={new_max}" if new_max else "")
+                + "), batched=True)  # no padding here\n"
+                f"collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of={MULTIPLE})\n"
+                "trainer = Trainer(..., data_collator=collator)"
+            )
+        else:
+            config["padding"] = "longest"
+            config["pad_to_multiple_of"] = MULTIPLE
+            snippet = (
+                "batch = tokenizer(texts, padding='longest', truncation=True"
+                + (f", max_length={new_max}" if new_max else "")
+                + f", pad_to_multiple_of={MULTIPLE}, return_tensors='pt')"
+            )
+        if packing:
+            snippet += "\n# or pack several examples into each row (no padding at all):\n# see trl's packing=True / DataCollatorWithFlattening"
+        compute = a.share("compute") or 1.0
+        return Finding(
+            rule=self.name,
+            severity=severity_for(waste),
+            title="Most of each batch is padding",
+            waste_fraction=waste,
+            evidence=(
+                f"{pct(frac)} of the tokens in {pad['batches_seen']} training batches are padding: rows are "
+                f"padded to {longest_seen} while the real lengths have p50 {pad['p50_length']} and p99 {p99}. "
+                f"Padding each batch to its longest row (multiple of {MULTIPLE}) would drop {pct(recoverable)} "
+                "of the tokens computed."
+            ),
+            fix=Fix(
+                summary=(
+                    f"Pad per batch instead of to {longest_seen}"
+                    + (f", and cap max_length at {new_max} (p99 rounded up to {MULTIPLE})" if "max_length" in config else "")
+                    + (", or pack examples" if packing else "")
+                    + "."
+                ),
+                config=config,
+                snippet=snippet,
+                library=names.library if names.is_trainer else "transformers tokenizer",
+            ),
+            predicted_speedup=speedup_from_waste(waste * compute),
+            data={
+                "pad_fraction": round(frac, 4),
+                "tokens_now": now,
+                "tokens_dynamic": after,
+                "p99_length": p99,
+                "max_length": longest_seen,
+            },
+        )

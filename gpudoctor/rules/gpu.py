@@ -1,0 +1,159 @@
+"""Rules that need a GPU: utilization, memory headroom, TF32 and mixed precision.
+
+Without a GPU these rules stay silent: a doctor that invents GPU figures on a
+CPU box is worse than none.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpudoctor.analysis import Analysis
+from gpudoctor.rules.base import Finding, Fix, Rule, pct, register, severity_for, speedup_from_waste
+from gpudoctor.rules.names import names_for
+
+# Fraction of compute time matmuls could save; deliberately conservative
+# (NVIDIA quotes up to 8x for TF32 and 2x more for bf16 on the matmuls alone).
+TF32_GAIN = 0.5
+BF16_GAIN = 0.5
+
+
+def _ampere_or_newer(cfg: dict) -> bool:
+    cap = cfg.get("device_capability") or [0, 0]
+    return bool(cfg.get("cuda")) and cfg.get("device") == "cuda" and cap[0] >= 8
+
+
+@register
+class LowGpuUtilization(Rule):
+    name = "low_gpu_utilization"
+    description = "NVML shows the GPU idle for a large part of the run, beyond causes already named."
+
+    def match(self, a: Analysis) -> Finding | None:
+        busy = a.gpu.busy_fraction
+        if busy is None or busy >= 0.7:
+            return None
+        explained = sum(a.share(k) for k in ("startup", "data_wait", "checkpoint", "eval"))
+        residual = max(0.0, 0.9 - busy - explained)
+        waste = max(residual, 0.0)
+        return Finding(
+            rule=self.name,
+            severity=severity_for(waste) if waste >= 0.05 else "low",
+            title="The GPU is idle much of the time",
+            waste_fraction=waste,
+            evidence=(
+                f"NVML reports the GPU(s) busy {pct(busy)} of the run"
+                + (f" ({pct(a.gpu.busy_in_loop)} during the training loop)" if a.gpu.busy_in_loop is not None else "")
+                + f"; startup, data wait, saving and eval explain {pct(explained)} of wall time."
+            ),
+            fix=Fix(
+                summary="Look for host-side work between kernels: .item()/.cpu() calls each step, Python-side "
+                "metrics, small kernels; larger batches and torch.compile reduce launch overhead.",
+                config={"torch_compile": True} if names_for(a.primary).has("torch_compile") else {},
+                snippet="model = torch.compile(model)",
+                library=names_for(a.primary).library,
+            ),
+            predicted_speedup=speedup_from_waste(waste) if waste else None,
+            data={"gpu_busy": round(busy, 4), "explained_share": round(explained, 4)},
+        )
+
+
+@register
+class GpuMemoryUnderused(Rule):
+    name = "gpu_memory_underused"
+    description = "The batch uses a small part of GPU memory while the GPU is not saturated."
+
+    def match(self, a: Analysis) -> Finding | None:
+        used, total, busy = a.gpu.mem_used_max_mib, a.gpu.mem_total_mib, a.gpu.busy_fraction
+        if not used or not total or busy is None or busy >= 0.85 or used / total >= 0.5:
+            return None
+        names = names_for(a.primary)
+        factor = 2 ** max(1, int(math.log2(0.8 * total / used)))
+        bs = names.current("per_device_train_batch_size", "batch_size") or 1
+        accum = names.current("gradient_accumulation_steps")
+        config: dict[str, object] = {names.loader_key("per_device_train_batch_size", "batch_size"): int(bs) * factor}
+        if isinstance(accum, int) and accum >= factor:
+            config["gradient_accumulation_steps"] = accum // factor
+        waste = max(0.0, (0.85 - busy) * 0.5)
+        rule = "small_batch" if int(bs) <= 2 else self.name
+        return Finding(
+            rule=rule,
+            severity=severity_for(waste),
+            title="Batches are small for this GPU",
+            waste_fraction=waste,
+            evidence=(
+                f"Peak GPU memory {used:.0f} of {total:.0f} MiB ({pct(used / total)}) with batch size {bs} "
+                f"while the GPU was busy {pct(busy)}."
+            ),
+            fix=Fix(
+                summary=f"Raise the per-device batch {factor}x"
+                + (" and lower accumulation to keep the global batch" if "gradient_accumulation_steps" in config else
+                   " (the global batch changes: scale the learning rate with it)")
+                + ".",
+                config=config,
+                snippet=None,
+                library=names.library,
+            ),
+            predicted_speedup=speedup_from_waste(waste),
+            data={"mem_used_mib": used, "mem_total_mib": total, "batch_size": bs},
+        )
+
+
+@register
+class NoTf32(Rule):
+    name = "no_tf32"
+    description = "FP32 matmuls on an Ampere+ GPU without TF32 tensor cores."
+
+    def match(self, a: Analysis) -> Finding | None:
+        p = a.primary
+        cfg = p.torch_cfg if p else None
+        if not cfg or not _ampere_or_newer(cfg) or cfg.get("autocast"):
+            return None
+        if cfg.get("allow_tf32") or cfg.get("matmul_precision") != "highest" or cfg.get("param_dtype") != "torch.float32":
+            return None
+        names = names_for(p)
+        waste = a.share("compute") * TF32_GAIN
+        return Finding(
+            rule=self.name,
+            severity=severity_for(waste),
+            title="TF32 is off for FP32 matmuls",
+            waste_fraction=waste,
+            evidence=f"{cfg.get('device_name')} (sm_{''.join(map(str, cfg.get('device_capability') or []))}) runs FP32 "
+            "matmuls with torch.get_float32_matmul_precision() == 'highest' and allow_tf32 off.",
+            fix=Fix(
+                summary="Allow TF32 tensor cores for FP32 matmuls.",
+                config={"tf32": True} if names.has("tf32") else {},
+                snippet="torch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.allow_tf32 = True",
+                library=names.library,
+            ),
+            predicted_speedup=speedup_from_waste(waste),
+            data={"matmul_precision": cfg.get("matmul_precision")},
+        )
+
+
+@register
+class NoMixedPrecision(Rule):
+    name = "no_mixed_precision"
+    description = "FP32 training on a GPU with bf16 tensor cores."
+
+    def match(self, a: Analysis) -> Finding | None:
+        p = a.primary
+        cfg = p.torch_cfg if p else None
+        if not cfg or not _ampere_or_newer(cfg) or cfg.get("autocast") or cfg.get("param_dtype") != "torch.float32":
+            return None
+        names = names_for(p)
+        waste = a.share("compute") * BF16_GAIN
+        return Finding(
+            rule=self.name,
+            severity=severity_for(waste),
+            title="Training in FP32 without autocast",
+            waste_fraction=waste,
+            evidence=f"Parameters are float32 and autocast was off at the first training forward on {cfg.get('device_name')}.",
+            fix=Fix(
+                summary="Train with bf16 autocast.",
+                config={"bf16": True} if names.has("bf16") else {},
+                snippet="with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = model(**batch).loss",
+                library=names.library,
+            ),
+            predicted_speedup=speedup_from_waste(waste),
+            data={"param_dtype": cfg.get("param_dtype")},
+        )

@@ -1,0 +1,73 @@
+"""Fix config keys in the names of the user's own library.
+
+When the run used a Hugging Face Trainer, the recorded ``TrainingArguments``
+dict has the installed version's field names, so a key we suggest is checked
+against exactly what the user has (``group_by_length`` became
+``train_sampling_strategy`` in transformers 5). Plain loops get
+``torch.utils.data.DataLoader`` argument names, checked against the signature
+recorded in the process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpudoctor.analysis.process import ProcessView
+
+
+@dataclass
+class Names:
+    kind: str  # "trainer" | "dataloader"
+    library: str
+    trainer_fields: set[str]
+    loader_params: set[str]
+    args: dict[str, Any]
+    loader: dict[str, Any] | None
+
+    @property
+    def is_trainer(self) -> bool:
+        return self.kind == "trainer"
+
+    def has(self, trainer_field: str) -> bool:
+        return trainer_field in self.trainer_fields
+
+    def loader_key(self, trainer_field: str, loader_arg: str) -> str:
+        """The key to use: a TrainingArguments field for Trainer runs, else the DataLoader arg."""
+        if self.is_trainer and self.has(trainer_field):
+            return trainer_field
+        return loader_arg
+
+    def current(self, trainer_field: str, loader_arg: str | None = None) -> Any:
+        if self.is_trainer and trainer_field in self.args:
+            return self.args[trainer_field]
+        if self.loader and loader_arg:
+            return self.loader.get(loader_arg)
+        return None
+
+
+def names_for(p: ProcessView | None) -> Names:
+    loader = _training_loader(p)
+    params = set(loader.get("params") or []) if loader else set()
+    if p is not None and p.trainer is not None:
+        args = dict(p.trainer.get("args") or {})
+        return Names(
+            kind="trainer",
+            library=f"transformers {p.trainer.get('version')} TrainingArguments",
+            trainer_fields=set(args),
+            loader_params=params,
+            args=args,
+            loader=loader,
+        )
+    torch_version = (p.proc.get("libs") or {}).get("torch") if p is not None else None
+    if p is not None and p.torch_cfg:
+        torch_version = (p.torch_cfg.get("libs") or {}).get("torch") or torch_version
+    label = f"torch {torch_version} DataLoader" if torch_version else "torch.utils.data.DataLoader"
+    return Names("dataloader", label, set(), params, {}, loader)
+
+
+def _training_loader(p: ProcessView | None) -> dict[str, Any] | None:
+    """The loader that fed training: the first one iterated (eval loaders come later)."""
+    if p is None or not p.loaders:
+        return None
+    return min(p.loaders, key=lambda ld: ld.get("t") or 0.0)

@@ -1,0 +1,94 @@
+"""Multi-process rules: one rank holding the others back; outdated libraries."""
+
+from __future__ import annotations
+
+import statistics
+
+from gpudoctor.analysis import Analysis
+from gpudoctor.rules.base import Finding, Fix, Rule, pct, register, severity_for, speedup_from_waste
+
+# Versions before these miss loader and attention speedups users report (see seeds/002).
+MINIMUM = {"torch": (2, 1), "transformers": (4, 40), "datasets": (2, 19), "accelerate": (0, 30)}
+
+
+@register
+class StragglerRank(Rule):
+    name = "straggler_rank"
+    description = "One rank waits for data much longer than the others, and they all wait for it."
+
+    def match(self, a: Analysis) -> Finding | None:
+        if len(a.procs) < 2:
+            return None
+        waits = {p.rank: p.breakdown["data_wait"] for p in a.procs}
+        worst = max(waits, key=lambda r: waits[r])
+        others = [w for r, w in waits.items() if r != worst]
+        gap = waits[worst] - statistics.median(others)
+        if gap < 0.10:
+            return None
+        return Finding(
+            rule=self.name,
+            severity=severity_for(gap),
+            title=f"Rank {worst} holds the other ranks back",
+            waste_fraction=gap,
+            evidence=(
+                f"Rank {worst} waited for data {pct(waits[worst])} of wall time against a median of "
+                f"{pct(statistics.median(others))} on the other {len(others)} rank(s); in data-parallel "
+                "training every rank waits for the slowest at each gradient sync."
+            ),
+            fix=Fix(
+                summary=f"Find what is slow on rank {worst}'s data path (its shard, host, disk); give it "
+                "more DataLoader workers or balance shards with DistributedSampler.",
+                config={},
+                snippet=None,
+                library=None,
+            ),
+            predicted_speedup=speedup_from_waste(gap),
+            data={f"rank{r}_data_wait": round(w, 4) for r, w in sorted(waits.items())},
+        )
+
+
+def _version(text: str | None) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    parts = []
+    for piece in text.split("+")[0].split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            return None
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+@register
+class OutdatedLibraries(Rule):
+    name = "outdated_libraries"
+    description = "Library versions older than the ones with known training-speed fixes."
+
+    def match(self, a: Analysis) -> Finding | None:
+        p = a.primary
+        if p is None:
+            return None
+        libs = dict(p.proc.get("libs") or {})
+        libs.update((p.torch_cfg or {}).get("libs") or {})
+        old = {}
+        for name, minimum in MINIMUM.items():
+            v = _version(libs.get(name))
+            if v is not None and v < minimum:
+                old[name] = (libs[name], ".".join(map(str, minimum)))
+        if not old:
+            return None
+        return Finding(
+            rule=self.name,
+            severity="low",
+            title="Outdated training libraries",
+            waste_fraction=0.0,
+            evidence="; ".join(f"{n} {v} (< {m})" for n, (v, m) in old.items()) + ". Gains are not measured here.",
+            fix=Fix(
+                summary="Upgrade, then re-run gpudoctor to measure the difference.",
+                config={n: f">={m}" for n, (_, m) in old.items()},
+                snippet="pip install -U " + " ".join(old),
+                library="pip",
+            ),
+            predicted_speedup=None,
+            data={n: v for n, (v, _) in old.items()},
+        )

@@ -1,0 +1,100 @@
+"""A background thread that samples something at a fixed rate and appends rows.
+
+Samplers run beside the training job for its whole life, so a fault in one
+sample must neither kill the thread silently nor flood the log: each distinct
+error is kept once in ``errors`` (for an ``info`` finding) and sampling goes on.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from typing import Any, Protocol
+
+
+class RowWriter(Protocol):
+    """What a sampler writes to; :class:`gpudoctor.recording.JsonlAppender` is one."""
+
+    def write(self, obj: dict[str, Any]) -> None: ...
+    def flush(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class Sampler:
+    """Calls :meth:`sample` every ``interval_s`` on a daemon thread.
+
+    Each row gets ``"t"`` (epoch seconds, taken just before sampling) and goes to
+    ``writer``. Subclasses implement :meth:`sample`; returning ``None`` skips a row.
+    """
+
+    name = "sampler"
+
+    def __init__(self, writer: RowWriter | None, interval_s: float = 0.1) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be > 0, got {interval_s}")
+        self.writer = writer
+        self.interval_s = interval_s
+        self.errors: list[str] = []
+        self.rows_written = 0
+        self._seen_errors: set[str] = set()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def sample(self) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(
+            target=self._run, name=f"gpudoctor-{self.name}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop promptly, join, flush and close the writer; safe to call twice."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.writer is not None:
+            self.writer.flush()
+            self.writer.close()
+
+    def tick(self) -> None:
+        """Take one sample and write it; errors are recorded, not raised."""
+        t = time.time()
+        try:
+            row = self.sample()
+            if row is not None:
+                if self.writer is not None:
+                    self.writer.write({"t": t, **row})
+                self.rows_written += 1
+        except Exception as exc:  # recorded in self.errors and reported by the caller
+            self._record_error(exc)
+
+    def _run(self) -> None:
+        next_t = time.monotonic()
+        while not self._stop.is_set():
+            self.tick()
+            next_t += self.interval_s
+            delay = next_t - time.monotonic()
+            if delay < 0:  # fell behind (slow sample): skip, do not burst to catch up
+                next_t = time.monotonic()
+                delay = 0.0
+            if self._stop.wait(delay):
+                break
+
+    def _record_error(self, exc: BaseException) -> None:
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = (
+            f" at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}" if frames else ""
+        )
+        msg = f"{self.name} sampler: {type(exc).__name__}: {exc}{where}"
+        if msg not in self._seen_errors:
+            self._seen_errors.add(msg)
+            self.errors.append(msg)

@@ -1,0 +1,256 @@
+"""Host samples over psutil: the training process tree and the machine.
+
+It runs at ~10 Hz beside training on boxes with few cores, so a tick reads only
+a few ``/proc`` files per process and computes every rate from deltas it keeps
+itself (psutil's ``cpu_percent`` keeps module-global state that another caller
+would disturb). The tree (``children(recursive=True)`` scans every process on
+the machine) is refreshed only every ``tree_refresh_s``; a process that appears
+after sampling began is counted from its creation (CPU and I/O counters start
+at zero), so workers found late lose nothing. A process that exits loses only
+its last partial tick.
+
+Row written by :class:`HostSampler` (one per tick, ``samples/host.jsonl``)::
+
+    {"t": epoch_s,
+     "cpu_proc_pct": float,          # tree CPU, 100 = one core busy
+     "cpu_main_pct": float | null,   # the root pid alone (torchrun: the launcher)
+     "procs": {"<pid>": float|null}, # root and its direct children (ranks / workers)
+     "n_procs": int,                 # processes alive in the tree
+     "rss_mib": float,               # tree sum (forked workers share pages: an upper bound)
+     "read_mib_s": float | null,     # tree storage I/O (io_counters read/write_bytes)
+     "write_mib_s": float | null,
+     "n_cpus": int,
+     "cpu_percore_pct": [float],     # 100 = that core busy
+     "cpu_total_pct": float,         # 100 = every core busy
+     "iowait_pct": float | null,     # share of all CPU time in iowait (Linux only)
+     "disk_read_mib_s": float | null,  # whole machine, physical disks
+     "disk_write_mib_s": float | null,
+     "mem_available_mib": float}
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+
+from gpudoctor.samplers.base import RowWriter, Sampler
+
+_MIB = 1024 * 1024
+
+
+@dataclass
+class _Tracked:
+    """A tree process with its counters at the previous tick (None: not yet known)."""
+
+    proc: psutil.Process
+    ppid: int | None
+    cpu_s: float | None
+    io_bytes: tuple[int, int] | None
+
+
+class HostSampler(Sampler):
+    """Samples the process tree under ``root_pid`` and the host, every ``interval_s``."""
+
+    name = "host"
+
+    def __init__(
+        self,
+        root_pid: int,
+        writer: RowWriter | None,
+        interval_s: float = 0.1,
+        tree_refresh_s: float = 1.0,
+    ) -> None:
+        super().__init__(writer, interval_s)
+        self.root_pid = root_pid
+        self.tree_refresh_s = tree_refresh_s
+        self._tracked: dict[int, _Tracked] = {}
+        self._tree_pids: frozenset[int] = frozenset()
+        self._watch_since = time.time()
+        self._last_scan = float("-inf")
+        self._prev_mono = time.monotonic()
+        self._prev_cpu = psutil.cpu_times(percpu=True)
+        self._prev_disk = self._disk_counters()
+        try:  # kept, so a reused pid after the root exits is not mistaken for it
+            self._root: psutil.Process | None = psutil.Process(root_pid)
+        except psutil.NoSuchProcess:
+            self._root = None
+        self._refresh_tree(prime=True)
+        self._tree_counters(dt=None)  # baseline for the first tick's rates
+
+    def pids(self) -> set[int]:
+        """The tree's pids at the last scan (safe to call from another thread)."""
+        return set(self._tree_pids)
+
+    def sample(self) -> dict[str, Any] | None:
+        now = time.monotonic()
+        dt = now - self._prev_mono
+        self._prev_mono = now
+        if dt <= 0:
+            return None
+        if now - self._last_scan >= self.tree_refresh_s:
+            self._refresh_tree(prime=False)
+        row = self._tree_counters(dt)
+        row.update(self._cpu_row())
+        row.update(self._disk_row(dt))
+        row["mem_available_mib"] = round(psutil.virtual_memory().available / _MIB, 1)
+        return row
+
+    # -- the process tree -----------------------------------------------------
+
+    def _refresh_tree(self, prime: bool) -> None:
+        """Re-list the tree; keep counters of known pids, start new ones at zero."""
+        self._last_scan = time.monotonic()
+        root = self._root
+        try:
+            procs = [root, *root.children(recursive=True)] if root and root.is_running() else []
+        except psutil.NoSuchProcess:
+            procs = []
+        tracked: dict[int, _Tracked] = {}
+        for proc in procs:
+            old = self._tracked.get(proc.pid)
+            if old is not None and old.proc == proc:  # same pid and create time
+                tracked[proc.pid] = old
+                continue
+            try:
+                ppid = proc.ppid()
+                born_after_start = proc.create_time() >= self._watch_since
+            except psutil.NoSuchProcess:
+                continue
+            start_at_zero = born_after_start and not prime
+            tracked[proc.pid] = _Tracked(
+                proc, ppid, 0.0 if start_at_zero else None, (0, 0) if start_at_zero else None
+            )
+        self._tracked = tracked
+        self._tree_pids = frozenset(tracked)
+
+    def _tree_counters(self, dt: float | None) -> dict[str, Any]:
+        cpu_pct: dict[int, float | None] = {}
+        alive: list[int] = []
+        rss = io_read = io_write = 0
+        io_seen = False
+        for pid, tr in list(self._tracked.items()):
+            try:
+                cpu_s, proc_rss, io, zombie = _read_counters(tr.proc)
+            except psutil.NoSuchProcess:
+                del self._tracked[pid]
+                continue
+            except psutil.AccessDenied as exc:  # another user's process: say so, skip it
+                self._record_error(exc)
+                continue
+            cpu_pct[pid] = _rate(cpu_s, tr.cpu_s, dt, 100.0)  # a zombie's last tick counts
+            tr.cpu_s = cpu_s
+            if zombie:  # exited, not yet reaped: not a live process any more
+                del self._tracked[pid]
+                continue
+            alive.append(pid)
+            rss += proc_rss
+            if io is not None and tr.io_bytes is not None:
+                io_read += io[0] - tr.io_bytes[0]
+                io_write += io[1] - tr.io_bytes[1]
+                io_seen = True
+            tr.io_bytes = io if io is not None else tr.io_bytes
+        top = {
+            str(pid): _round(cpu_pct[pid])
+            for pid in alive
+            if pid == self.root_pid or self._tracked[pid].ppid == self.root_pid
+        }
+        return {
+            "cpu_proc_pct": round(sum(p for p in cpu_pct.values() if p is not None), 1),
+            "cpu_main_pct": _round(cpu_pct.get(self.root_pid)) if self.root_pid in alive else None,
+            "procs": top,
+            "n_procs": len(alive),
+            "rss_mib": round(rss / _MIB, 1),
+            "read_mib_s": round(io_read / _MIB / dt, 3) if io_seen and dt else None,
+            "write_mib_s": round(io_write / _MIB / dt, 3) if io_seen and dt else None,
+        }
+
+    # -- the machine --------------------------------------------------------------
+
+    def _cpu_row(self) -> dict[str, Any]:
+        """Per-core and total busy %, as psutil.cpu_percent counts them, plus iowait."""
+        cur = psutil.cpu_times(percpu=True)
+        prev, self._prev_cpu = self._prev_cpu, cur
+        pairs = list(zip(prev, cur, strict=False))
+        total_d = sum(_total(b) - _total(a) for a, b in pairs)
+        idle_d = sum(_idle(b) - _idle(a) for a, b in pairs)
+        iowait_pct = None
+        if cur and hasattr(cur[0], "iowait"):
+            iowait_d = sum(b.iowait - a.iowait for a, b in pairs)
+            iowait_pct = _share_pct(iowait_d, total_d)
+        return {
+            "n_cpus": len(cur),
+            "cpu_percore_pct": [_busy_pct(a, b) for a, b in pairs],
+            "cpu_total_pct": _share_pct(total_d - idle_d, total_d),
+            "iowait_pct": iowait_pct,
+        }
+
+    def _disk_row(self, dt: float) -> dict[str, Any]:
+        cur = self._disk_counters()
+        prev, self._prev_disk = self._prev_disk, cur
+        if cur is None or prev is None:
+            return {"disk_read_mib_s": None, "disk_write_mib_s": None}
+        return {
+            "disk_read_mib_s": round((cur.read_bytes - prev.read_bytes) / _MIB / dt, 3),
+            "disk_write_mib_s": round((cur.write_bytes - prev.write_bytes) / _MIB / dt, 3),
+        }
+
+    def _disk_counters(self) -> Any:
+        """Whole-machine disk counters, or None where the host hides them (containers)."""
+        try:
+            return psutil.disk_io_counters()
+        except (OSError, RuntimeError) as exc:
+            self._record_error(exc)
+            return None
+
+
+def _read_counters(proc: psutil.Process) -> tuple[float, int, tuple[int, int] | None, bool]:
+    """CPU seconds, RSS bytes, storage I/O bytes and whether it is a zombie, in one pass."""
+    with proc.oneshot():
+        zombie = proc.status() == psutil.STATUS_ZOMBIE
+        times = proc.cpu_times()
+        if zombie:
+            return times.user + times.system, 0, None, True
+        return times.user + times.system, proc.memory_info().rss, _io_bytes(proc), False
+
+
+def _io_bytes(proc: psutil.Process) -> tuple[int, int] | None:
+    """Storage bytes read/written; None where the OS or permissions do not tell."""
+    try:
+        io = proc.io_counters()
+    except (psutil.AccessDenied, AttributeError, NotImplementedError):
+        return None
+    return io.read_bytes, io.write_bytes
+
+
+def _rate(cur: float, prev: float | None, dt: float | None, scale: float) -> float | None:
+    if prev is None or not dt:
+        return None
+    return max(0.0, (cur - prev) * scale / dt)
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+def _total(t: Any) -> float:
+    """Total CPU time; guest time is already inside user time on Linux."""
+    return sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+
+
+def _idle(t: Any) -> float:
+    return t.idle + getattr(t, "iowait", 0.0)
+
+
+def _busy_pct(prev: Any, cur: Any) -> float:
+    total_d = _total(cur) - _total(prev)
+    return _share_pct(total_d - (_idle(cur) - _idle(prev)), total_d)
+
+
+def _share_pct(part: float, whole: float) -> float:
+    """``part`` as a % of ``whole``, clamped to 0..100 (counters tick unevenly)."""
+    if whole <= 0:
+        return 0.0
+    return round(min(100.0, max(0.0, 100.0 * part / whole)), 1)

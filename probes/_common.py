@@ -1,0 +1,445 @@
+"""Shared helpers for the gpudoctor acceptance probes.
+
+Probes are standalone training scripts (``python probes/<name>.py``) that each plant ONE
+known waste and measure their own ground truth with ``time.perf_counter``. They never
+import gpudoctor. This module is import-safe and cheap: it imports only the standard
+library, psutil and torch at module level; ``tokenizers`` / ``transformers`` are imported
+lazily by the helpers that need them, so a probe pays for those imports only when it
+actually uses them (that time is part of its startup, exactly like a user's script).
+
+Contents
+- ``add_common_args`` / ``truth_path``: the ``--truth PATH`` / ``GPUDOCTOR_PROBE_TRUTH`` plumbing.
+- ``make_corpus``: deterministic English-like text with long-tailed (lognormal) lengths.
+- ``get_tokenizer`` / ``get_hf_tokenizer``: a small BPE trained with ``tokenizers`` (cached on
+  disk, keyed by its parameters) and its ``transformers.PreTrainedTokenizerFast`` wrapper.
+- ``TinyCausalLM``: a GPT-style causal LM in plain torch (HF-like ``forward(input_ids=...,
+  attention_mask=..., labels=...)`` returning ``.loss``). Plain-loop probes use it rather than
+  ``GPT2LMHeadModel`` because importing the transformers modeling stack costs ~3.5 s on a
+  2-core box, which would make startup the dominant cost of every probe. ``build_gpt2`` is
+  there for probes that want the real thing (hf_trainer).
+- ``Truth``: accumulates timers and writes the ground-truth JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import math
+import os
+import random
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+
+import psutil
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+PAD = "<pad>"
+BOS = "<s>"
+EOS = "</s>"
+UNK = "<unk>"
+
+# --------------------------------------------------------------------------- CLI / truth path
+
+
+def add_common_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument(
+        "--truth",
+        default=None,
+        help="write the ground-truth JSON here (default: $GPUDOCTOR_PROBE_TRUTH; skipped if neither)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    return p
+
+
+def truth_path(args) -> str | None:
+    return args.truth or os.environ.get("GPUDOCTOR_PROBE_TRUTH") or None
+
+
+def setup(args) -> None:
+    torch.set_num_threads(max(1, int(args.threads)))
+    random.seed(args.seed)
+    torch.manual_seed(args.seed)
+
+
+def cache_dir() -> str:
+    d = os.environ.get("GPUDOCTOR_PROBE_CACHE") or os.path.join(
+        tempfile.gettempdir(), "gpudoctor-probes-cache"
+    )
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+# --------------------------------------------------------------------------- synthetic corpus
+
+_COMMON = (
+    "the of and to in is that for it as was with be by on not he this are or his from at "
+    "which but have an they you were her she there been one all we their has would when "
+    "if so no will more can out about up some what into them than only other its time new "
+    "these two may first then do any like my now over such our man me even most made after "
+    "also did many before must through back years where much your way well down should "
+    "because each just those people how too little state good very make world still own "
+    "see men work long get here between both life being under never day same another know "
+    "while last might us great old year off come since against go came right used take "
+    "three model data train loss batch token layer value system result small large number"
+).split()
+
+_ONSETS = ["", "b", "c", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w",
+           "br", "cl", "dr", "fr", "gr", "pl", "pr", "sh", "st", "str", "th", "tr", "ch"]
+_VOWELS = ["a", "e", "i", "o", "u", "ai", "ea", "ee", "oo", "ou", "io"]
+_CODAS = ["", "", "n", "r", "s", "t", "l", "m", "nd", "nt", "st", "ng", "ck", "rd"]
+_SUFFIXES = ["", "", "", "s", "ed", "ing", "er", "ly", "tion", "ment", "ness", "able", "al"]
+
+
+def _make_lexicon(rng: random.Random, n_words: int) -> list[str]:
+    words = list(_COMMON)
+    seen = set(words)
+    while len(words) < n_words:
+        n_syl = rng.choice((1, 1, 1, 2, 2, 2, 3))
+        w = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS)
+                    for _ in range(n_syl)) + rng.choice(_SUFFIXES)
+        if 2 <= len(w) <= 12 and w not in seen:
+            seen.add(w)
+            words.append(w)
+    return words
+
+
+def make_corpus(
+    n_docs: int,
+    seed: int = 0,
+    median_words: float = 40.0,
+    sigma: float = 0.7,
+    min_words: int = 3,
+    max_words: int = 4000,
+    lexicon_size: int = 2500,
+) -> list[str]:
+    """Deterministic English-like documents; word counts ~ lognormal(median, sigma), clipped.
+
+    Words follow a Zipf law over a lexicon of common English words plus pronounceable
+    pseudo-words, grouped into capitalised sentences with commas and full stops.
+    """
+    rng = random.Random(f"corpus-{seed}-{lexicon_size}")
+    lex = _make_lexicon(rng, lexicon_size)
+    cum, acc = [], 0.0
+    for r in range(len(lex)):
+        acc += 1.0 / (r + 2.7)
+        cum.append(acc)
+    mu = math.log(median_words)
+    docs = []
+    for _ in range(n_docs):
+        n = int(round(rng.lognormvariate(mu, sigma)))
+        n = max(min_words, min(max_words, n))
+        words = rng.choices(lex, cum_weights=cum, k=n)
+        out, i = [], 0
+        while i < n:
+            k = rng.randint(6, 18)
+            sent = words[i:i + k]
+            i += k
+            if len(sent) > 6 and rng.random() < 0.4:
+                j = rng.randint(2, len(sent) - 2)
+                sent[j] = sent[j] + ","
+            sent[0] = sent[0].capitalize()
+            out.append(" ".join(sent) + rng.choice(".........?!"))
+        docs.append(" ".join(out))
+    return docs
+
+
+# --------------------------------------------------------------------------- tokenizer
+
+
+def get_tokenizer(vocab_size: int = 2000, seed: int = 0, n_docs: int = 3000):
+    """A byte-level BPE (``tokenizers.Tokenizer``) trained on the synthetic corpus.
+
+    Cached in ``cache_dir()`` keyed by its parameters; the first build takes < 2 s.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    key = hashlib.sha1(f"bpe-v1-{vocab_size}-{seed}-{n_docs}".encode()).hexdigest()[:12]
+    path = os.path.join(cache_dir(), f"bpe-{vocab_size}-{key}.json")
+    if os.path.exists(path):
+        try:
+            return Tokenizer.from_file(path)
+        except Exception:  # a torn or stale file: rebuild it
+            pass
+    tok = Tokenizer(models.BPE(unk_token=UNK))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[PAD, BOS, EOS, UNK],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(make_corpus(n_docs, seed=seed + 1000), trainer=trainer)
+    fd, tmp = tempfile.mkstemp(dir=cache_dir(), suffix=".tmp")
+    os.close(fd)
+    tok.save(tmp)
+    os.replace(tmp, path)  # atomic: concurrent probes (DDP ranks) never see a torn file
+    return tok
+
+
+def get_hf_tokenizer(vocab_size: int = 2000, seed: int = 0):
+    """The cached BPE wrapped as ``transformers.PreTrainedTokenizerFast`` (pad token set)."""
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=get_tokenizer(vocab_size, seed),
+        pad_token=PAD,
+        bos_token=BOS,
+        eos_token=EOS,
+        unk_token=UNK,
+        padding_side="right",
+    )
+    return tok
+
+
+def pad_id(tok) -> int:
+    """Pad id of a ``tokenizers.Tokenizer`` or a HF tokenizer."""
+    if hasattr(tok, "pad_token_id"):
+        return int(tok.pad_token_id)
+    return int(tok.token_to_id(PAD))
+
+
+# --------------------------------------------------------------------------- batching
+
+
+def collate_ids(seqs: list[list[int]], pad: int, length: int | None = None) -> dict:
+    """Right-pad token-id lists into an HF-style batch dict (labels: -100 on padding)."""
+    T = length if length is not None else max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), T), pad, dtype=torch.long)
+    mask = torch.zeros((len(seqs), T), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        s = s[:T]
+        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[i, : len(s)] = 1
+    labels = ids.masked_fill(mask == 0, -100)
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+class PadCounter:
+    """Counts pad vs real tokens over training batches from their attention masks."""
+
+    def __init__(self) -> None:
+        self.real = 0
+        self.total = 0
+        self.batches = 0
+        self.max_len = 0
+        self.lengths: list[int] = []
+
+    def add(self, attention_mask: torch.Tensor) -> None:
+        lens = attention_mask.sum(dim=-1)
+        self.batches += 1
+        self.lengths.extend(int(x) for x in lens)
+        self.real += int(lens.sum())
+        self.total += int(attention_mask.numel())
+        self.max_len = max(self.max_len, int(attention_mask.shape[-1]))
+
+    def fields(self) -> dict:
+        """Truth fields: pad_fraction, p50/p99 of real lengths, max_length (padded width)."""
+        return {
+            "pad_fraction": self.pad_fraction,
+            "p50_length": percentile(self.lengths, 50),
+            "p99_length": percentile(self.lengths, 99),
+            "max_length": self.max_len or None,
+            "batches_seen": self.batches,
+        }
+
+    @property
+    def pad_fraction(self) -> float | None:
+        return None if self.total == 0 else (self.total - self.real) / self.total
+
+
+def percentile(xs, q: float) -> float | None:
+    xs = sorted(xs)
+    if not xs:
+        return None
+    k = (len(xs) - 1) * q / 100.0
+    lo, hi = math.floor(k), math.ceil(k)
+    return float(xs[lo] + (xs[hi] - xs[lo]) * (k - lo))
+
+
+# --------------------------------------------------------------------------- model
+
+
+@dataclass
+class LMOutput:
+    loss: torch.Tensor | None
+    logits: torch.Tensor
+
+
+class _Block(nn.Module):
+    def __init__(self, d: int, n_head: int, mlp_mult: int) -> None:
+        super().__init__()
+        self.n_head = n_head
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.fc = nn.Linear(d, mlp_mult * d)
+        self.out = nn.Linear(mlp_mult * d, d)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        B, T, D = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(D, dim=-1)
+        q, k, v = (t.view(B, T, self.n_head, D // self.n_head).transpose(1, 2) for t in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        x = x + self.proj(a.transpose(1, 2).reshape(B, T, D))
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class TinyCausalLM(nn.Module):
+    """GPT-style causal LM with random weights, HF-like call signature."""
+
+    def __init__(self, vocab_size: int, n_embd: int = 64, n_layer: int = 2, n_head: int = 2,
+                 n_positions: int = 1024, mlp_mult: int = 4) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(vocab_size, n_embd)
+        self.wpe = nn.Embedding(n_positions, n_embd)
+        self.blocks = nn.ModuleList(_Block(n_embd, n_head, mlp_mult) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(n_embd)
+        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
+        self.lm_head.weight = self.wte.weight  # tied, like GPT-2
+        self.apply(self._init)
+
+    @staticmethod
+    def _init(m: nn.Module) -> None:
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=0.02)
+        if isinstance(m, nn.Linear) and m.bias is not None:
+            nn.init.zeros_(m.bias)
+
+    def forward(self, input_ids, attention_mask=None, labels=None, **_):
+        B, T = input_ids.shape
+        pos = torch.arange(T, device=input_ids.device)
+        x = self.wte(input_ids) + self.wpe(pos)[None]
+        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()[None, None]
+        if attention_mask is not None:
+            mask = mask & attention_mask.bool()[:, None, None, :]
+        for blk in self.blocks:
+            x = blk(x, mask)
+        logits = self.lm_head(self.ln_f(x))
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(
+                logits[:, :-1].reshape(-1, logits.shape[-1]),
+                labels[:, 1:].reshape(-1),
+                ignore_index=-100,
+            )
+        return LMOutput(loss=loss, logits=logits)
+
+
+def build_gpt2(vocab_size: int, n_embd: int = 64, n_layer: int = 2, n_head: int = 2,
+               n_positions: int = 1024, pad_token_id: int = 0):
+    """A tiny ``GPT2LMHeadModel`` from a config, random weights (imports transformers)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(vocab_size=vocab_size, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
+                     n_positions=n_positions, pad_token_id=pad_token_id,
+                     bos_token_id=1, eos_token_id=2)
+    return GPT2LMHeadModel(cfg)
+
+
+# --------------------------------------------------------------------------- ground truth
+
+
+def process_age_s() -> float:
+    """Seconds since this process was created (the origin of wall_s and startup_s).
+
+    On Linux this reads the start time in clock ticks from /proc/self/stat and compares it
+    with CLOCK_BOOTTIME (10 ms resolution). ``psutil.Process().create_time()`` is used as
+    the fallback only: it anchors the start time to /proc/stat's *integer* boot time, so on
+    Linux it is typically 0.3-1 s too early, which would inflate wall_s and startup_s.
+    """
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        start = int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - start
+    except (OSError, ValueError, IndexError, AttributeError):
+        return time.time() - psutil.Process().create_time()
+
+
+def psutil_create_time_error_s() -> float:
+    """How much earlier psutil's create_time() puts the start than /proc does (info only)."""
+    return (time.time() - psutil.Process().create_time()) - process_age_s()
+
+
+class Truth:
+    """Accumulates the probe's own timers and writes the ground-truth JSON.
+
+    Timers (seconds): ``data_wait_s``, ``tokenize_s``, ``checkpoint_s``, ``format_s``;
+    ``startup_s`` is set by ``mark_train_start()`` (process creation -> just before the first
+    ``next()`` on the training DataLoader). ``wall_s`` is process creation -> ``write()``.
+    """
+
+    TIMERS = ("data_wait_s", "tokenize_s", "checkpoint_s", "format_s")
+
+    def __init__(self, probe: str, planted: str, path: str | None) -> None:
+        self.probe = probe
+        self.planted = planted
+        self.path = path
+        self._origin = time.perf_counter() - process_age_s()  # process creation, perf clock
+        self.timers: dict[str, float | None] = dict.fromkeys(self.TIMERS)
+        self.startup_s: float | None = None
+        self.step_times: list[float] = []
+        self.fields: dict = {}
+
+    def now(self) -> float:
+        """Seconds since process creation."""
+        return time.perf_counter() - self._origin
+
+    def mark_train_start(self) -> None:
+        if self.startup_s is None:
+            self.startup_s = self.now()
+
+    def add(self, name: str, dt: float) -> None:
+        self.timers[name] = (self.timers[name] or 0.0) + dt
+
+    def enable(self, *names: str) -> None:
+        """Mark timers as applicable (0.0 instead of null) even if never hit."""
+        for n in names:
+            if self.timers[n] is None:
+                self.timers[n] = 0.0
+
+    @contextlib.contextmanager
+    def timed(self, name: str):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - t)
+
+    def write(self, **fields) -> dict:
+        self.fields.update(fields)
+        wall = self.now()
+        d = {
+            "probe": self.probe,
+            "planted": self.planted,
+            "wall_s": wall,
+            "startup_s": self.startup_s,
+            **self.timers,
+            "pad_fraction": None,
+            "p99_length": None,
+            "max_length": None,
+            "steps": len(self.step_times),
+            "step_time_s_p50": statistics.median(self.step_times) if self.step_times else None,
+            "pid": os.getpid(),
+            "psutil_create_time_error_s": psutil_create_time_error_s(),
+        }
+        d.update(self.fields)
+        for k in ("startup", "data_wait", "tokenize", "checkpoint", "format"):
+            v = d.get(k + "_s")
+            d[k + "_share"] = None if v is None or wall <= 0 else v / wall
+        if self.path:
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+            tmp = self.path + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(d, f, indent=2, sort_keys=False)
+            os.replace(tmp, self.path)
+        return d

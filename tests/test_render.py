@@ -1,0 +1,247 @@
+"""Renderers: what a user reading report.html / report.md / report.json relies on."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.errors import UserError
+from gpudoctor.render import renderer_for, write_all
+from gpudoctor.render.html import HtmlRenderer
+from gpudoctor.render.json_renderer import JsonRenderer
+from gpudoctor.render.markdown import MarkdownRenderer, md_code
+
+DATA = Path(__file__).parent / "data"
+HOSTILE = "<script>alert(1)</script>"
+
+
+def load(name: str) -> dict:
+    return json.loads((DATA / f"{name}.json").read_text())
+
+
+@pytest.fixture
+def sample() -> dict:
+    """A data-stalled single-GPU run with tokenization, padding, checkpoints, prices."""
+    return load("report_sample")
+
+
+@pytest.fixture
+def nogpu() -> dict:
+    """A crashed two-rank CPU run: no GPU, no price, null shares."""
+    return load("report_nogpu")
+
+
+@pytest.fixture
+def hostile(sample: dict) -> dict:
+    """The sample with run strings an attacker (or an odd file name) could control."""
+    r = copy.deepcopy(sample)
+    r["run"]["command"] = ["python", f"{HOSTILE}.py", "--name", "a|b`c`"]
+    r["run"]["host"]["hostname"] = HOSTILE
+    r["run"]["gpus"][0]["name"] = HOSTILE
+    r["verdict"] = f"verdict {HOSTILE}"
+    f = r["findings"][0]
+    f["title"] = HOSTILE
+    f["evidence"] = f"loader reads /data/{HOSTILE}.jsonl | slow [x](http://evil) **bold**"
+    f["data"]["file"] = HOSTILE
+    f["fix"]["summary"] = HOSTILE
+    f["fix"]["config"] = {"dataloader_num_workers": HOSTILE}
+    f["fix"]["snippet"] = f"open('{HOSTILE}')\n```\n{HOSTILE}"
+    r["notes"] = [f"skipped 2 lines in {HOSTILE}"]
+    r["per_rank"] = [dict(r["per_rank"][0], pid=HOSTILE), dict(r["per_rank"][0], rank=1)]
+    return r
+
+
+def pct_text(fraction: float) -> str:
+    return f"{fraction * 100:.1f}%"
+
+
+# --- choosing a renderer -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("target", "cls"),
+    [
+        ("out/report.html", HtmlRenderer),
+        (".md", MarkdownRenderer),
+        ("json", JsonRenderer),
+        ("X.HTML", HtmlRenderer),
+    ],
+)
+def test_renderer_chosen_by_extension(target: str, cls: type) -> None:
+    assert isinstance(renderer_for(target), cls)
+
+
+@pytest.mark.parametrize("target", ["report.pdf", "report", "out/report.txt"])
+def test_unknown_extension_is_a_user_error_naming_the_supported_ones(target: str) -> None:
+    with pytest.raises(UserError) as err:
+        renderer_for(target)
+    message = str(err.value)
+    assert "\n" not in message
+    assert all(ext in message for ext in (".html", ".md", ".json"))
+
+
+def test_write_all_writes_the_three_files(sample: dict, tmp_path: Path) -> None:
+    written = write_all(sample, tmp_path / "run")
+    assert sorted(p.name for p in written) == ["report.html", "report.json", "report.md"]
+    assert json.loads((tmp_path / "run" / "report.json").read_text()) == sample
+
+
+# --- JSON --------------------------------------------------------------------
+
+
+def test_json_turns_nan_and_inf_into_null_and_keeps_finding_order(sample: dict) -> None:
+    sample["shares"]["cpu_busy"] = math.nan
+    sample["cost"]["wasted_usd_per_hour"] = math.inf
+    sample["findings"].reverse()
+    text = JsonRenderer().render(sample)
+    assert "NaN" not in text and "Infinity" not in text
+    back = json.loads(text)
+    assert back["shares"]["cpu_busy"] is None and back["cost"]["wasted_usd_per_hour"] is None
+    assert [f["rule"] for f in back["findings"]] == [f["rule"] for f in sample["findings"]]
+
+
+def test_json_is_stable(sample: dict) -> None:
+    assert JsonRenderer().render(sample) == JsonRenderer().render(copy.deepcopy(sample))
+
+
+# --- HTML --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["report_sample", "report_nogpu"])
+def test_html_shows_every_breakdown_slice_with_its_percentage(name: str) -> None:
+    report = load(name)
+    html = HtmlRenderer().render(report)
+    for key, frac in report["breakdown"].items():
+        label = key.replace("_", " ")
+        assert re.search(
+            rf"{label}</td>\s*<td class=\"num[^\"]*\">{re.escape(pct_text(frac))}<", html
+        ), key
+
+
+def test_html_null_share_reads_unavailable_not_zero(nogpu: dict) -> None:
+    html = HtmlRenderer().render(nogpu)
+    assert re.search(r"<td>tokenization</td><td class=\"num unavailable\">unavailable</td>", html)
+    assert re.search(r"<td>GPU busy</td><td class=\"num unavailable\">unavailable</td>", html)
+    assert "no GPU seen" in html
+
+
+def test_html_without_price_tells_how_to_get_one(nogpu: dict) -> None:
+    html = HtmlRenderer().render(nogpu)
+    assert "no price: pass --price-per-gpu-hour" in html
+    assert "$0.00" not in html
+
+
+def test_html_shows_findings_in_given_order_with_fix_and_dollars(sample: dict) -> None:
+    html = HtmlRenderer().render(sample)
+    positions = [html.index(f">{f['rule']}</code>") for f in sample["findings"]]
+    assert positions == sorted(positions)
+    assert "$0.95</b>/hour" in html and "1.71×" in html
+    assert "dataloader_num_workers" in html and "save_only_model" in html
+    assert "<pre><code>training_args = TrainingArguments(" in html
+
+
+def test_html_escapes_every_run_string(hostile: dict) -> None:
+    html = HtmlRenderer().render(hostile)
+    assert "<script" not in html.lower()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert html.count("&lt;script&gt;") >= 10
+
+
+def test_html_is_self_contained(sample: dict) -> None:
+    html = HtmlRenderer().render(sample)
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", html, re.I)
+    assert "@import" not in html and "url(" not in html
+    assert "<svg" in html and "<polyline" in html
+
+
+def test_html_stays_small_for_an_hour_long_run(sample: dict) -> None:
+    """One-second samples and a step every 0.25 s for an hour still make a small page."""
+    n = 3600 * 4
+    tl = sample["timeline"]
+    tl["duration_s"] = sample["run"]["duration_s"] = 3600.0
+    tl["series"] = {
+        "t_s": [i * 0.25 for i in range(n)],
+        "gpu_busy_pct": [50 + 40 * math.sin(i / 50) for i in range(n)],
+        "cpu_pct": [100.0] * n,
+        "rss_mib": [4000.0] * n,
+    }
+    tl["steps_t_s"] = [i * 0.25 for i in range(n)]
+    tl["spans"]["data_wait"] = [[i * 0.25, i * 0.25 + 0.1] for i in range(n)]
+    html = HtmlRenderer().render(sample)
+    assert len(html.encode()) < 300_000
+    points = max(len(m.split()) for m in re.findall(r'<polyline points="([^"]*)"', html))
+    assert points <= 2000
+
+
+def test_html_per_rank_table_only_with_several_ranks(sample: dict, nogpu: dict) -> None:
+    assert "Per rank" not in HtmlRenderer().render(sample)
+    html = HtmlRenderer().render(nogpu)
+    assert "Per rank" in html and "48302" in html
+
+
+def test_html_renders_a_minimal_report() -> None:
+    """A partial recording with most keys missing still renders, saying what is missing."""
+    html = HtmlRenderer().render(
+        {"schema": "gpudoctor.report/1", "run": {"command": ["python", "t.py"]}}
+    )
+    assert "No timeline was recorded" in html and "unavailable" in html
+
+
+# --- Markdown ----------------------------------------------------------------
+
+
+def strip_code(md: str) -> str:
+    """Markdown with fenced blocks and code spans removed (GitHub shows them literally)."""
+    out, fence = [], None
+    for line in md.splitlines():
+        m = re.match(r"^(`{3,})", line)
+        if fence is None and m:
+            fence = m.group(1)
+        elif fence is not None and line.strip() == fence:
+            fence = None
+        elif fence is None:
+            out.append(re.sub(r"(?<!`)(`+)(?!`).*?(?<!`)\1(?!`)", "", line))
+    return "\n".join(out)
+
+
+def test_markdown_has_verdict_breakdown_and_findings_tables(sample: dict) -> None:
+    md = MarkdownRenderer().render(sample)
+    assert md.splitlines()[0].startswith("### gpudoctor: Data-starved")
+    for key, frac in sample["breakdown"].items():
+        assert f"| {key.replace('_', ' ')} | {pct_text(frac)} |" in md
+    assert "| 1 | `data_stall` | 🔴 high | 38.0% | $0.95 | 1.71× |" in md
+    assert "```python\n# transformers 4.46.3 TrainingArguments\ndataloader_num_workers=4," in md
+    assert "**$1.30/hour**" in md
+
+
+def test_markdown_null_share_and_price_read_unavailable(nogpu: dict) -> None:
+    md = MarkdownRenderer().render(nogpu)
+    assert "tokenization unavailable" in md and "GPU busy unavailable" in md
+    assert "no price: pass --price-per-gpu-hour" in md
+    assert "| rank | pid |" in md
+
+
+def test_markdown_escapes_run_strings_outside_code(hostile: dict) -> None:
+    md = MarkdownRenderer().render(hostile)
+    prose = strip_code(md)
+    assert "<script" not in prose.lower()
+    assert "&lt;script&gt;" in prose
+    assert "[x](http://evil)" not in prose and "**bold**" not in prose
+    # every row keeps its table's column count: pipes in run strings are escaped
+    for table in re.findall(r"(?:^\| .*\n)+", md, re.M):
+        counts = {len(re.findall(r"(?<!\\)\|", row)) for row in table.splitlines()}
+        assert len(counts) == 1, table
+
+
+def test_markdown_code_cannot_be_closed_by_its_content(hostile: dict) -> None:
+    md = MarkdownRenderer().render(hostile)
+    assert (
+        "````python\nopen('<script>alert(1)</script>')\n```\n<script>alert(1)</script>\n````" in md
+    )
+    assert md_code("a`b") == "``a`b``"
+    assert md_code("`x`") == "`` `x` ``"
