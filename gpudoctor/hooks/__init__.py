@@ -73,5 +73,5 @@ def uninstall() -> None:
     _torch_hooks = None
 
 
-def torch_hooks():  # type: ignore[no-untyped-def]
+def active_torch_hooks():  # type: ignore[no-untyped-def]
     return _torch_hooks

@@ -31,6 +31,7 @@ class TorchHooks:
         self._forward_handle: Any = None
         self._step_p0 = 0.0
         self._cfg_done = False
+        self._explicit = False
         self.windows = ProfilerWindows(writer)
 
     # -- install / remove -----------------------------------------------------
@@ -116,13 +117,21 @@ class TorchHooks:
     def _on_step_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._step_p0 = time.perf_counter()
 
+    def explicit_step(self) -> None:
+        """``gpudoctor.step()``: from now on the user marks steps, not optimizer.step."""
+        self._explicit = True
+        self._record_step(0.0)
+
     def _on_step_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if patch.depth("eval"):
+        if patch.depth("eval") or self._explicit:
             return
+        self._record_step(time.perf_counter() - self._step_p0)
+
+    def _record_step(self, dt: float) -> None:
         self.steps += 1
         if not self.first_step_seen:
             self.mark_first_step()
-        self.writer.emit({"k": "step", "t": time.time(), "n": self.steps, "dt": time.perf_counter() - self._step_p0})
+        self.writer.emit({"k": "step", "t": time.time(), "n": self.steps, "dt": dt})
         self.windows.on_step(self.steps)
 
     def _on_forward_pre(self, module: Any, args: Any) -> None:

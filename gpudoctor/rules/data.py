@@ -184,7 +184,7 @@ class DataStall(Rule):
 
     def match(self, a: Analysis) -> Finding | None:
         d = data_wait(a)
-        if d is None or d.io_dominated or (d.cpu_saturated and not d.free_cores):
+        if d is None or d.io_dominated or d.cpu_saturated:
             return None
         share = d.residual_s / d.wall_s
         if share < MIN_SHARE:
@@ -283,7 +283,7 @@ class CpuSaturated(Rule):
             fix=Fix(
                 summary="Do the per-example work (tokenizing, formatting, decoding) once offline and load the "
                 "result; keep workers at most the free cores, or rent a machine with more CPU per GPU.",
-                config={d.names.loader_key("dataloader_num_workers", "num_workers"): max(0, d.free_cores)},
+                config={d.names.loader_key("dataloader_num_workers", "num_workers"): min(d.num_workers or 0, d.free_cores)},
                 snippet="ds = ds.map(preprocess, batched=True, num_proc=N)\nds.save_to_disk('data/ready')",
                 library=d.names.library,
             ),

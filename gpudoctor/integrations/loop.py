@@ -1,0 +1,114 @@
+"""Context manager and step hook for hand-written training loops.
+
+    with gpudoctor.profile(out="reports/exp1", price_per_gpu_hour=2.5) as doc:
+        for batch in loader:
+            ...
+            optimizer.step()          # steps are seen automatically
+            if i % 500 == 0:
+                with doc.eval():      # mark evaluation explicitly
+                    evaluate(model)
+    print(doc.report["verdict"])
+
+Under ``gpudoctor run`` the hooks are already in the process; ``profile`` then
+only adds markers to that recording and writes no second report.
+``gpudoctor.step()`` marks a step boundary for loops without ``torch.optim``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from gpudoctor import hooks
+
+
+class profile:  # noqa: N801 - reads as a function at the call site, like torch.profiler.profile
+    def __init__(self, out: str | Path | None = None, *, price_per_gpu_hour: float | None = None,
+                 gpus: int | None = None, interval_s: float = 0.1, write_reports: bool = True) -> None:
+        self.out = Path(out) if out is not None else None
+        self.price = price_per_gpu_hour
+        self.gpus = gpus
+        self.interval_s = interval_s
+        self.write_reports = write_reports
+        self.report: dict[str, Any] | None = None
+        self.folder: Path | None = None
+        self._recorder: Any = None
+        self._owner = False
+
+    def __enter__(self) -> profile:
+        if hooks.is_installed():
+            return self  # recorded by an outer doctor (gpudoctor run / attach)
+        import os
+
+        import psutil
+
+        from gpudoctor.recorder import Recorder, RecorderOptions, default_out
+        from gpudoctor.recording.store import RunFolder
+        from gpudoctor.redact import redact_argv
+
+        folder = RunFolder(self.out or default_out("profile")).create()
+        import sys
+
+        self._recorder = Recorder(folder, RecorderOptions(mode="run", command=redact_argv(sys.argv),
+                                                          interval_s=self.interval_s,
+                                                          price_per_gpu_hour=self.price, gpus=self.gpus))
+        self._recorder.prepare()
+        # The process started before us: count its imports and setup as startup too.
+        self._recorder.start(os.getpid(), psutil.Process().create_time())
+        hooks.install(folder.root)
+        self.folder = folder.root
+        self._owner = True
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if not self._owner:
+            return
+        hooks.uninstall()
+        status = "finished" if exc_type is None else ("interrupted" if exc_type is KeyboardInterrupt else "crashed")
+        self._recorder.stop(status, None if exc_type is None else 1)
+        self._owner = False
+        if self.write_reports and self.folder is not None:
+            from gpudoctor.commands.finish import write_report
+            from gpudoctor.report import ReportOptions
+
+            self.report = write_report(self.folder, ReportOptions(price_per_gpu_hour=self.price, gpus=self.gpus))
+
+    def step(self) -> None:
+        step()
+
+    @contextlib.contextmanager
+    def eval(self) -> Iterator[None]:
+        with _span("eval", "gpudoctor.profile.eval"):
+            yield
+
+    @contextlib.contextmanager
+    def checkpoint(self) -> Iterator[None]:
+        with _span("checkpoint", "gpudoctor.profile.checkpoint"):
+            yield
+
+
+def step() -> None:
+    """Mark the end of a training step (for loops that do not use torch.optim)."""
+    th = hooks.active_torch_hooks()
+    if th is not None:
+        th.explicit_step()
+
+
+@contextlib.contextmanager
+def _span(category: str, name: str) -> Iterator[None]:
+    from gpudoctor.hooks import patch
+
+    w = hooks.writer()
+    if w is None or patch.depth(category):
+        yield
+        return
+    patch._enter(category)
+    t0, p0 = time.time(), time.perf_counter()
+    try:
+        yield
+    finally:
+        patch._leave(category)
+        w.emit({"k": "span", "c": category, "t0": t0, "dt": time.perf_counter() - p0, "name": name})

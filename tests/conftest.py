@@ -1,0 +1,82 @@
+"""Shared fixtures: run real probes under the real CLI, once per session each."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBES = ROOT / "probes"
+
+
+@dataclass
+class ProbeRun:
+    folder: Path
+    report: dict[str, Any]
+    truth: dict[str, Any]
+    returncode: int
+    stderr: str
+
+    def finding(self, rule: str) -> dict[str, Any] | None:
+        return next((f for f in self.report["findings"] if f["rule"] == rule), None)
+
+    @property
+    def top(self) -> dict[str, Any]:
+        return self.report["findings"][0]
+
+
+def gpudoctor_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "gpudoctor", *args]
+
+
+def run_cli(*args: str, timeout: float = 300, env: dict[str, str] | None = None,
+            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = dict(os.environ)
+    full_env.pop("GPUDOCTOR_RUN_DIR", None)
+    full_env["PYTHONPATH"] = str(ROOT) + (os.pathsep + full_env["PYTHONPATH"] if full_env.get("PYTHONPATH") else "")
+    if env:
+        full_env.update(env)
+    return subprocess.run(gpudoctor_cmd(*args), capture_output=True, text=True, timeout=timeout,
+                          env=full_env, cwd=cwd or ROOT)
+
+
+def run_probe(tmp: Path, name: str, *probe_args: str, launcher: list[str] | None = None,
+              doctor_args: tuple[str, ...] = ()) -> ProbeRun:
+    folder = tmp / f"run-{name}"
+    truth_path = tmp / f"truth-{name}.json"
+    launch = launcher or [sys.executable]
+    proc = run_cli("run", "--out", str(folder), *doctor_args, "--", *launch, str(PROBES / f"{name}.py"),
+                   "--truth", str(truth_path), *probe_args)
+    report = json.loads((folder / "report.json").read_text())
+    truth: dict[str, Any] = json.loads(truth_path.read_text()) if truth_path.exists() else {}
+    return ProbeRun(folder, report, truth, proc.returncode, proc.stderr)
+
+
+_cache: dict[tuple[str, ...], ProbeRun] = {}
+
+
+@pytest.fixture(scope="session")
+def probe_run(tmp_path_factory: pytest.TempPathFactory):
+    """``probe_run(name, *args)``: the probe's run under ``gpudoctor run``, cached per session."""
+
+    def get(name: str, *args: str, **kwargs: Any) -> ProbeRun:
+        key = (name, *args, *kwargs.get("doctor_args", ()))
+        if key not in _cache:
+            _cache[key] = run_probe(tmp_path_factory.mktemp(name), name, *args, **kwargs)
+        return _cache[key]
+
+    return get
+
+
+def within(measured: float | None, truth: float | None, rel: float = 0.25, abs_pts: float = 0.05) -> bool:
+    """The acceptance bar: within 25% relative or 5 points of the probe's own ground truth."""
+    if measured is None or truth is None:
+        return False
+    return abs(measured - truth) <= max(rel * abs(truth), abs_pts)

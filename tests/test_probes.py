@@ -1,0 +1,108 @@
+"""Acceptance: each probe under ``gpudoctor run`` (real CLI, real training on CPU).
+
+The planted waste must be the top finding, and its measured share must be
+within 25% (relative) or 5 points of the probe's own ground truth.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import within
+
+# probe -> (planted rule, report figure, truth field)
+PLANTED = {
+    "tokenize_in_getitem": ("tokenization_in_loop", ("shares", "tokenization"), "tokenize_share"),
+    "fixed_padding": ("padding_waste", ("padding", "pad_fraction"), "pad_fraction"),
+    "heavy_checkpoints": ("checkpoint_overhead", ("breakdown", "checkpoint"), "checkpoint_share"),
+    "slow_startup": ("startup_idle", ("breakdown", "startup"), "startup_share"),
+    "hf_trainer": ("padding_waste", ("padding", "pad_fraction"), "pad_fraction"),
+}
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("probe", sorted(PLANTED))
+def test_planted_waste_is_top_finding_and_measured_share_matches_truth(probe_run, probe):
+    rule, (section, key), truth_key = PLANTED[probe]
+    run = probe_run(probe)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.top["rule"] == rule, [(f["rule"], f["waste_fraction"]) for f in run.report["findings"]]
+    measured = run.report[section][key]
+    assert within(measured, run.truth[truth_key]), (measured, run.truth[truth_key])
+
+
+@pytest.mark.parametrize("probe", sorted(PLANTED))
+def test_breakdown_is_disjoint_and_sums_to_one(probe_run, probe):
+    b = probe_run(probe).report["breakdown"]
+    assert set(b) == {"startup", "data_wait", "compute", "checkpoint", "eval", "other"}
+    assert all(0.0 <= v <= 1.0 for v in b.values())
+    assert abs(sum(b.values()) - 1.0) <= 0.01
+
+
+def test_tokenization_probe_data_wait_and_startup_match_truth(probe_run):
+    run = probe_run("tokenize_in_getitem")
+    assert within(run.report["breakdown"]["data_wait"], run.truth["data_wait_share"])
+    assert within(run.report["breakdown"]["startup"], run.truth["startup_share"])
+    # The fix is computed for this machine: no more workers than free cores.
+    fix = run.finding("tokenization_in_loop")["fix"]
+    assert fix["config"]["num_workers"] <= max(1, (run.report["run"]["host"]["cpu_count"] or 2) - 1)
+
+
+def test_checkpoint_fix_is_not_add_workers(probe_run):
+    """Saving time is not a loader stall: the fix is save_steps, not workers."""
+    run = probe_run("heavy_checkpoints")
+    rules = [f["rule"] for f in run.report["findings"] if f["waste_fraction"] >= 0.05]
+    assert "data_stall" not in rules
+    finding = run.finding("checkpoint_overhead")
+    assert finding["data"]["per_save_s"] > 0
+    assert finding["fix"]["config"]["save_steps"] > finding["data"]["current_save_steps"]
+
+
+def test_padding_fix_uses_observed_p99(probe_run):
+    run = probe_run("fixed_padding")
+    fix = run.finding("padding_waste")["fix"]
+    p99 = run.report["padding"]["p99_length"]
+    assert fix["config"]["max_length"] == -(-p99 // 64) * 64
+    assert fix["config"]["max_length"] < run.report["padding"]["max_length"]
+
+
+def test_hf_trainer_fix_keys_exist_in_installed_transformers(probe_run):
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    fields = {f.name for f in dataclasses.fields(TrainingArguments)}
+    run = probe_run("hf_trainer")
+    for finding in run.report["findings"]:
+        lib = finding["fix"].get("library") or ""
+        if "TrainingArguments" in lib:
+            unknown = set(finding["fix"]["config"]) - fields - {"max_length"}
+            assert not unknown, (finding["rule"], unknown)
+    assert run.report["steps"]["count"] > 0
+
+
+def test_slow_startup_prices_each_launch_when_price_given(probe_run):
+    run = probe_run("slow_startup", doctor_args=("--price-per-gpu-hour", "3.80", "--gpus", "4"))
+    f = run.finding("startup_idle")
+    assert f is not None and f["waste_usd_per_hour"] is not None
+    assert f["waste_usd_per_hour"] == pytest.approx(3.80 * 4 * f["waste_fraction"], rel=1e-3)
+    assert f["data"]["usd_per_launch"] == pytest.approx(
+        f["data"]["recoverable_s_per_launch"] / 3600 * 3.80 * 4, rel=1e-3)
+
+
+def test_healthy_control_gets_no_finding_above_ten_percent(probe_run):
+    run = probe_run("healthy")
+    assert run.returncode == 0, run.stderr[-2000:]
+    big = [(f["rule"], f["waste_fraction"]) for f in run.report["findings"] if f["waste_fraction"] > 0.10]
+    assert big == []
+    assert run.report["verdict"].startswith("Healthy")
+
+
+def test_no_gpu_means_no_gpu_figures_and_no_dollars(probe_run):
+    run = probe_run("healthy")
+    assert run.report["shares"]["gpu_busy"] is None
+    assert run.report["cost"]["usd_per_hour"] is None
+    assert all(f["waste_usd_per_hour"] is None for f in run.report["findings"])
+    infos = {f["rule"] for f in run.report["findings"] if f["severity"] == "info"}
+    assert {"gpu_unavailable", "cost_unavailable"} <= infos
