@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import hashlib
 import json
 import math
@@ -78,7 +79,7 @@ def cache_dir() -> str:
 
 # --------------------------------------------------------------------------- synthetic corpus
 
-_COMMON = (
+_COMMON_TEXT = (
     "the of and to in is that for it as was with be by on not he this are or his from at "
     "which but have an they you were her she there been one all we their has would when "
     "if so no will more can out about up some what into them than only other its time new "
@@ -88,7 +89,8 @@ _COMMON = (
     "see men work long get here between both life being under never day same another know "
     "while last might us great old year off come since against go came right used take "
     "three model data train loss batch token layer value system result small large number"
-).split()
+)
+_COMMON = _COMMON_TEXT.split()
 
 _ONSETS = ["", "b", "c", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w",
            "br", "cl", "dr", "fr", "gr", "pl", "pr", "sh", "st", "str", "th", "tr", "ch"]
@@ -345,6 +347,20 @@ def build_gpt2(vocab_size: int, n_embd: int = 64, n_layer: int = 2, n_head: int 
     return GPT2LMHeadModel(cfg)
 
 
+def make_adamw(params, lr: float, truth: Truth | None = None) -> torch.optim.Optimizer:
+    """``torch.optim.AdamW``; records its construction time as ``optimizer_init_s``.
+
+    The first optimizer built in a process imports ``torch._dynamo`` lazily (~1.5 s on a
+    2-core box): library import time that lands in startup although the script imports
+    nothing itself.
+    """
+    t = time.perf_counter()
+    opt = torch.optim.AdamW(params, lr=lr)
+    if truth is not None:
+        truth.fields["optimizer_init_s"] = time.perf_counter() - t
+    return opt
+
+
 # --------------------------------------------------------------------------- ground truth
 
 
@@ -373,12 +389,13 @@ def psutil_create_time_error_s() -> float:
 class Truth:
     """Accumulates the probe's own timers and writes the ground-truth JSON.
 
-    Timers (seconds): ``data_wait_s``, ``tokenize_s``, ``checkpoint_s``, ``format_s``;
+    Timers (seconds): ``data_wait_s``, ``tokenize_s``, ``checkpoint_s``, ``format_s``,
+    ``compute_s`` (forward + backward + optimizer step of the training loop);
     ``startup_s`` is set by ``mark_train_start()`` (process creation -> just before the first
     ``next()`` on the training DataLoader). ``wall_s`` is process creation -> ``write()``.
     """
 
-    TIMERS = ("data_wait_s", "tokenize_s", "checkpoint_s", "format_s")
+    TIMERS = ("data_wait_s", "tokenize_s", "checkpoint_s", "format_s", "compute_s")
 
     def __init__(self, probe: str, planted: str, path: str | None) -> None:
         self.probe = probe
@@ -388,7 +405,10 @@ class Truth:
         self.timers: dict[str, float | None] = dict.fromkeys(self.TIMERS)
         self.startup_s: float | None = None
         self.step_times: list[float] = []
-        self.fields: dict = {}
+        # time until the probe's module-level imports were done (a Truth is created first
+        # thing in main); lazy imports later (torch._dynamo when the first optimizer is
+        # built, ~1.5 s on a 2-core box) are not in it
+        self.fields: dict = {"imports_s": process_age_s()}
 
     def now(self) -> float:
         """Seconds since process creation."""
@@ -429,11 +449,12 @@ class Truth:
             "max_length": None,
             "steps": len(self.step_times),
             "step_time_s_p50": statistics.median(self.step_times) if self.step_times else None,
+            "optimizer_init_s": None,
             "pid": os.getpid(),
             "psutil_create_time_error_s": psutil_create_time_error_s(),
         }
         d.update(self.fields)
-        for k in ("startup", "data_wait", "tokenize", "checkpoint", "format"):
+        for k in ("startup", "data_wait", "tokenize", "checkpoint", "format", "compute"):
             v = d.get(k + "_s")
             d[k + "_share"] = None if v is None or wall <= 0 else v / wall
         if self.path:
@@ -442,4 +463,8 @@ class Truth:
             with open(tmp, "w") as f:
                 json.dump(d, f, indent=2, sort_keys=False)
             os.replace(tmp, self.path)
+        # Interpreter teardown with torch._dynamo loaded takes ~1-1.5 s on a small box, time
+        # that happens after the truth is written and that no probe means to plant. Freezing
+        # the GC generations makes the final collection skip them (teardown ~0.2-0.4 s).
+        gc.freeze()
         return d

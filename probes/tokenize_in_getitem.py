@@ -13,16 +13,16 @@ Ground truth: ``tokenize_s`` = time inside the tokenizer call in ``__getitem__``
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import _common as C  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
-
-import _common as C  # noqa: E402
 
 PROBE = "tokenize_in_getitem"
 
@@ -48,25 +48,28 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=120, help="optimizer steps (default 120)")
     p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--max-length", type=int, default=64, help="truncation length (default 64)")
-    p.add_argument("--docs", type=int, default=128, help="raw documents in the dataset")
-    p.add_argument("--doc-words", type=float, default=3000, help="median words per document")
+    p.add_argument("--max-length", type=int, default=32, help="truncation length (default 32)")
+    p.add_argument("--docs", type=int, default=64, help="raw documents in the dataset")
+    p.add_argument("--doc-words", type=float, default=6000, help="median words per document")
+    p.add_argument("--num-workers", type=int, default=0,
+                   help="DataLoader workers (default 0: the planted waste; >0 moves the "
+                        "tokenization off the main process, and out of tokenize_s)")
     p.add_argument("--lr", type=float, default=3e-4)
     args = C.add_common_args(p).parse_args(argv)
     C.setup(args)
     truth = C.Truth(PROBE, "tokenization_in_loop", C.truth_path(args))
-    truth.enable("data_wait_s", "tokenize_s", "checkpoint_s")
+    truth.enable("data_wait_s", "tokenize_s", "checkpoint_s", "compute_s")
 
     tokenizer = C.get_hf_tokenizer(seed=args.seed)
     texts = C.make_corpus(args.docs, seed=args.seed + 1, median_words=args.doc_words, sigma=0.3)
     ds = RawTextDataset(texts, tokenizer, args.max_length, truth)
     pad = tokenizer.pad_token_id
-    loader = DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=0,
-                        collate_fn=lambda seqs: C.collate_ids(seqs, pad),
+    loader = DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.num_workers,
+                        collate_fn=functools.partial(C.collate_ids, pad=pad),
                         generator=torch.Generator().manual_seed(args.seed))
 
     model = C.TinyCausalLM(len(tokenizer))
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    opt = C.make_adamw(model.parameters(), args.lr, truth)
     model.train()
     pads = C.PadCounter()
 
@@ -81,14 +84,17 @@ def main(argv=None):
             except StopIteration:
                 truth.add("data_wait_s", time.perf_counter() - t_step)
                 break
-            truth.add("data_wait_s", time.perf_counter() - t_step)
+            t_data = time.perf_counter()
+            truth.add("data_wait_s", t_data - t_step)
             pads.add(batch["attention_mask"])
             loss = model(**batch).loss
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
+            t_end = time.perf_counter()
+            truth.add("compute_s", t_end - t_data)
             step += 1
-            truth.step_times.append(time.perf_counter() - t_step)
+            truth.step_times.append(t_end - t_step)
 
     truth.write(**pads.fields(), truncation_length=args.max_length,
                 final_loss=float(loss.detach()))

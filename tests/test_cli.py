@@ -1,0 +1,82 @@
+"""The command line, as a user runs it: real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, run_cli
+from tests.recording_builder import RecordingBuilder
+from tests.test_rules import stall_run
+
+
+@pytest.mark.parametrize("cmd", [[], ["run"], ["attach"], ["replay"], ["sweep"], ["report"], ["diff"], ["check"]])
+def test_every_command_has_help(cmd):
+    proc = run_cli(*cmd, "--help")
+    assert proc.returncode == 0
+    assert "usage: gpudoctor" in proc.stdout
+
+
+def test_run_returns_the_commands_exit_code_and_still_reports(tmp_path):
+    script = "import torch, sys; x = torch.ones(3); sys.exit(3)"
+    proc = run_cli("run", "--out", str(tmp_path / "r"), "--", sys.executable, "-c", script)
+    assert proc.returncode == 3
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert report["run"]["exit_code"] == 3 and report["run"]["status"] == "crashed"
+    assert (tmp_path / "r" / "report.html").exists() and (tmp_path / "r" / "report.md").exists()
+
+
+def test_unknown_command_is_one_line_and_nonzero():
+    proc = run_cli("frobnicate")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and proc.stderr.startswith("gpudoctor: ")
+
+
+def test_report_rerenders_a_saved_run_by_extension(tmp_path):
+    folder = stall_run(tmp_path / "run", cores=8, cpu_total_pct=20.0).write()
+    for ext in ("md", "html", "json"):
+        out = tmp_path / f"out.{ext}"
+        proc = run_cli("report", str(folder), "-o", str(out))
+        assert proc.returncode == 0, proc.stderr
+        assert "data_stall" in out.read_text()
+    proc = run_cli("report", str(folder), "-o", str(tmp_path / "x.pdf"))
+    assert proc.returncode == 2 and ".html" in proc.stderr
+
+
+def test_check_gates_on_wasted_fraction(tmp_path):
+    folder = stall_run(tmp_path / "run", cores=8, cpu_total_pct=20.0).write()
+    run_cli("report", str(folder))
+    assert run_cli("check", str(folder / "report.json"), "--max-waste", "0.1").returncode == 1
+    assert run_cli("check", str(folder / "report.json"), "--max-waste", "0.9").returncode == 0
+
+
+def test_diff_before_after(tmp_path):
+    before = stall_run(tmp_path / "before", cores=8, cpu_total_pct=20.0).write()
+    b = RecordingBuilder(tmp_path / "after", cores=8, duration_s=60.0)
+    rows = b.process()
+    b.training_loop(rows, start_s=5.0, steps=1000, compute_s=0.05, wait_s=0.001, fetch_s=0.04, num_workers=2)
+    b.host_rows(cpu_total_pct=40.0, cpu_proc_pct=300.0)
+    b.gpu_rows(util_pct=85.0, mem_used_mib=60000.0)
+    after = b.write()
+    out = tmp_path / "diff.md"
+    proc = run_cli("diff", str(before), str(after), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    assert "data_stall" in text and "resolved" in text.lower()
+
+
+def test_help_is_fast_and_imports_nothing_heavy():
+    code = ("import sys, gpudoctor.cli as c; c.build_parser(); "
+            "print(sorted(m for m in ('torch', 'pandas', 'matplotlib', 'transformers') if m in sys.modules))")
+    out = __import__("subprocess").run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
+
+
+def test_module_entry_point_matches_console_script():
+    if shutil.which("gpudoctor") is None:
+        pytest.skip("console script not installed in this environment")
+    proc = __import__("subprocess").run(["gpudoctor", "--version"], capture_output=True, text=True)
+    assert proc.stdout.startswith("gpudoctor ")
