@@ -23,6 +23,7 @@ class ProbeRun:
     truth: dict[str, Any]
     returncode: int
     stderr: str
+    truth_path: Path
 
     def finding(self, rule: str) -> dict[str, Any] | None:
         return next((f for f in self.report["findings"] if f["rule"] == rule), None)
@@ -56,7 +57,7 @@ def run_probe(tmp: Path, name: str, *probe_args: str, launcher: list[str] | None
                    "--truth", str(truth_path), *probe_args)
     report = json.loads((folder / "report.json").read_text())
     truth: dict[str, Any] = json.loads(truth_path.read_text()) if truth_path.exists() else {}
-    return ProbeRun(folder, report, truth, proc.returncode, proc.stderr)
+    return ProbeRun(folder, report, truth, proc.returncode, proc.stderr, truth_path)
 
 
 _cache: dict[tuple[str, ...], ProbeRun] = {}
@@ -67,7 +68,7 @@ def probe_run(tmp_path_factory: pytest.TempPathFactory):
     """``probe_run(name, *args)``: the probe's run under ``gpudoctor run``, cached per session."""
 
     def get(name: str, *args: str, **kwargs: Any) -> ProbeRun:
-        key = (name, *args, *kwargs.get("doctor_args", ()))
+        key = (name, *args, *kwargs.get("doctor_args", ()), *kwargs.get("launcher", ()))
         if key not in _cache:
             _cache[key] = run_probe(tmp_path_factory.mktemp(name), name, *args, **kwargs)
         return _cache[key]

@@ -106,3 +106,22 @@ def test_no_gpu_means_no_gpu_figures_and_no_dollars(probe_run):
     assert all(f["waste_usd_per_hour"] is None for f in run.report["findings"])
     infos = {f["rule"] for f in run.report["findings"] if f["severity"] == "info"}
     assert {"gpu_unavailable", "cost_unavailable"} <= infos
+
+
+def test_torchrun_two_ranks_reported_per_rank_with_straggler(probe_run):
+    import json
+    import shutil
+    import sys
+    from pathlib import Path
+
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
+    run = probe_run("ddp_two_ranks", "--slow-rank", "1", launcher=[torchrun, "--nproc-per-node", "2"])
+    assert run.returncode == 0, run.stderr[-2000:]
+    ranks = {r["rank"]: r for r in run.report["per_rank"]}
+    assert sorted(ranks) == [0, 1]
+    assert all(r["steps"]["count"] > 0 for r in ranks.values())
+    assert run.top["rule"] == "straggler_rank" and "Rank 1" in run.top["title"]
+    # Rank 1's measured data wait in seconds matches the seconds it slept in its own loader.
+    truth1 = json.loads(Path(f"{run.truth_path}.rank1.json").read_text())
+    wait1_s = ranks[1]["breakdown"]["data_wait"] * run.report["run"]["duration_s"]
+    assert within(wait1_s, truth1["data_wait_s"], abs_pts=0.3)
