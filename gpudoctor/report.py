@@ -55,9 +55,28 @@ def build_report(rec: Recording, options: ReportOptions | None = None) -> dict[s
         "verdict": _verdict(a, findings, wasted),
         "per_rank": _per_rank(a),
         "timeline": _timeline(a),
+        "profiler": _profiler_windows(a),
         "notes": list(a.notes),
     }
     return report
+
+
+def _profiler_windows(a: Analysis) -> list[dict[str, Any]]:
+    """torch.profiler windows: a cross-check of the hooks' data wait, and GPU kernel time."""
+    out = []
+    for p in a.procs:
+        for w in p.profiler:
+            dt_s = float(w.get("dt") or 0.0)
+            kernel = w.get("cuda_kernel_s")
+            out.append({
+                "rank": p.rank,
+                "t_s": round(float(w["t0"]) - a.start, 3),
+                "duration_s": round(dt_s, 4),
+                "steps": w.get("steps"),
+                "dataloader_s": round(float(w.get("dataloader_s") or 0.0), 4),
+                "cuda_kernel_busy": round(kernel / dt_s, 4) if kernel is not None and dt_s > 0 else None,
+            })
+    return out
 
 
 def _run_section(rec: Recording, a: Analysis, price: Price) -> dict[str, Any]:
@@ -184,8 +203,8 @@ def _timeline(a: Analysis) -> dict[str, Any]:
         for key in ("startup", "data_wait", "checkpoint", "eval"):
             spans[key] = _rel(p.slices.get(key, []), t0)
         spans["format"] = _rel(p.spans.get("format", []), t0)
-    steps = [round(t - t0, 3) for t in (p.step_times if p else [])]
-    steps = steps[:: max(1, math.ceil(len(steps) / MAX_POINTS))]
+    times = p.step_times if p else []
+    steps = [round(t - t0, 3) for t in times[:: max(1, math.ceil(len(times) / MAX_POINTS))]]
     return {"duration_s": round(a.duration_s, 3), "series": series, "spans": spans, "steps_t_s": steps}
 
 
@@ -198,13 +217,13 @@ def _rel(spans: list[tuple[float, float]], t0: float) -> list[list[float]]:
     merged: list[list[float]] = []
     for a_, b in sorted(spans):
         # Merge spans closer than 10 ms so a 10k-batch run draws as a few bars.
-        if merged and a_ - t0 - merged[-1][1] < 0.01:
-            merged[-1][1] = round(b - t0, 3)
+        if merged and a_ - merged[-1][1] < 0.01:
+            merged[-1][1] = b
         else:
-            merged.append([round(a_ - t0, 3), round(b - t0, 3)])
+            merged.append([a_, b])
     if len(merged) > MAX_POINTS:
         merged = merged[:: math.ceil(len(merged) / MAX_POINTS)]
-    return merged
+    return [[round(a_ - t0, 3), round(b - t0, 3)] for a_, b in merged]
 
 
 def _rounded(d: dict[str, Any]) -> dict[str, Any]:

@@ -125,3 +125,16 @@ def test_torchrun_two_ranks_reported_per_rank_with_straggler(probe_run):
     truth1 = json.loads(Path(f"{run.truth_path}.rank1.json").read_text())
     wait1_s = ranks[1]["breakdown"]["data_wait"] * run.report["run"]["duration_s"]
     assert within(wait1_s, truth1["data_wait_s"], abs_pts=0.3)
+
+
+def test_profiler_window_cross_checks_data_wait(tmp_path):
+    from tests.conftest import run_cli
+
+    folder = tmp_path / "run"
+    proc = run_cli("run", "--out", str(folder), "--", __import__("sys").executable, "probes/healthy.py",
+                   "--steps", "40", env={"GPUDOCTOR_PROFILE_WINDOW": "10:5"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = __import__("json").loads((folder / "report.json").read_text())
+    [window] = report["profiler"]
+    assert window["steps"] == 5 and window["dataloader_s"] > 0
+    assert window["cuda_kernel_busy"] is None  # no GPU: not measured, not zero
