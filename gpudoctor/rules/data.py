@@ -145,9 +145,11 @@ class TokenizationInLoop(Rule):
         if waste < MIN_SHARE:
             return None
         _, interim, _ = worker_fix(d)
+        p99 = a.padding().get("p99_length")
+        max_len = -(-int(p99) // 64) * 64 if p99 else "MAX_LEN"
         snippet = (
             "# once, on a CPU machine, before renting GPUs:\n"
-            "ds = ds.map(lambda b: tokenizer(b['text'], truncation=True, max_length=MAX_LEN),\n"
+            f"ds = ds.map(lambda b: tokenizer(b['text'], truncation=True, max_length={max_len}),\n"
             f"            batched=True, num_proc={max(1, d.cores)}, remove_columns=['text'])\n"
             "ds.save_to_disk('data/tokenized')\n"
             "# in the training script:\n"
