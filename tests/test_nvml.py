@@ -9,14 +9,14 @@ from __future__ import annotations
 import sys
 import time
 
-import fake_nvml
 import pynvml
 import pytest
-from fake_nvml import FakeBinding, FakeGpu
 
 from gpudoctor.recording import JsonlAppender
 from gpudoctor.recording.store import read_jsonl
 from gpudoctor.samplers import GpuSampler, Nvml
+from tests import fake_nvml
+from tests.fake_nvml import FakeBinding, FakeGpu
 
 GIB = 1024**3
 TRAINING_PIDS = {4242, 4243}

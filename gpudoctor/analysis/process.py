@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from functools import cached_property
+from operator import sub
 from typing import Any
 
 from gpudoctor.analysis import timeline as tl
+from gpudoctor.recording.read import LoopData
 from gpudoctor.report_schema import BREAKDOWN_KEYS
 
 
@@ -23,6 +26,7 @@ class ProcessView:
     step_times: list[float] = field(default_factory=list)
     spans: dict[str, list[tl.Interval]] = field(default_factory=dict)
     span_names: dict[str, dict[str, float]] = field(default_factory=dict)
+    # startup, data_wait, checkpoint and eval intervals; compute and other only as seconds in slice_s
     slices: dict[str, list[tl.Interval]] = field(default_factory=dict)
     breakdown: dict[str, float] = field(default_factory=dict)
     batches: list[dict[str, Any]] = field(default_factory=list)
@@ -38,33 +42,45 @@ class ProcessView:
     n_data_waits: int = 0
     profiler: list[dict[str, Any]] = field(default_factory=list)
     proc: dict[str, Any] = field(default_factory=dict)
+    slice_s: dict[str, float] = field(default_factory=dict)  # seconds per slice, set with ``slices``
+    _intervals: list[float] | None = field(default=None, repr=False)
 
     @property
     def wall_s(self) -> float:
         return max(self.end - self.start, 1e-9)
 
     def seconds(self, key: str) -> float:
-        return tl.total(self.slices.get(key, []))
+        return self.slice_s[key] if key in self.slice_s else tl.total(self.slices.get(key, []))
 
-    @property
+    @cached_property
     def loop_end(self) -> float | None:
-        ends = [t for t in self.step_times]
-        ends += [b for a, b in self.spans.get("data_wait", [])]
+        """End of the training loop: the last step or batch wait (read once spans are in)."""
+        ends = [max(self.step_times)] if self.step_times else []
+        waits = self.spans.get("data_wait", [])
+        if waits:
+            ends.append(max(b for _, b in waits))
         return max(ends) if ends else None
 
     def step_intervals_s(self) -> list[float]:
-        times = sorted(self.step_times)
-        return [b - a for a, b in zip(times, times[1:], strict=False)]
+        if self._intervals is None:
+            times = sorted(self.step_times)
+            self._intervals = list(map(sub, times[1:], times))
+        return list(self._intervals)
 
 
 def build_process_view(
-    pid: int, events: list[dict[str, Any]], start: float, end: float, worker_events: list[list[dict[str, Any]]]
+    pid: int, events: list[dict[str, Any]], start: float, end: float, worker_events: list[list[dict[str, Any]]],
+    loop: LoopData | None = None,
 ) -> ProcessView:
+    """``events`` may hold steps and spans as dicts, ``loop`` (from the loader) compactly, or both."""
     proc = next((e for e in events if e.get("k") == "proc"), {})
     rank = proc.get("rank")
     view = ProcessView(pid=pid, rank=rank if isinstance(rank, int) else 0, events=events, start=start, end=end, proc=proc)
-    spans: dict[str, list[tl.Interval]] = {}
-    names: dict[str, dict[str, float]] = {}
+    spans: dict[str, list[tl.Interval]] = {c: list(iv) for c, iv in loop.spans.items()} if loop else {}
+    names: dict[str, dict[str, float]] = {c: dict(n) for c, n in loop.span_s.items()} if loop else {}
+    if loop:
+        view.step_times = list(loop.steps)
+        view.n_data_waits = len(loop.spans.get("data_wait", []))
     firsts: list[float] = []
     counters: list[dict[str, Any]] = []
     for e in events:
@@ -105,12 +121,15 @@ def build_process_view(
 def _apply_counters(view: ProcessView, counters: list[dict[str, Any]], worker_events: list[list[dict[str, Any]]]) -> None:
     """Tokenizer time of this process; batch production cost here or in its workers."""
     first = view.first_step
+    loop_end = view.loop_end
     for c in counters:
         if c.get("name") == "tokenize":
             view.tokenize_s += float(c["s"])
             view.tokenize_calls += int(c["calls"])
-            # Counter lines are flushed every ~0.5 s; attribute by flush time.
-            if first is not None and float(c["t"]) > first:
+            # Counter lines are flushed every ~0.5 s; attribute by flush time, and only
+            # to the training loop (tokenizing after the last step is not in-loop).
+            t = float(c["t"])
+            if first is not None and first < t <= (loop_end if loop_end is not None else t) + 0.6:
                 view.tokenize_in_loop_s += float(c["s"])
         elif c.get("name") == "fetch":
             view.fetch_s += float(c["s"])
@@ -138,19 +157,22 @@ def _compute_breakdown(view: ProcessView) -> None:
         first,
         end,
     )
-    taken = tl.merge([i for spans in assigned.values() for i in spans])
-    rest = tl.subtract([(first, end)], taken)
     slices: dict[str, list[tl.Interval]] = {
         "startup": [(start, first)] if first > start else [],
         "data_wait": assigned["data_wait"],
         "checkpoint": assigned["checkpoint"],
         "eval": assigned["eval"],
-        "compute": tl.clip(rest, first, loop_end),
-        "other": tl.clip(rest, loop_end, end),
     }
     view.slices = slices
+    view.slice_s = {key: tl.total(iv) for key, iv in slices.items()}
+    # compute and other are what is left of [first, end] before / after the loop's end; the
+    # assigned slices are disjoint and inside [first, end], so totals suffice (no interval pass).
+    taken_s = sum(view.slice_s[k] for k in assigned)
+    after_loop_s = sum(tl.total_after(iv, loop_end) for iv in assigned.values())
+    view.slice_s["compute"] = max(0.0, (loop_end - first) - (taken_s - after_loop_s))
+    view.slice_s["other"] = max(0.0, (end - loop_end) - after_loop_s)
     wall = view.wall_s
-    view.breakdown = {key: tl.total(slices[key]) / wall for key in BREAKDOWN_KEYS}
+    view.breakdown = {key: view.slice_s[key] / wall for key in BREAKDOWN_KEYS}
 
 
 def padding_summary(batches: list[dict[str, Any]]) -> dict[str, Any]:

@@ -92,9 +92,22 @@ def build_view(report: dict[str, Any]) -> dict[str, Any]:
         "findings": [finding_view(f) for f in report.get("findings") or []],
         "cost": cost_view(cost),
         "ranks": ranks_view(report.get("per_rank")),
+        "preflight": preflight_view(report.get("preflight")),
         "notes": [str(n) for n in report.get("notes") or []],
         "schema": str(report.get("schema") or ""),
     }
+
+
+def preflight_view(prediction: Any) -> dict[str, Any] | None:
+    """``gpudoctor replay --target``: the predicted full run, before and after the fixes."""
+    if not isinstance(prediction, dict):
+        return None
+    from gpudoctor.replay.show import table
+
+    try:
+        return table(prediction)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def header_view(run: dict[str, Any], cost: dict[str, Any]) -> dict[str, Any]:

@@ -96,6 +96,7 @@ class MarkdownRenderer(Renderer):
             facts_lines(report),
             findings_section(report.get("findings") or []),
             ranks_section(report.get("per_rank")),
+            preflight_section(report.get("preflight")),
             notes_section(report.get("notes")),
             footer(report),
         ]
@@ -238,6 +239,17 @@ def ranks_section(per_rank: list[dict[str, Any]] | None) -> str:
             ]
         )
     return "### Per rank\n\n" + table(header, rows, right=set(range(2, len(header))))
+
+
+def preflight_section(prediction: Any) -> str:
+    if not isinstance(prediction, dict):
+        return ""
+    from gpudoctor.replay.show import markdown
+
+    try:
+        return "### Prediction for the full run\n\n" + markdown(prediction)
+    except (KeyError, TypeError, ValueError):
+        return ""
 
 
 def notes_section(notes: list[Any] | None) -> str:

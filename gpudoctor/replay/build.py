@@ -7,6 +7,7 @@ Nothing here imports gpudoctor's hooks: the worker is profiled from outside.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,19 +18,43 @@ from gpudoctor.replay.checks import MASKED_ARCHS
 from gpudoctor.replay.config import ReplayConfig
 from gpudoctor.replay.data import Collator, LoopWork, ReplayDataset, Stages, TextOps, pack
 
+Batch = dict[str, list[Any]]
+
 # A tiny size per architecture family when model.config gives none (CPU replay).
-_DECODER = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
-            "num_attention_heads": 2, "num_key_value_heads": 2}
+_DECODER = {
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+}
 TINY: dict[str, dict[str, Any]] = {
     "gpt2": {"n_layer": 2, "n_embd": 64, "n_head": 2},
-    "opt": {"num_hidden_layers": 2, "hidden_size": 64, "ffn_dim": 128, "num_attention_heads": 2,
-            "word_embed_proj_dim": 64},
-    "gpt_neox": {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
-                 "num_attention_heads": 2},
-    "bert": {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
-             "num_attention_heads": 2},
-    "roberta": {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
-                "num_attention_heads": 2},
+    "opt": {
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "ffn_dim": 128,
+        "num_attention_heads": 2,
+        "word_embed_proj_dim": 64,
+    },
+    "gpt_neox": {
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 2,
+    },
+    "bert": {
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 2,
+    },
+    "roberta": {
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 2,
+    },
 }
 
 
@@ -56,7 +81,9 @@ def build_pipeline(cfg: ReplayConfig, data: Any, tokenizer: Any) -> Pipeline:
     """Run the ``startup`` stages with ``datasets.map`` (as a training script would),
     then wrap the rest into the Dataset, collate function and loop work."""
     stages = Stages(cfg.text.format_at, cfg.tokenizer.tokenize_at)
-    ops = TextOps(cfg.text.template, cfg.text.field, tokenizer, cfg.max_length, cfg.padding, is_causal(cfg))
+    ops = TextOps(
+        cfg.text.template, cfg.text.field, tokenizer, cfg.max_length, cfg.padding, is_causal(cfg)
+    )
     timings: dict[str, float] = {}
     n = len(data)
     if stages.fmt == "startup":
@@ -65,20 +92,26 @@ def build_pipeline(cfg: ReplayConfig, data: Any, tokenizer: Any) -> Pipeline:
         timings["format_s"] = time.perf_counter() - t0
     if stages.tok == "startup":
         t0 = time.perf_counter()
-        data = data.map(_tokenize_batch(ops, cfg.padding), batched=True, remove_columns=data.column_names)
+        data = data.map(
+            _tokenize_batch(ops, cfg.padding), batched=True, remove_columns=data.column_names
+        )
         timings["tokenize_s"] = time.perf_counter() - t0
     loop_work = LoopWork(ops, stages) if "loop" in (stages.fmt, stages.tok) else None
-    return Pipeline(ReplayDataset(data, ops, stages), Collator(ops, stages), loop_work, ops, stages, timings, n)
+    return Pipeline(
+        ReplayDataset(data, ops, stages), Collator(ops, stages), loop_work, ops, stages, timings, n
+    )
 
 
-def _tokenize_batch(ops: TextOps, padding: str):  # type: ignore[no-untyped-def]
+def _tokenize_batch(ops: TextOps, padding: str) -> Callable[[Batch], Batch]:
     tok = ops.tokenizer
 
-    def run(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    def run(batch: Batch) -> Batch:
         if padding == "packing":
             ids = tok(batch["text"], add_special_tokens=False)["input_ids"]
             return {"input_ids": pack(ids, ops.max_length, int(tok.eos_token_id))}
-        return {"input_ids": tok(batch["text"], truncation=True, max_length=ops.max_length)["input_ids"]}
+        return {
+            "input_ids": tok(batch["text"], truncation=True, max_length=ops.max_length)["input_ids"]
+        }
 
     return run
 
@@ -121,7 +154,11 @@ def model_config(cfg: ReplayConfig, tokenizer: Any) -> Any:
     config.vocab_size = len(tokenizer)
     for key in ("pad_token_id", "eos_token_id", "bos_token_id"):
         if hasattr(config, key):
-            setattr(config, key, tokenizer.pad_token_id if key == "pad_token_id" else tokenizer.eos_token_id)
+            setattr(
+                config,
+                key,
+                tokenizer.pad_token_id if key == "pad_token_id" else tokenizer.eos_token_id,
+            )
     needed = cfg.max_length + 2  # roberta reserves two position slots
     for key in ("n_positions", "max_position_embeddings"):
         if isinstance(getattr(config, key, None), int) and getattr(config, key) < needed:

@@ -47,9 +47,14 @@ def _check_dataset(cfg: ReplayConfig) -> None:
     ds = cfg.dataset
     if ds.kind == "synthetic":
         if ds.count is None:
-            raise cfg.error("dataset.count", "a synthetic dataset needs count: (number of examples)")
+            raise cfg.error(
+                "dataset.count", "a synthetic dataset needs count: (number of examples)"
+            )
         if ds.path is not None:
-            raise cfg.error("dataset.path", "a synthetic dataset takes no path; use kind: jsonl | text | arrow | disk")
+            raise cfg.error(
+                "dataset.path",
+                "a synthetic dataset takes no path; use kind: jsonl | text | arrow | disk",
+            )
         length = ds.length
         if length.max is not None and length.max < length.min:
             raise cfg.error("dataset.length.max", f"must be at least length.min ({length.min})")
@@ -69,7 +74,9 @@ def _check_text(cfg: ReplayConfig) -> None:
     try:
         names = template_fields(cfg.text.template)
     except ValueError as exc:
-        raise cfg.error("text.template", f"is not a valid template ({exc}); write fields as {{name}}") from None
+        raise cfg.error(
+            "text.template", f"is not a valid template ({exc}); write fields as {{name}}"
+        ) from None
     bad = [n for n in names if not n.isidentifier()]
     if bad:
         raise cfg.error("text.template", f"placeholder {{{bad[0]}}} must be a plain field name")
@@ -77,7 +84,9 @@ def _check_text(cfg: ReplayConfig) -> None:
     if cfg.dataset.kind == "synthetic" and fields and names:
         missing = [n for n in names if n not in fields]
         if missing:
-            raise cfg.error("text.template", f"uses {{{missing[0]}}} but dataset.fields is {fields}")
+            raise cfg.error(
+                "text.template", f"uses {{{missing[0]}}} but dataset.fields is {fields}"
+            )
 
 
 def _check_stages(cfg: ReplayConfig) -> None:
@@ -85,11 +94,20 @@ def _check_stages(cfg: ReplayConfig) -> None:
 
     fmt, tok = cfg.text.format_at, cfg.tokenizer.tokenize_at
     if cfg.text.template and stage_index(fmt) > stage_index(tok):
-        raise cfg.error("tokenizer.tokenize_at", f"{tok} comes before text.format_at: {fmt}; text must be formatted before it is tokenized")
+        raise cfg.error(
+            "tokenizer.tokenize_at",
+            f"{tok} comes before text.format_at: {fmt}; text must be formatted before it is tokenized",
+        )
     if cfg.padding == "packing" and tok not in ("ahead", "startup"):
-        raise cfg.error("padding", "packing concatenates tokenized examples, so it needs tokenizer.tokenize_at: ahead or startup")
+        raise cfg.error(
+            "padding",
+            "packing concatenates tokenized examples, so it needs tokenizer.tokenize_at: ahead or startup",
+        )
     if cfg.loop == "trainer" and "loop" in (fmt, tok):
-        raise cfg.error("loop", "Trainer has no hand-written loop to format or tokenize in; use loop: plain or tokenize_at: collate")
+        raise cfg.error(
+            "loop",
+            "Trainer has no hand-written loop to format or tokenize in; use loop: plain or tokenize_at: collate",
+        )
 
 
 def _check_local(cfg: ReplayConfig, key: str, value: str, offline_hint: str) -> None:
@@ -98,14 +116,18 @@ def _check_local(cfg: ReplayConfig, key: str, value: str, offline_hint: str) -> 
         return
     looks_local = value.startswith(("/", ".", "~")) or value.count("/") > 1
     if not looks_local and _HUBLIKE.fullmatch(value):
-        raise cfg.error(key, f"{value!r} is not a local path and gpudoctor never downloads; {offline_hint}")
+        raise cfg.error(
+            key, f"{value!r} is not a local path and gpudoctor never downloads; {offline_hint}"
+        )
     raise cfg.error(key, f"{value!r} does not exist (looked in {path})")
 
 
 def _check_tokenizer(cfg: ReplayConfig) -> None:
     tok = cfg.tokenizer
     if tok.path is not None and tok.train_bpe is not None:
-        raise cfg.error("tokenizer.train_bpe", "give either tokenizer.path or tokenizer.train_bpe, not both")
+        raise cfg.error(
+            "tokenizer.train_bpe", "give either tokenizer.path or tokenizer.train_bpe, not both"
+        )
     if tok.path is not None:
         hint = "use tokenizer: {train_bpe: {vocab_size: 32000}} to train a BPE on the data offline, or a local folder saved with save_pretrained"
         _check_local(cfg, "tokenizer.path", tok.path, hint)
@@ -119,7 +141,9 @@ def _check_model(cfg: ReplayConfig) -> None:
         if not (cfg.resolve(model.path) / "config.json").is_file():
             raise cfg.error("model.path", f"{model.path!r} has no config.json")
     elif model.arch not in ARCHS:
-        raise cfg.error("model.arch", f"{model.arch!r} is not one the replay builds; known: {', '.join(ARCHS)}")
+        raise cfg.error(
+            "model.arch", f"{model.arch!r} is not one the replay builds; known: {', '.join(ARCHS)}"
+        )
     if cfg.padding == "packing" and model.path is None and model.arch in MASKED_ARCHS:
         raise cfg.error("padding", f"packing is for causal language models, not {model.arch}")
 
@@ -128,9 +152,15 @@ def _check_training(cfg: ReplayConfig) -> None:
     tr = cfg.training
     if tr.dataloader_num_workers == 0:
         if tr.dataloader_prefetch_factor is not None:
-            raise cfg.error("training.dataloader_prefetch_factor", "needs dataloader_num_workers > 0 (DataLoader refuses it otherwise)")
+            raise cfg.error(
+                "training.dataloader_prefetch_factor",
+                "needs dataloader_num_workers > 0 (DataLoader refuses it otherwise)",
+            )
         if tr.dataloader_persistent_workers:
-            raise cfg.error("training.dataloader_persistent_workers", "needs dataloader_num_workers > 0 (DataLoader refuses it otherwise)")
+            raise cfg.error(
+                "training.dataloader_persistent_workers",
+                "needs dataloader_num_workers > 0 (DataLoader refuses it otherwise)",
+            )
     if tr.bf16 and tr.fp16:
         raise cfg.error("training.fp16", "bf16 and fp16 cannot both be true")
 

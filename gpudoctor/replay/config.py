@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from gpudoctor.errors import UserError
 from gpudoctor.replay import checks
-from gpudoctor.replay.schema import Ctx, build
+from gpudoctor.replay.schema import Ctx, build, one_line
 from gpudoctor.replay.yamlsrc import load_yaml
 
 Stage = Literal["ahead", "startup", "getitem", "collate", "loop"]
@@ -74,6 +74,7 @@ class ModelSection:
     n_layers: int | None = field(default=None, metadata={"ge": 1})
     hidden_size: int | None = field(default=None, metadata={"ge": 1})
     method: Literal["full", "lora"] = "full"
+    attention: Literal["quadratic", "none"] = "quadratic"
     lora_fraction: float = field(default=0.01, metadata={"gt": 0, "le": 1})
 
 
@@ -181,7 +182,7 @@ class ReplayConfig:
     def error(self, dotted: str, message: str) -> UserError:
         line = self.line_of(dotted)
         at = f"{self.source}:{line}" if line else self.source
-        return UserError(f"{at}: {dotted}: {message}")
+        return UserError(one_line(f"{at}: {dotted}: {message}"))
 
     def resolve(self, path: str) -> Path:
         """A path from the config, relative to the config file's folder."""
@@ -232,7 +233,9 @@ def load_config_text(text: str, source: str = "<config>", base_dir: str = ".") -
     cfg = build(ReplayConfig, data, ctx)
     cfg.source, cfg.base_dir, cfg.lines = source, base_dir, ctx.lines
     if "dataset" not in ctx.lines:
-        raise UserError(f"{source}: dataset: section is missing (kind: synthetic | jsonl | text | arrow | disk)")
+        raise UserError(
+            f"{source}: dataset: section is missing (kind: synthetic | jsonl | text | arrow | disk)"
+        )
     checks.check(cfg)
     return cfg
 

@@ -28,8 +28,15 @@ class Stages:
 class TextOps:
     """Format a record, tokenize texts, pad or check token id lists into a batch."""
 
-    def __init__(self, template: str | None, field: str, tokenizer: Any, max_length: int,
-                 padding: str, causal: bool) -> None:
+    def __init__(
+        self,
+        template: str | None,
+        field: str,
+        tokenizer: Any,
+        max_length: int,
+        padding: str,
+        causal: bool,
+    ) -> None:
         self.template = template
         self.field = field
         self.tokenizer = tokenizer
@@ -52,7 +59,9 @@ class TextOps:
     def tokenize(self, texts: list[str]) -> list[list[int]]:
         """Truncate to ``max_length`` as the training script would."""
         if len(texts) == 1:
-            return [self.tokenizer(texts[0], truncation=True, max_length=self.max_length)["input_ids"]]
+            return [
+                self.tokenizer(texts[0], truncation=True, max_length=self.max_length)["input_ids"]
+            ]
         return self.tokenizer(texts, truncation=True, max_length=self.max_length)["input_ids"]
 
     def pad(self, ids: list[list[int]]) -> dict[str, torch.Tensor]:

@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from gpudoctor.errors import UserError
 
-PRICE_NOTE = "typical on-demand list price, mid-2025, from memory of public price pages; not checked live"
+PRICE_NOTE = (
+    "typical on-demand list price, mid-2025, from memory of public price pages; not checked live"
+)
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,7 @@ class GpuSpec:
         return dataclasses.asdict(self)
 
 
+# fmt: off
 GPUS: tuple[GpuSpec, ...] = (
     GpuSpec("a100-40gb", "NVIDIA A100 40GB SXM4", 312.0, 312.0, 156.0, 19.5, 40, 1555, 1.29,
             "NVIDIA A100 Tensor Core GPU datasheet", "2021-06"),
@@ -79,6 +84,7 @@ ALIASES: dict[str, str] = {
     "h200-sxm": "h200", "4090": "rtx-4090", "3090": "rtx-3090", "v100-32gb": "v100",
     "v100-sxm2": "v100", "l40s-48gb": "l40s", "a10": "a10g",
 }
+# fmt: on
 
 
 def _norm(name: str) -> str:
@@ -102,26 +108,41 @@ def find(name: str) -> GpuSpec | None:
     return next((g for g in GPUS if g.key == key), None)
 
 
-def lookup(name: str, overrides: dict[str, object] | None = None) -> GpuSpec:
+def lookup(name: str, overrides: Mapping[str, object] | None = None) -> GpuSpec:
     """The GPU ``name`` with ``overrides`` applied; unknown names list the known ones.
 
-    An unknown name is still accepted when ``overrides`` define at least
-    ``bf16_tflops`` or ``fp32_tflops`` plus ``memory_gb`` and ``bandwidth_gb_s``
-    (a GPU this table does not have).
+    An unknown name is still accepted when ``overrides`` give ``memory_gb``,
+    ``bandwidth_gb_s`` and ``bf16_tflops`` or ``fp32_tflops`` (a GPU this table lacks).
     """
-    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    given: dict[str, Any] = {
+        k: v for k, v in (overrides or {}).items() if v is not None and k != "name"
+    }
+    label = str((overrides or {}).get("name") or name)
     spec = find(name)
     if spec is None:
-        if {"memory_gb", "bandwidth_gb_s"} <= given.keys() and given.keys() & {"bf16_tflops", "fp32_tflops"}:
-            base = GpuSpec(name, str(given.pop("name", name)), None, None, None, 0.0, 0, 0, 0.0,
-                           "user-supplied hardware.gpu_spec", "n/a", "user-supplied")
-            fp32 = given.get("fp32_tflops") or given.get("bf16_tflops")
-            return dataclasses.replace(base, fp32_tflops=fp32, **{k: v for k, v in given.items() if k != "fp32_tflops"})  # type: ignore[arg-type]
-        raise UserError(
-            f"unknown target GPU {name!r}; known: {', '.join(known_keys())} "
-            "(or describe it with hardware.gpu_spec: bf16_tflops, fp32_tflops, memory_gb, bandwidth_gb_s)"
+        if not (
+            {"memory_gb", "bandwidth_gb_s"} <= given.keys()
+            and given.keys() & {"bf16_tflops", "fp32_tflops"}
+        ):
+            raise UserError(
+                f"unknown target GPU {name!r}; known: {', '.join(known_keys())} (or describe it with "
+                "hardware.gpu_spec: bf16_tflops, fp32_tflops, memory_gb, bandwidth_gb_s)"
+            )
+        fp32 = float(given.get("fp32_tflops") or given["bf16_tflops"])
+        spec = GpuSpec(
+            name,
+            label,
+            None,
+            None,
+            None,
+            fp32,
+            0.0,
+            0.0,
+            0.0,
+            "user-supplied hardware.gpu_spec",
+            "n/a",
+            "none: set hardware.price_per_gpu_hour",
         )
-    if given:
-        given.pop("name", None)
-        spec = dataclasses.replace(spec, source=spec.source + " (with hardware.gpu_spec overrides)", **given)  # type: ignore[arg-type]
-    return spec
+    elif given:
+        spec = dataclasses.replace(spec, source=spec.source + " (with hardware.gpu_spec overrides)")
+    return dataclasses.replace(spec, **given)

@@ -41,8 +41,11 @@ class LoopResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "steps": self.steps, "micro_steps": self.micro_steps, "samples": self.samples,
-            "seconds": self.seconds, "stopped_by": self.stopped_by,
+            "steps": self.steps,
+            "micro_steps": self.micro_steps,
+            "samples": self.samples,
+            "seconds": self.seconds,
+            "stopped_by": self.stopped_by,
             "loss_first": self.losses[0] if self.losses else None,
             "loss_last": self.losses[-1] if self.losses else None,
         }
@@ -55,7 +58,9 @@ def replay_bounds(cfg: ReplayConfig, max_steps: int | None, max_seconds: float |
         steps = min(steps, cfg.training.max_steps)
     save = cfg.replay.save_steps
     if save is None and cfg.training.save_steps is not None:
-        save = cfg.training.save_steps if cfg.training.save_steps <= steps // 2 else max(1, steps // 2)
+        save = (
+            cfg.training.save_steps if cfg.training.save_steps <= steps // 2 else max(1, steps // 2)
+        )
     return Bounds(steps, max_seconds or cfg.replay.seconds, save)
 
 
@@ -74,16 +79,21 @@ def _autocast(cfg: ReplayConfig, device: torch.device) -> Any:
     return contextlib.nullcontext()
 
 
-def run_plain(cfg: ReplayConfig, pipe: Pipeline, model: torch.nn.Module, bounds: Bounds,
-              device: torch.device) -> LoopResult:
+def run_plain(
+    cfg: ReplayConfig, pipe: Pipeline, model: torch.nn.Module, bounds: Bounds, device: torch.device
+) -> LoopResult:
     """A hand-written loop: DataLoader, forward, backward, accumulation, torch.save."""
     tr = cfg.training
     if device.type == "cuda" and tr.tf32 is not None:
         torch.backends.cuda.matmul.allow_tf32 = tr.tf32
         torch.backends.cudnn.allow_tf32 = tr.tf32
     model.to(device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=tr.learning_rate, weight_decay=tr.weight_decay)
-    loader = build_loader(cfg, pipe, tr.dataloader_pin_memory)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=tr.learning_rate, weight_decay=tr.weight_decay
+    )
+    loader = build_loader(
+        cfg, pipe, tr.dataloader_pin_memory and device.type == "cuda"
+    )  # pinning needs a GPU
     ckpt_dir = Path(tempfile.mkdtemp(prefix="gpudoctor-replay-ckpt-"))
     result = LoopResult()
     start = time.perf_counter()
@@ -100,9 +110,18 @@ def run_plain(cfg: ReplayConfig, pipe: Pipeline, model: torch.nn.Module, bounds:
     return result
 
 
-def _epoch(cfg: ReplayConfig, pipe: Pipeline, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-           loader: Any, bounds: Bounds, device: torch.device, ckpt_dir: Path, result: LoopResult,
-           start: float) -> bool:
+def _epoch(
+    cfg: ReplayConfig,
+    pipe: Pipeline,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loader: Any,
+    bounds: Bounds,
+    device: torch.device,
+    ckpt_dir: Path,
+    result: LoopResult,
+    start: float,
+) -> bool:
     """One pass over the loader; True when a bound stopped training."""
     accum = cfg.training.gradient_accumulation_steps
     for batch in loader:
@@ -134,8 +153,9 @@ def _epoch(cfg: ReplayConfig, pipe: Pipeline, model: torch.nn.Module, optimizer:
     return False
 
 
-def run_trainer(cfg: ReplayConfig, pipe: Pipeline, model: Any, bounds: Bounds,
-                device: torch.device) -> LoopResult:
+def run_trainer(
+    cfg: ReplayConfig, pipe: Pipeline, model: Any, bounds: Bounds, device: torch.device
+) -> LoopResult:
     """``transformers.Trainer`` with the config's TrainingArguments (``use_cpu`` without a GPU)."""
     from transformers import Trainer, TrainingArguments
 
@@ -149,7 +169,7 @@ def run_trainer(cfg: ReplayConfig, pipe: Pipeline, model: Any, bounds: Bounds,
         per_device_train_batch_size=tr.per_device_train_batch_size,
         gradient_accumulation_steps=tr.gradient_accumulation_steps,
         dataloader_num_workers=tr.dataloader_num_workers,
-        dataloader_pin_memory=tr.dataloader_pin_memory,
+        dataloader_pin_memory=tr.dataloader_pin_memory and on_gpu,
         dataloader_prefetch_factor=tr.dataloader_prefetch_factor,
         dataloader_persistent_workers=tr.dataloader_persistent_workers,
         dataloader_drop_last=tr.dataloader_drop_last,
@@ -174,10 +194,17 @@ def run_trainer(cfg: ReplayConfig, pipe: Pipeline, model: Any, bounds: Bounds,
         remove_unused_columns=False,
     )
     callback = BoundsCallback(bounds.max_seconds, out)
-    trainer = Trainer(model=model, args=args, train_dataset=pipe.dataset, data_collator=pipe.collator,
-                      callbacks=[callback])
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=pipe.dataset,
+        data_collator=pipe.collator,
+        callbacks=[callback],
+    )
     try:
         trainer.train()
     finally:
         shutil.rmtree(out, ignore_errors=True)
-    return callback.result(trainer.state, bounds, tr.gradient_accumulation_steps, tr.per_device_train_batch_size)
+    return callback.result(
+        trainer.state, bounds, tr.gradient_accumulation_steps, tr.per_device_train_batch_size
+    )

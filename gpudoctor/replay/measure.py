@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from gpudoctor.replay.build import Pipeline
+from gpudoctor.replay.costmodel import padded_lengths
 from gpudoctor.replay.data import Collator, ReplayDataset, Stages
 
 SCHEMA = "gpudoctor.replay_measure/1"
@@ -33,8 +34,9 @@ def _indices(n: int, count: int, seed: int = 0) -> list[int]:
     return [rng.randrange(n) for _ in range(count)]
 
 
-def time_batches(dataset: Any, collate: Any, batch_size: int, batches: int, budget_s: float,
-                 after: Any = None) -> dict[str, Any]:
+def time_batches(
+    dataset: Any, collate: Any, batch_size: int, batches: int, budget_s: float, after: Any = None
+) -> dict[str, Any]:
     """Seconds per sample to produce ``batches`` batches in this one process.
 
     Stops early after ``budget_s``; ``after`` (the loop's own work) is timed apart.
@@ -61,9 +63,13 @@ def time_batches(dataset: Any, collate: Any, batch_size: int, batches: int, budg
     }
 
 
-def measure_pipeline(pipe: Pipeline, batch_size: int, batches: int, budget_s: float) -> dict[str, Any]:
+def measure_pipeline(
+    pipe: Pipeline, batch_size: int, batches: int, budget_s: float
+) -> dict[str, Any]:
     """Capacity of the configured Dataset+collate on one process, and of a pre-tokenized one."""
-    as_configured = time_batches(pipe.dataset, pipe.collator, batch_size, batches, budget_s, pipe.loop_work)
+    as_configured = time_batches(
+        pipe.dataset, pipe.collator, batch_size, batches, budget_s, pipe.loop_work
+    )
     pretok = _pretokenized(pipe, batch_size, batches, budget_s)
     return {
         "batch_size": batch_size,
@@ -89,30 +95,46 @@ def _pretokenized(pipe: Pipeline, batch_size: int, batches: int, budget_s: float
     formatted = pipe.stages.fmt in ("ahead", "startup")
     ids = pipe.ops.tokenize([r["text"] if formatted else pipe.ops.format(r) for r in rows])
     data = datasets.Dataset.from_dict({"input_ids": ids})
-    sample = time_batches(ReplayDataset(data, pipe.ops, ahead), Collator(pipe.ops, ahead), batch_size, batches, budget_s)
+    sample = time_batches(
+        ReplayDataset(data, pipe.ops, ahead),
+        Collator(pipe.ops, ahead),
+        batch_size,
+        batches,
+        budget_s,
+    )
     return float(sample["s_per_sample"])
 
 
-def token_stats(raw_lengths: list[int], max_length: int, padding: str, batch_size: int) -> dict[str, Any]:
+def token_stats(
+    raw_lengths: list[int], max_length: int, padding: str, batch_size: int
+) -> dict[str, Any]:
     """Non-pad and padded tokens per sample for this config, and a sample of raw lengths."""
     raw = [float(x) for x in raw_lengths] or [0.0]
-    nonpad = [min(x, max_length) for x in raw]
-    if padding == "packing":
-        padded_mean = nonpad_mean = float(max_length)
+    if padding == "packing":  # every chunk is max_length real tokens
+        nonpad = padded = [float(max_length)]
     else:
-        nonpad_mean = statistics.fmean(nonpad)
-        padded_mean = float(max_length) if padding == "max_length" else longest_padded_mean(nonpad, batch_size)
-    rng = random.Random(0)
-    sample = list(raw_lengths) if len(raw_lengths) <= LENGTH_SAMPLE else rng.sample(list(raw_lengths), LENGTH_SAMPLE)
+        nonpad = [min(x, max_length) for x in raw]
+        padded = (
+            [float(max_length)] * len(nonpad)
+            if padding == "max_length"
+            else padded_lengths(nonpad, batch_size)
+        )
+    nonpad_mean, padded_mean = statistics.fmean(nonpad), statistics.fmean(padded)
+    sample = list(raw_lengths)
+    if len(sample) > LENGTH_SAMPLE:
+        sample = random.Random(0).sample(sample, LENGTH_SAMPLE)
     return {
         "raw_mean": statistics.fmean(raw),
         "raw_p50": percentile(raw, 50),
         "raw_p99": percentile(raw, 99),
         "raw_max": max(raw),
-        "truncated_fraction": sum(x > max_length for x in raw) / len(raw),
+        "truncated_fraction": 0.0
+        if padding == "packing"
+        else sum(x > max_length for x in raw) / len(raw),
         "nonpad_mean": nonpad_mean,
         "nonpad_p99": percentile(nonpad, 99),
         "padded_mean": padded_mean,
+        "padded_p99": percentile(padded, 99),
         "pad_fraction": 1.0 - nonpad_mean / padded_mean if padded_mean else 0.0,
         "max_length": max_length,
         "padding": padding,
@@ -120,18 +142,9 @@ def token_stats(raw_lengths: list[int], max_length: int, padding: str, batch_siz
     }
 
 
-def longest_padded_mean(lengths: list[float], batch_size: int, seed: int = 0) -> float:
-    """Mean padded length per sample with pad-to-longest over random batches."""
-    order = list(lengths)
-    random.Random(seed).shuffle(order)
-    total = 0.0
-    for i in range(0, len(order), batch_size):
-        chunk = order[i : i + batch_size]
-        total += max(chunk) * len(chunk)
-    return total / len(order)
-
-
-def checkpoint_once(model: torch.nn.Module, optimizer: torch.optim.Optimizer, folder: Path) -> tuple[float, int]:
+def checkpoint_once(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, folder: Path
+) -> tuple[float, int]:
     """``torch.save`` model and optimizer state as a plain loop would; return (seconds, bytes)."""
     path = folder / "checkpoint.pt"
     t0 = time.perf_counter()

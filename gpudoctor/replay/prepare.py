@@ -9,6 +9,7 @@ a cache miss out of the profile.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -16,13 +17,14 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from gpudoctor.errors import UserError
 from gpudoctor.replay import synthetic
 from gpudoctor.replay.checks import template_fields
-from gpudoctor.replay.config import ReplayConfig, stage_index
+from gpudoctor.replay.config import BpeSection, ReplayConfig
 from gpudoctor.replay.data import TextOps, pack
 
 SCHEMA = "gpudoctor.replay_prepared/1"
@@ -66,10 +68,8 @@ def prepare(cfg: ReplayConfig, root: Path | None = None) -> tuple[Path, dict[str
     try:
         meta = _build(cfg, tmp)
         (tmp / "meta.json").write_text(json.dumps(meta))
-        try:
+        with contextlib.suppress(OSError):  # another process finished first: use theirs
             tmp.rename(folder)
-        except OSError:  # another process finished first: use theirs
-            pass
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return folder, {**json.loads(meta_path.read_text()), "cache_hit": False}
@@ -93,7 +93,9 @@ def _build(cfg: ReplayConfig, out: Path) -> dict[str, Any]:
     columns = _ahead_columns(cfg, rows, texts, raw_ids, tokenizer)
     import datasets
 
+    datasets.disable_progress_bars()  # only here: the worker's own maps show theirs, as a script's would
     datasets.Dataset.from_dict(columns).save_to_disk(str(out / "data"))
+    datasets.enable_progress_bars()
     tokenizer.save_pretrained(str(out / "tokenizer"))
     t_end = time.perf_counter()
     return {
@@ -104,7 +106,11 @@ def _build(cfg: ReplayConfig, out: Path) -> dict[str, Any]:
         "raw_lengths": lengths,
         "vocab_size": len(tokenizer),
         "tokenizer_kind": "path" if cfg.tokenizer.path else "trained_bpe",
-        "timings_s": {"rows_s": t_rows - t0, "tokenizer_s": t_tok - t_rows, "ahead_s": t_end - t_tok},
+        "timings_s": {
+            "rows_s": t_rows - t0,
+            "tokenizer_s": t_tok - t_rows,
+            "ahead_s": t_end - t_tok,
+        },
     }
 
 
@@ -128,17 +134,21 @@ def _synthetic_rows(cfg: ReplayConfig) -> tuple[list[dict[str, str]], int, Any]:
             n = min(count, _bpe(cfg).train_examples)
             words_spec = dataclasses.replace(ds.length, unit="words")
             draft = synthetic.generate(n, words_spec, fields, seed=ds.seed)
-            ops = TextOps(cfg.text.template, cfg.text.field, _Pad0(), cfg.max_length, cfg.padding, True)
+            ops = TextOps(
+                cfg.text.template, cfg.text.field, _Pad0(), cfg.max_length, cfg.padding, True
+            )
             tokenizer = load_or_train_tokenizer(cfg, [ops.format(r) for r in draft])
         cost = _word_cost(tokenizer)
         if cfg.text.template:
             empty = cfg.text.template.format_map(dict.fromkeys(fields, ""))
             overhead = len(tokenizer(empty, add_special_tokens=False)["input_ids"])
-    rows = synthetic.generate(count, ds.length, fields, seed=ds.seed, word_cost=cost, overhead_tokens=overhead)
+    rows = synthetic.generate(
+        count, ds.length, fields, seed=ds.seed, word_cost=cost, overhead_tokens=overhead
+    )
     return rows, ds.count or count, tokenizer
 
 
-def _word_cost(tokenizer: Any):  # type: ignore[no-untyped-def]
+def _word_cost(tokenizer: Any) -> Callable[[str], int]:
     cache: dict[str, int] = {}
 
     def cost(word: str) -> int:
@@ -164,7 +174,10 @@ def _file_rows(cfg: ReplayConfig) -> tuple[list[dict[str, Any]], int]:
         if isinstance(data, datasets.DatasetDict):
             split = cfg.dataset.split or ("train" if "train" in data else next(iter(data)))
             if split not in data:
-                raise cfg.error("dataset.split", f"{split!r} is not a split of {path} (it has {', '.join(data)})")
+                raise cfg.error(
+                    "dataset.split",
+                    f"{split!r} is not a split of {path} (it has {', '.join(data)})",
+                )
             data = data[split]
     return [dict(r) for r in data.select(range(min(cap, len(data))))], len(data)
 
@@ -187,16 +200,16 @@ def _read_lines(path: Path, kind: str, cap: int) -> tuple[list[dict[str, Any]], 
             except json.JSONDecodeError:
                 raise UserError(f"{path}:{number}: not a JSON object on this line") from None
             if not isinstance(row, dict):
-                raise UserError(f"{path}:{number}: each JSONL line must be an object, not {type(row).__name__}")
+                raise UserError(
+                    f"{path}:{number}: each JSONL line must be an object, not {type(row).__name__}"
+                )
             rows.append(row)
     if not rows:
         raise UserError(f"{path}: no examples in the file")
     return rows, total
 
 
-def _bpe(cfg: ReplayConfig):  # type: ignore[no-untyped-def]
-    from gpudoctor.replay.config import BpeSection
-
+def _bpe(cfg: ReplayConfig) -> BpeSection:
     return cfg.tokenizer.train_bpe or BpeSection()
 
 
@@ -205,7 +218,9 @@ def load_or_train_tokenizer(cfg: ReplayConfig, texts: list[str]) -> Any:
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     if cfg.tokenizer.path:
-        tok = AutoTokenizer.from_pretrained(str(cfg.resolve(cfg.tokenizer.path)), local_files_only=True)
+        tok = AutoTokenizer.from_pretrained(
+            str(cfg.resolve(cfg.tokenizer.path)), local_files_only=True
+        )
         if tok.pad_token is None:
             if tok.eos_token is not None:
                 tok.pad_token = tok.eos_token
@@ -225,17 +240,24 @@ def load_or_train_tokenizer(cfg: ReplayConfig, texts: list[str]) -> Any:
         show_progress=False,
     )
     core.train_from_iterator(texts[: bpe.train_examples], trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=core, eos_token=SPECIALS[0], pad_token=SPECIALS[1])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, eos_token=SPECIALS[0], pad_token=SPECIALS[1]
+    )
 
 
-def _ahead_columns(cfg: ReplayConfig, rows: list[dict[str, Any]], texts: list[str],
-                   raw_ids: list[list[int]], tokenizer: Any) -> dict[str, list[Any]]:
+def _ahead_columns(
+    cfg: ReplayConfig,
+    rows: list[dict[str, Any]],
+    texts: list[str],
+    raw_ids: list[list[int]],
+    tokenizer: Any,
+) -> dict[str, list[Any]]:
     """Columns of the on-disk data: raw fields, pre-formatted text, token ids or packed chunks."""
     if cfg.tokenizer.tokenize_at == "ahead":
         if cfg.padding == "packing":
             return {"input_ids": pack(raw_ids, cfg.max_length, int(tokenizer.eos_token_id))}
         return {"input_ids": [ids[: cfg.max_length] for ids in raw_ids]}
-    if cfg.text.format_at == "ahead" or stage_index(cfg.text.format_at) == 0:
+    if cfg.text.format_at == "ahead":
         return {"text": texts}
     names = list(rows[0])
     return {name: [r.get(name) for r in rows] for name in names}

@@ -29,7 +29,16 @@ class Ctx:
     def fail(self, where: str, line: int | None, message: str) -> UserError:
         at = f"{self.source}:{line}" if line else self.source
         subject = f"{where}: " if where else ""
-        return UserError(f"{at}: {subject}{message}")
+        return UserError(one_line(f"{at}: {subject}{message}"))
+
+
+def one_line(text: str) -> str:
+    """Keep a message on one line even when it quotes the user's odd keys or values."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def show_key(key: Any) -> str:
+    return key if isinstance(key, str) and key.isidentifier() else repr(key)
 
 
 def build(cls: type, data: Any, ctx: Ctx, where: str = "", line: int | None = None) -> Any:
@@ -45,7 +54,7 @@ def build(cls: type, data: Any, ctx: Ctx, where: str = "", line: int | None = No
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         key_line = key_lines.get(key, line)
-        dotted = f"{where}.{key}" if where else str(key)
+        dotted = f"{where}.{show_key(key)}" if where else show_key(key)
         if not isinstance(key, str) or key not in fields:
             raise ctx.fail("", key_line, _unknown_key_message(key, where, sorted(fields), ctx))
         ctx.lines[dotted] = key_line or 0
@@ -54,7 +63,7 @@ def build(cls: type, data: Any, ctx: Ctx, where: str = "", line: int | None = No
 
 
 def _unknown_key_message(key: Any, where: str, valid: list[str], ctx: Ctx) -> str:
-    name = f"{where}.{key}" if where else str(key)
+    name = f"{where}.{show_key(key)}" if where else show_key(key)
     msg = f"{name} is not a known key"
     close = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.6)
     home = ctx.elsewhere.get(str(key))
@@ -77,7 +86,7 @@ def coerce(value: Any, hint: Any, ctx: Ctx, where: str, line: int | None, meta: 
         return coerce(value, args[0], ctx, where, line, meta)
     if origin is Literal:
         return _literal(value, get_args(hint), ctx, where, line)
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return build(hint, value, ctx, where, line)
     if origin is list:
         if not isinstance(value, list):

@@ -88,7 +88,14 @@ def generate(
     return records
 
 
-def _words(size: int, words: list[str], cum: list[float], costs: list[int], rng: random.Random, by_cost: bool) -> str:
+def _words(
+    size: int,
+    words: list[str],
+    cum: list[float],
+    costs: list[int],
+    rng: random.Random,
+    by_cost: bool,
+) -> str:
     out: list[str] = []
     used = 0
     top = cum[-1]

@@ -6,7 +6,7 @@ them in a ``dict`` subclass so validation can say ``config.yaml:12: training.x``
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from typing import Any
 
 import yaml
@@ -28,8 +28,10 @@ class LinedDict(dict):
 class _LineLoader(yaml.SafeLoader):
     """SafeLoader whose mappings are ``LinedDict`` and refuse duplicate keys."""
 
+    source_name = "<config>"
 
-def _construct_map(loader: _LineLoader, node: yaml.MappingNode):  # type: ignore[no-untyped-def]
+
+def _construct_map(loader: _LineLoader, node: yaml.MappingNode) -> Iterator[LinedDict]:
     data = LinedDict()
     data.line = node.start_mark.line + 1
     yield data
@@ -41,7 +43,9 @@ def _construct_map(loader: _LineLoader, node: yaml.MappingNode):  # type: ignore
             raise UserError(f"{_name(loader)}:{line}: a key must be a plain name, not {key!r}")
         if key in data.key_lines:
             first = data.key_lines[key]
-            raise UserError(f"{_name(loader)}:{line}: key {key!r} appears twice (first on line {first})")
+            raise UserError(
+                f"{_name(loader)}:{line}: key {key!r} appears twice (first on line {first})"
+            )
         data.key_lines[key] = line
         data[key] = loader.construct_object(value_node, deep=True)
 
@@ -50,13 +54,16 @@ _LineLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
 
 
 def _name(loader: _LineLoader) -> str:
-    return getattr(loader, "source_name", "<config>")
+    return loader.source_name
 
 
 def load_yaml(text: str, source_name: str = "<config>") -> Any:
     """Parse ``text``; any YAML problem becomes a one-line ``UserError`` with its line."""
-    loader = _LineLoader(text)
-    loader.source_name = source_name  # type: ignore[attr-defined]
+    try:
+        loader = _LineLoader(text)  # the reader already refuses control characters here
+    except yaml.YAMLError as exc:
+        raise UserError(f"{source_name}: not valid YAML: {_one_line(exc)}") from None
+    loader.source_name = source_name
     try:
         return loader.get_single_data()
     except UserError:
@@ -64,7 +71,8 @@ def load_yaml(text: str, source_name: str = "<config>") -> Any:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark is not None else ""
-        problem = (exc.problem or exc.context or "invalid YAML").strip()
+        problem = " ".join((exc.problem or exc.context or "invalid YAML").split())
+        problem = "".join(c if c.isprintable() else repr(c)[1:-1] for c in problem)
         raise UserError(f"{source_name}{line}: not valid YAML: {problem}") from None
     except yaml.YAMLError as exc:
         raise UserError(f"{source_name}: not valid YAML: {_one_line(exc)}") from None
@@ -78,4 +86,5 @@ def load_yaml(text: str, source_name: str = "<config>") -> Any:
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:200]
+    text = " ".join(str(exc).split())[:200]
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
