@@ -42,6 +42,7 @@ class Recorder:
         self._gpus_desc: list[dict[str, Any]] = []
         self._problems: list[str] = []
         self._nvml: Any = None
+        self.write_error: OSError | None = None  # the run folder could not be written (disk full...)
 
     def prepare(self) -> None:
         """Open NVML before the patient starts, so its first second is sampled too."""
@@ -74,7 +75,10 @@ class Recorder:
             "gpus_option": self.options.gpus,
             "gpudoctor_version": __version__,
         }
-        self.folder.write_meta(self.meta)
+        try:
+            self.folder.write_meta(self.meta)
+        except OSError as exc:  # --out full already: keep going (the patient is running), report at stop
+            self.write_error = exc
         interval = self.options.interval_s
         self._host = HostSampler(pid, self.folder.appender("samples/host.jsonl"), interval_s=interval)
         self._host.start()
@@ -85,6 +89,8 @@ class Recorder:
             self._gpu.start()
 
     def stop(self, status: str, exit_code: int | None) -> None:
+        """Stop the samplers and finalize meta.json; a full or vanished --out is kept in
+        ``write_error`` (the recording on disk is then shorter, never corrupt)."""
         for sampler in (self._gpu, self._host):
             if sampler is not None:
                 sampler.stop()
@@ -94,8 +100,14 @@ class Recorder:
         for sampler in (self._gpu, self._host):
             if sampler is not None:
                 problems += [f"{sampler.name} sampler: {e}" for e in sampler.errors]
+                error = getattr(sampler.writer, "error", None)
+                if error is not None and self.write_error is None:
+                    self.write_error = error
         self.meta.update(end_time=time.time(), status=status, exit_code=exit_code, nvml_problems=problems)
-        self.folder.write_meta(self.meta)
+        try:
+            self.folder.write_meta(self.meta)
+        except OSError as exc:
+            self.write_error = self.write_error or exc
 
 
 def host_info() -> dict[str, Any]:

@@ -15,8 +15,13 @@ REDACTED = "***"
 
 # Names that hold secrets: HF_TOKEN, WANDB_API_KEY, hub_token, --api-key, db_password...
 _SECRET_NAME = re.compile(
-    r"(token|secret|passw(or)?d|passwd|api[-_]?key|access[-_]?key|private[-_]?key|credential|auth)",
+    r"(token|secret|passw(or)?d|passwd|passphrase|api[-_]?key|access[-_]?key|private[-_]?key|credential|auth)",
     re.IGNORECASE,
+)
+# Names that match the above but hold counts, ids, special-token strings or people.
+_NOT_SECRET_NAME = re.compile(
+    r"(tokens\b|tokens[-_]|[-_]tokens|token[-_]?ids?\b|tokeniz|num[-_]?token|max[-_]?token"
+    r"|(bos|eos|pad|unk|sep|cls|mask|special)[-_]token|token[-_](budget|limit|count|len|length|type)|author)"
 )
 # Values that look like secrets whatever they are called.
 _SECRET_VALUE = re.compile(
@@ -30,11 +35,11 @@ _URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s:]+:
 def is_secret_name(name: str) -> bool:
     """True for keys such as ``HF_TOKEN``, ``hub_token``, ``--api-key``, ``db_password``.
 
-    Token *counts* and lengths (``max_tokens``, ``num_tokens``, ``pad_token_id``)
-    are not secrets.
+    Token *counts*, ids and special tokens (``max_tokens``, ``num_tokens``,
+    ``pad_token_id``, ``eos_token``), tokenizers and authors are not secrets.
     """
     lowered = name.lower().lstrip("-")
-    if re.search(r"(tokens\b|token_id|tokens_|_tokens|tokenizer|num_token|max_token)", lowered):
+    if _NOT_SECRET_NAME.search(lowered):
         return False
     return bool(_SECRET_NAME.search(lowered))
 
@@ -51,10 +56,11 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
     hide_next = False
     for arg in argv:
         arg = str(arg)
-        if hide_next:
+        if hide_next and not arg.startswith("--"):  # "--use-auth-token --lr 3e-4": a flag, no value
             out.append(REDACTED)
             hide_next = False
             continue
+        hide_next = False
         if arg.startswith("-") and "=" in arg:
             name, _, _value = arg.partition("=")
             out.append(f"{name}={REDACTED}" if is_secret_name(name) else redact_value(arg))

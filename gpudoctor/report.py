@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from dataclasses import dataclass
+from operator import itemgetter, sub
 from typing import Any
 
 from gpudoctor import __version__
@@ -93,7 +94,8 @@ def _run_section(rec: Recording, a: Analysis, price: Price) -> dict[str, Any]:
         "gpu_count": price.gpus,
         "price_per_gpu_hour_usd": price.per_gpu_hour_usd,
         "exit_code": meta.get("exit_code"),
-        "status": meta.get("status", "partial"),
+        # "running" in meta.json means the doctor never finalized it (killed): the report is partial
+        "status": "partial" if meta.get("status", "running") == "running" else meta["status"],
         "gpudoctor_version": __version__,
     }
 
@@ -214,16 +216,19 @@ def _mean_util(row: dict[str, Any]) -> float | None:
 
 
 def _rel(spans: list[tuple[float, float]], t0: float) -> list[list[float]]:
-    merged: list[list[float]] = []
-    for a_, b in sorted(spans):
-        # Merge spans closer than 10 ms so a 10k-batch run draws as a few bars.
-        if merged and a_ - merged[-1][1] < 0.01:
-            merged[-1][1] = b
-        else:
-            merged.append([a_, b])
-    if len(merged) > MAX_POINTS:
-        merged = merged[:: math.ceil(len(merged) / MAX_POINTS)]
-    return [[round(a_ - t0, 3), round(b - t0, 3)] for a_, b in merged]
+    """Spans as [start, end] seconds from t0; spans less than 10 ms apart are drawn as one bar
+    (a 10k-batch run draws as a few bars), then at most MAX_POINTS bars."""
+    spans = sorted(spans)
+    if not spans:
+        return []
+    starts = list(map(itemgetter(0), spans))
+    ends = list(map(itemgetter(1), spans))
+    # A bar starts at each span that begins 10 ms or more after the previous one ends.
+    cuts = [0, *(i for i, gap in enumerate(map(sub, starts[1:], ends), 1) if gap >= 0.01), len(spans)]
+    bars = [(starts[i], ends[j - 1]) for i, j in zip(cuts, cuts[1:], strict=False)]
+    if len(bars) > MAX_POINTS:
+        bars = bars[:: math.ceil(len(bars) / MAX_POINTS)]
+    return [[round(a_ - t0, 3), round(b - t0, 3)] for a_, b in bars]
 
 
 def _rounded(d: dict[str, Any]) -> dict[str, Any]:

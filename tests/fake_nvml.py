@@ -26,6 +26,7 @@ ERROR_CODES = {
     "NVML_ERROR_LIBRARY_NOT_FOUND": 12,
     "NVML_ERROR_FUNCTION_NOT_FOUND": 13,
     "NVML_ERROR_GPU_IS_LOST": 15,
+    "NVML_ERROR_LIB_RM_VERSION_MISMATCH": 18,
     "NVML_ERROR_UNKNOWN": 999,
 }
 _STRINGS = {
@@ -34,6 +35,7 @@ _STRINGS = {
     9: "Driver Not Loaded",
     12: "NVML Shared Library Not Found",
     15: "GPU is lost",
+    18: "RM has detected an NVML/RM version mismatch.",
     999: "Unknown Error",
 }
 NVML_CLOCK_SM = 1

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor.analysis.process import ProcessView, build_process_view, padding_summary, quantiles
+from gpudoctor.analysis.sampled import load_stack_rows, sampled_events
 from gpudoctor.recording.store import Recording
 from gpudoctor.report_schema import BREAKDOWN_KEYS
 
@@ -43,6 +45,7 @@ class Analysis:
     host: HostStats
     gpu: GpuStats
     notes: list[str] = field(default_factory=list)
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def duration_s(self) -> float:
@@ -74,10 +77,16 @@ class Analysis:
         return {"tokenization": tok, "gpu_busy": self.gpu.busy_fraction, "cpu_busy": cpu}
 
     def padding(self) -> dict[str, Any]:
-        batches = [b for p in self.procs for b in p.batches]
-        return padding_summary(batches)
+        if "padding" not in self._cache:  # sorts every row length seen: once per report
+            self._cache["padding"] = padding_summary([b for p in self.procs for b in p.batches])
+        return copy.deepcopy(self._cache["padding"])
 
     def steps(self) -> dict[str, Any]:
+        if "steps" not in self._cache:  # sorts every step interval: once per report
+            self._cache["steps"] = self._steps()
+        return copy.deepcopy(self._cache["steps"])
+
+    def _steps(self) -> dict[str, Any]:
         p = self.primary
         if p is None:
             return {"count": 0, "first_step_at_s": None, "step_time_s": {"p50": None, "p90": None}}
@@ -98,21 +107,24 @@ def analyze(rec: Recording) -> Analysis:
 
 
 def _training_processes(rec: Recording, start: float, end: float) -> list[ProcessView]:
-    proc_info = {pid: next((e for e in rows if e.get("k") == "proc"), {}) for pid, rows in rec.events.items()}
+    # Processes the hooks never reached (attach without a debugger) are seen through stack samples.
+    events = {**sampled_events(load_stack_rows(rec.root), skip_pids=set(rec.events)), **rec.events}
+    proc_info = {pid: next((e for e in rows if e.get("k") == "proc"), {}) for pid, rows in events.items()}
     workers: dict[int, list[list[dict[str, Any]]]] = {}
     for pid, info in proc_info.items():
         if info.get("is_worker"):
-            workers.setdefault(int(info.get("ppid") or -1), []).append(rec.events[pid])
+            workers.setdefault(int(info.get("ppid") or -1), []).append(events[pid])
     views = []
-    for pid, rows in rec.events.items():
+    for pid, rows in events.items():
         if proc_info[pid].get("is_worker"):
             continue
+        loop = rec.loops.get(pid)
         trains = any(e.get("k") in ("step", "first_step") for e in rows) or any(
             e.get("k") == "span" and e.get("c") == "data_wait" for e in rows
-        )
+        ) or (loop is not None and bool(loop.steps or loop.spans.get("data_wait")))
         if not trains:
             continue
-        views.append(build_process_view(pid, rows, start, end, workers.get(pid, [])))
+        views.append(build_process_view(pid, rows, start, end, workers.get(pid, []), loop))
     views.sort(key=lambda v: (v.rank, v.pid))
     return views
 

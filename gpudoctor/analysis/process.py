@@ -56,9 +56,10 @@ class ProcessView:
     def loop_end(self) -> float | None:
         """End of the training loop: the last step or batch wait (read once spans are in)."""
         ends = [max(self.step_times)] if self.step_times else []
-        waits = self.spans.get("data_wait", [])
-        if waits:
-            ends.append(max(b for _, b in waits))
+        for key in ("data_wait", "loop"):  # "loop": the loop's extent seen by stack samples (attach)
+            spans = self.spans.get(key, [])
+            if spans:
+                ends.append(max(b for _, b in spans))
         return max(ends) if ends else None
 
     def step_intervals_s(self) -> list[float]:

@@ -5,17 +5,22 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from gpudoctor.commands.load import load_report
+from gpudoctor.commands.load import load_report, malformed_report_guard
 
 
 def main(args: Any) -> int:
     report = load_report(args.input)
+    with malformed_report_guard(args.input):
+        return _gate(report, args.max_waste)
+
+
+def _gate(report: dict[str, Any], max_waste: float) -> int:
     wasted = float(report["cost"].get("wasted_fraction") or 0.0)
     worst = next((f for f in report["findings"] if f["severity"] != "info"), None)
-    if wasted > args.max_waste:
+    if wasted > max_waste:
         top = f"; top: {worst['rule']} ({100 * worst['waste_fraction']:.0f}%)" if worst else ""
-        print(f"gpudoctor: FAIL: {100 * wasted:.1f}% of wall time wasted > {100 * args.max_waste:.1f}% allowed{top}",
+        print(f"gpudoctor: FAIL: {100 * wasted:.1f}% of wall time wasted > {100 * max_waste:.1f}% allowed{top}",
               file=sys.stderr)
         return 1
-    print(f"gpudoctor: OK: {100 * wasted:.1f}% wasted <= {100 * args.max_waste:.1f}% allowed", file=sys.stderr)
+    print(f"gpudoctor: OK: {100 * wasted:.1f}% wasted <= {100 * max_waste:.1f}% allowed", file=sys.stderr)
     return 0

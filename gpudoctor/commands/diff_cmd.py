@@ -4,25 +4,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoctor.commands.load import load_report
+from gpudoctor.commands.load import load_report, malformed_report_guard
 from gpudoctor.errors import UserError
 
 
 def main(args: Any) -> int:
     from gpudoctor.diff import diff_reports, render_diff_html, render_diff_markdown
 
-    d = diff_reports(load_report(args.before), load_report(args.after))
+    before, after = load_report(args.before), load_report(args.after)
     out = args.output
-    if out is None or out.suffix.lower() == ".md":
-        text = render_diff_markdown(d)
-    elif out.suffix.lower() in (".html", ".htm"):
-        text = render_diff_html(d)
-    elif out.suffix.lower() == ".json":
-        import json
-
-        text = json.dumps(d, indent=2)
-    else:
+    suffix = out.suffix.lower() if out is not None else ".md"
+    if suffix not in (".md", ".html", ".htm", ".json"):
         raise UserError(f"cannot write a diff to {out}: use an output ending in .md, .html or .json")
+    with malformed_report_guard(args.before, args.after):
+        d = diff_reports(before, after)
+        if suffix == ".md":
+            text = render_diff_markdown(d)
+        elif suffix in (".html", ".htm"):
+            text = render_diff_html(d)
+        else:
+            import json
+
+            text = json.dumps(d, indent=2)
     if out is None:
         print(text)
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,14 @@ def write_report(folder: Path, options: ReportOptions, *, extra: dict[str, Any] 
     report = build_report(load_recording(folder), options)
     if extra:
         report.update(extra)
-    write_all(report, folder)
+    make_private(write_all(report, folder))
     return report
+
+
+def make_private(paths: list[Path]) -> None:
+    """Reports quote command lines and paths: readable by their owner only, like the recording."""
+    for path in paths:
+        os.chmod(path, 0o600)
 
 
 def print_summary(report: dict[str, Any], folder: Path, as_json: bool) -> None:

@@ -5,18 +5,30 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from gpudoctor.commands.load import load_report
+from gpudoctor.commands.load import load_report, malformed_report_guard
 from gpudoctor.errors import UserError
 
 
 def main(args: Any) -> int:
+    report = load_report(args.input, args.price_per_gpu_hour, args.gpus)
+    with malformed_report_guard(args.input):
+        _write(report, args)
+    if args.json:
+        import json
+
+        print(json.dumps(report, indent=2))
+    return 0
+
+
+def _write(report: dict[str, Any], args: Any) -> None:
+    from gpudoctor.commands.finish import make_private
     from gpudoctor.render import renderer_for, write_all
 
-    report = load_report(args.input, args.price_per_gpu_hour, args.gpus)
     if args.output is None:
         folder = args.input if args.input.is_dir() else args.input.parent
         try:
             paths = write_all(report, folder)
+            make_private(paths)
         except OSError as exc:
             raise UserError(f"cannot write the report into {folder}: {exc.strerror}; pass -o OUT") from None
         print("\n".join(str(p) for p in paths), file=sys.stderr)
@@ -28,8 +40,3 @@ def main(args: Any) -> int:
         except OSError as exc:
             raise UserError(f"cannot write {args.output}: {exc.strerror}; choose a writable path") from None
         print(str(args.output), file=sys.stderr)
-    if args.json:
-        import json
-
-        print(json.dumps(report, indent=2))
-    return 0

@@ -93,10 +93,20 @@ def run(command: list[str], out: Path | None, interval_s: float, price: float | 
         report = _report(folder, price, gpus, as_json)
     except UserError:
         raise
+    except OSError as exc:  # --out filled up or vanished: the training itself is not at fault
+        error = recorder.write_error or exc
+        raise UserError(
+            f"could not write to --out {folder.root} ({error.strerror or error}): the recording stopped early "
+            f"and no report was written; the training exited with {code}. Free space or choose another --out",
+            code or 74,
+        ) from exc
     except Exception as exc:  # the recording is safe on disk; say how to re-render it
         print(f"gpudoctor: could not build the report ({exc!r}); the recording is kept in {folder.root}; "
               f"re-render it with: gpudoctor report {folder.root} --debug", file=sys.stderr)
         return (code or 70), None, folder.root
+    if recorder.write_error is not None:
+        print(f"gpudoctor: warning: writing to {folder.root} failed ({recorder.write_error.strerror}); "
+              "the report covers what was recorded before that", file=sys.stderr)
     return code, report, folder.root
 
 

@@ -106,6 +106,7 @@ class TorchHooks:
 
     def mark_first_step(self) -> None:
         self.first_step_seen = True
+        self.writer.cut_counters()  # tokenizer time before the first step stays on that side
         self.writer.emit({"k": "first_step", "t": time.time()})
 
     def _count_padding(self, batch: Any) -> None:

@@ -4,11 +4,19 @@ The hot path (one call per batch or step) only appends a dict to a list;
 JSON encoding and the write happen on a flush thread every ``flush_s``, so a
 SIGKILL loses at most that much. Fork-safe: a forked DataLoader worker starts
 with an empty buffer and its own ``events/<pid>.jsonl``.
+
+Counters (tokenizer and fetch time) are two numbers per name in memory; their
+lines are written every ``flush_s`` while the process is young and then every
+``age / 60`` seconds up to :data:`COUNTER_MAX_PERIOD_S`, so a kill loses at most
+~2% of their totals while a day-long DataLoader worker writes ~17k lines, not
+~350k (which is what kept day-long reports slow). The first step cuts them, so
+"tokenized before / after the first step" stays exact. Files are 0600.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import sys
@@ -18,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.redact import redact_argv
+
+COUNTER_MAX_PERIOD_S = 10.0
 
 
 class EventWriter:
@@ -38,6 +48,8 @@ class EventWriter:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._announced = False
+        self._born = time.monotonic()
+        self._counters_due = 0.0  # monotonic time of the next counter lines
 
     # -- hot path -----------------------------------------------------------
     def emit(self, event: dict[str, Any]) -> None:
@@ -70,26 +82,45 @@ class EventWriter:
         while not self._stop.wait(self.flush_s):
             self.flush()
 
-    def flush(self) -> None:
+    def cut_counters(self) -> None:
+        """Write the counters' totals so far as lines now (e.g. just before the first step)."""
         with self._lock:
-            if self._counters:
-                now = time.time()
-                counters, self._counters = self._counters, {}
-                for name, (calls, seconds) in counters.items():
-                    self._buf.append({"k": "counter", "t": now, "name": name, "calls": int(calls), "s": seconds})
+            self._cut_counters()
+
+    def _cut_counters(self) -> None:
+        if self._counters:
+            now = time.time()
+            counters, self._counters = self._counters, {}
+            for name, (calls, seconds) in counters.items():
+                self._buf.append({"k": "counter", "t": now, "name": name, "calls": int(calls), "s": seconds})
+        mono = time.monotonic()
+        self._counters_due = mono + min(COUNTER_MAX_PERIOD_S, max(self.flush_s, (mono - self._born) / 60))
+
+    def flush(self, final: bool = False) -> None:
+        with self._lock:
+            if final or time.monotonic() >= self._counters_due:
+                self._cut_counters()
             if not self._buf:
                 return
             events, self._buf = self._buf, []
             try:
                 if self._fh is None:
                     path = self.run_dir / "events" / f"{os.getpid()}.jsonl"
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115
+                    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                    self._fh = os.fdopen(fd, "a", encoding="utf-8")
                 self._fh.write("".join(json.dumps(e, separators=(",", ":"), default=str) + "\n" for e in events))
                 self._fh.flush()
             except OSError as exc:  # disk full / folder gone: stop recording, never hurt the patient
                 self.enabled = False
+                self._close_file()
                 print(f"gpudoctor: stopped recording in pid {os.getpid()}: {exc}", file=sys.stderr)
+
+    def _close_file(self) -> None:
+        fh, self._fh = self._fh, None
+        if fh is not None:
+            with contextlib.suppress(OSError):  # its unflushed tail is lost, not raised at exit
+                fh.close()
 
     def close(self) -> None:
         if self._pid != os.getpid():
@@ -97,11 +128,9 @@ class EventWriter:
         if self._announced:
             self.emit({"k": "exit", "t": time.time()})
         self._stop.set()
-        self.flush()
+        self.flush(final=True)
         with self._lock:
-            if self._fh is not None:
-                self._fh.close()
-                self._fh = None
+            self._close_file()
 
 
 def _proc_event() -> dict[str, Any]:

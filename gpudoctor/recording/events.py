@@ -26,7 +26,9 @@ In-process events (key ``k``):
 ``batch``     padding seen in a training batch: ``t, tokens, pad, seq_len``,
               ``lengths`` (non-pad length of each row).
 ``counter``   periodic totals since the previous counter line: ``t``, ``name``
-              (``tokenize`` | ``fetch``), ``calls``, ``s`` (seconds). ``fetch`` is the
+              (``tokenize`` | ``fetch``), ``calls``, ``s`` (seconds). Written every
+              0.5 s while the process is young, then every age/60 s up to 10 s,
+              at the first step and at exit (see :mod:`gpudoctor.hooks.writer`). ``fetch`` is the
               time a process spent producing batches (dataset ``__getitem__`` +
               collate), in the main process or in a DataLoader worker.
 ``torch_cfg`` at the first training forward: ``cuda`` (bool), ``device_name``,

@@ -2,11 +2,13 @@
 
 Writing is append-only JSON lines with a flush at least every ``flush_s``; the
 reader tolerates a truncated last line (the writer may have been killed mid
-line) and says so in ``Recording.notes`` instead of failing.
+line) and says so in ``Recording.notes`` instead of failing. Everything the
+doctor writes is private to its user: the run folder is 0700, files 0600.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -16,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.errors import UserError
+from gpudoctor.recording.read import LoopData, read_events, read_jsonl, read_samples  # noqa: F401 - read_jsonl re-exported
+from gpudoctor.recording.validate import clean_gpu_row, clean_host_row, clean_meta
 
 META_SCHEMA = "gpudoctor.run/1"
 
@@ -24,69 +28,61 @@ class JsonlAppender:
     """Thread-safe JSON-lines appender that flushes at most every ``flush_s``.
 
     A writer killed with SIGKILL loses at most the lines of the last
-    ``flush_s`` seconds.
+    ``flush_s`` seconds. A write that fails (disk full, folder gone) stops the
+    appender and is kept in ``error`` for the caller to report; it never
+    raises into the sampler that feeds it.
     """
 
     def __init__(self, path: Path, flush_s: float = 0.5) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - long-lived
+        self._fh = open_private(self.path, "a")
         self._lock = threading.Lock()
         self._flush_s = flush_s
         self._last_flush = time.monotonic()
+        self.error: OSError | None = None
 
     def write(self, obj: dict[str, Any]) -> None:
         line = json.dumps(obj, separators=(",", ":"), default=_json_default)
         with self._lock:
             if self._fh.closed:
                 return
-            self._fh.write(line + "\n")
             now = time.monotonic()
+            self._guard(lambda: self._fh.write(line + "\n"))
             if now - self._last_flush >= self._flush_s:
-                self._fh.flush()
+                self._guard(self._fh.flush)
                 self._last_flush = now
 
     def flush(self) -> None:
         with self._lock:
             if not self._fh.closed:
-                self._fh.flush()
+                self._guard(self._fh.flush)
                 self._last_flush = time.monotonic()
 
     def close(self) -> None:
         with self._lock:
             if not self._fh.closed:
-                self._fh.flush()
+                self._guard(self._fh.close)
+
+    def _guard(self, op: Any) -> None:
+        try:
+            op()
+        except OSError as exc:
+            self.error = exc
+            with contextlib.suppress(OSError):  # stop: what was flushed is a valid, shorter recording
                 self._fh.close()
+
+
+def open_private(path: Path, mode: str) -> Any:
+    """Open a text file for writing ("w" or "a") that only its owner can read (0600 when created)."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if mode == "a" else os.O_TRUNC)
+    return os.fdopen(os.open(path, flags, 0o600), mode, encoding="utf-8")
 
 
 def _json_default(obj: Any) -> Any:
     if hasattr(obj, "item"):
         return obj.item()
     return str(obj)
-
-
-def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """Read a JSON-lines file; return (rows, number of unreadable lines)."""
-    rows: list[dict[str, Any]] = []
-    bad = 0
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError:
-                    bad += 1
-                    continue
-                if isinstance(obj, dict):
-                    rows.append(obj)
-                else:
-                    bad += 1
-    except FileNotFoundError:
-        pass
-    return rows, bad
 
 
 class RunFolder:
@@ -108,9 +104,13 @@ class RunFolder:
         return self.root / "events"
 
     def create(self) -> RunFolder:
+        """Make the folder (0700 if new: command lines and paths are the user's business)."""
         try:
-            self.samples_dir.mkdir(parents=True, exist_ok=True)
-            self.events_dir.mkdir(parents=True, exist_ok=True)
+            if not self.root.exists():
+                self.root.parent.mkdir(parents=True, exist_ok=True)
+                self.root.mkdir(mode=0o700)
+            for sub in (self.samples_dir, self.events_dir):
+                sub.mkdir(mode=0o700, exist_ok=True)
             probe = self.root / ".write-test"
             probe.write_text("ok")
             probe.unlink()
@@ -125,16 +125,19 @@ class RunFolder:
         """Replace meta.json atomically (write to a temp file, then rename)."""
         meta = {"schema": META_SCHEMA, **meta}
         tmp = self.meta_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(meta, indent=2, default=_json_default))
+        with open_private(tmp, "w") as fh:
+            fh.write(json.dumps(meta, indent=2, default=_json_default))
         os.replace(tmp, self.meta_path)
 
     def read_meta(self) -> dict[str, Any]:
+        """meta.json as a dict; ``{}`` if missing, ``{"_unreadable": True}`` if it is not a JSON object."""
         try:
-            return json.loads(self.meta_path.read_text())
+            meta = json.loads(self.meta_path.read_bytes())
         except FileNotFoundError:
             return {}
-        except json.JSONDecodeError:
+        except (OSError, ValueError, RecursionError):  # truncated, binary, a folder, nested too deep
             return {"_unreadable": True}
+        return meta if isinstance(meta, dict) else {"_unreadable": True}
 
     def appender(self, relpath: str, flush_s: float = 0.5) -> JsonlAppender:
         return JsonlAppender(self.root / relpath, flush_s=flush_s)
@@ -142,13 +145,18 @@ class RunFolder:
 
 @dataclass
 class Recording:
-    """Everything a run folder holds, loaded into memory for analysis."""
+    """Everything a run folder holds, loaded into memory for analysis.
+
+    ``events[pid]`` holds every event kind but ``step`` and ``span``: those are
+    in ``loops[pid]``, compact (a pid with either has an ``events`` entry).
+    """
 
     root: Path
     meta: dict[str, Any]
     host: list[dict[str, Any]] = field(default_factory=list)
     gpu: list[dict[str, Any]] = field(default_factory=list)
     events: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    loops: dict[int, LoopData] = field(default_factory=dict)  # steps and spans, per pid (see read.py)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -161,7 +169,12 @@ class Recording:
 
 
 def load_recording(root: Path) -> Recording:
-    """Load a run folder; partial or truncated recordings load with notes."""
+    """Load a run folder; partial, truncated or garbled recordings load with notes.
+
+    Never raises anything but :class:`UserError`: lines that cannot be read or
+    fail :mod:`gpudoctor.recording.validate` are dropped and counted. Large
+    sample files are evenly downsampled (see :mod:`gpudoctor.recording.read`).
+    """
     folder = RunFolder(Path(root))
     if not folder.root.is_dir():
         raise UserError(f"no run folder at {root}; pass a folder written by 'gpudoctor run'")
@@ -174,45 +187,43 @@ def load_recording(root: Path) -> Recording:
         rec.meta = {}
     elif meta.get("schema") != META_SCHEMA:
         raise UserError(
-            f"{folder.meta_path} has schema {meta.get('schema')!r}, expected {META_SCHEMA!r}; "
+            f"{folder.meta_path} has schema {str(meta.get('schema'))[:80]!r}, expected {META_SCHEMA!r}; "
             "re-record the run with this version of gpudoctor"
         )
-    bad_total = 0
-    rec.host, bad = read_jsonl(folder.samples_dir / "host.jsonl")
-    bad_total += bad
-    rec.gpu, bad = read_jsonl(folder.samples_dir / "gpu.jsonl")
-    bad_total += bad
-    if folder.events_dir.is_dir():
-        for path in sorted(folder.events_dir.glob("*.jsonl")):
-            try:
-                pid = int(path.stem)
-            except ValueError:
-                continue
-            rows, bad = read_jsonl(path)
-            bad_total += bad
-            if rows:
-                rec.events[pid] = rows
-    if bad_total:
-        rec.notes.append(f"{bad_total} truncated or unreadable line(s) skipped in the recording")
+    fixed = clean_meta(rec.meta)
+    if fixed:
+        rec.notes.append(f"meta.json had unexpected values for {', '.join(fixed)}; they were ignored")
+    rec.host, bad_host = read_samples(folder.samples_dir / "host.jsonl", clean_host_row)
+    rec.gpu, bad_gpu = read_samples(folder.samples_dir / "gpu.jsonl", clean_gpu_row)
+    bad_events = 0
+    extents: list[float] = [r["t"] for rows in (rec.host, rec.gpu) for r in (rows[:1] + rows[-1:])]
+    for path in sorted(folder.events_dir.glob("*.jsonl")) if folder.events_dir.is_dir() else []:
+        try:
+            pid = int(path.stem)
+        except ValueError:
+            continue
+        loaded = read_events(path)
+        bad_events += loaded.bad
+        if loaded.events or loaded.loop:
+            rec.events[pid] = loaded.events
+        if loaded.loop:
+            rec.loops[pid] = loaded.loop
+        extents += [t for t in (loaded.t_min, loaded.t_max) if t is not None]
+    if bad_host + bad_gpu:
+        rec.notes.append(f"{bad_host + bad_gpu} truncated, unreadable or invalid sample line(s) skipped")
+    if bad_events:
+        rec.notes.append(f"{bad_events} truncated, unreadable or invalid event line(s) skipped")
     if rec.meta and rec.meta.get("status") == "running":
         rec.notes.append("the recording did not finish (doctor killed?); this report is partial")
-    _fill_missing_times(rec)
+    _fill_missing_times(rec, extents)
     return rec
 
 
-def _fill_missing_times(rec: Recording) -> None:
+def _fill_missing_times(rec: Recording, times: list[float]) -> None:
     """Infer start/end from the data when meta.json did not get them."""
-    times: list[float] = []
-    for rows in (rec.host, rec.gpu):
-        times.extend(r["t"] for r in rows if isinstance(r.get("t"), (int, float)))
-    for rows in rec.events.values():
-        for r in rows:
-            for key in ("t", "t0"):
-                if isinstance(r.get(key), (int, float)):
-                    times.append(r[key])
     if not times:
         return
     if rec.meta.get("start_time") is None:
         rec.meta["start_time"] = min(times)
     if rec.meta.get("end_time") is None:
-        rec.meta["end_time"] = max(times)
+        rec.meta["end_time"] = max(max(times), rec.meta["start_time"])

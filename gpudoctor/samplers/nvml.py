@@ -140,6 +140,9 @@ class Nvml:
             return "NVML library (libnvidia-ml.so.1) not found: no NVIDIA driver on this machine"
         if self._is(exc, "DRIVER_NOT_LOADED"):
             return "the NVIDIA driver is not loaded"
+        if self._is(exc, "LIB_RM_VERSION_MISMATCH"):
+            return ("NVIDIA driver/library version mismatch (NVML and the loaded kernel driver differ: "
+                    "was the driver updated without a reboot?)")
         return f"nvmlInit failed: {exc}"
 
     def _visible_indices(self, count: int) -> list[int]:

@@ -1,0 +1,289 @@
+"""Fast, tolerant readers for the JSON-lines files of a run folder.
+
+A day-long run at 10 Hz leaves ~2 GB of samples (8 GPUs) and ~400k event lines,
+and ``gpudoctor report`` must still answer in seconds and a few hundred MB
+(``bench/long_report.py`` measures it):
+
+* Sample files larger than :data:`FULL_READ_BYTES` are read at
+  :data:`MAX_SAMPLE_ROWS` evenly spaced byte offsets (rows are time-ordered and
+  of similar length, so that is an even spread over time) plus the last row.
+  The analysis only takes means, maxima and a 2,000-point timeline from them.
+* Event files are read whole (the breakdown needs every span), parsed a few
+  thousand lines per ``json.loads`` call (one call per line costs more than the
+  parsing), checked by :mod:`gpudoctor.recording.validate`, and compacted:
+  ``counter`` lines are summed per name and side of the first step (totals are
+  all the analysis reads), and steps and spans, most of a long run, are kept as
+  plain times and intervals (:class:`LoopData`) rather than dicts.
+
+Every reader tolerates truncated, garbled or binary lines: they are counted,
+never raised.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.recording.validate import clean_event, is_time
+
+try:  # ~3x faster than the json module on these lines; what it rejects (NaN) falls back to json
+    from orjson import loads as _fast_loads
+except ImportError:  # pragma: no cover - orjson is a dependency, but stay usable without it
+    _fast_loads = json.loads
+
+FULL_READ_BYTES = 16 * 2**20
+MAX_SAMPLE_ROWS = 1_999  # + the last row: 2,000, what the timeline draws
+_BLOCK_BYTES = 8 * 2**20
+_CHUNK_LINES = 2_000
+_BAD = object()
+
+
+def _parse_one(line: bytes) -> Any:
+    for parse in (_fast_loads, json.loads):  # orjson refuses NaN and ints beyond 64 bits; json takes them
+        try:
+            return parse(line)
+        except (ValueError, RecursionError):  # bad JSON or UTF-8, huge ints, deep nesting
+            pass
+    try:
+        return json.loads(line.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        return _BAD
+
+
+def parse_lines(lines: list[bytes]) -> list[Any]:
+    """Parse JSON lines: one object per non-blank line, ``_BAD`` for unreadable ones."""
+    lines = list(filter(None, lines))
+    out: list[Any] = []
+    for i in range(0, len(lines), _CHUNK_LINES):
+        chunk = lines[i : i + _CHUNK_LINES]
+        try:
+            parsed = _fast_loads(b"[" + b",".join(chunk) + b"]")
+        except (ValueError, RecursionError):
+            parsed = None
+        if type(parsed) is list and len(parsed) == len(chunk):
+            out += parsed
+        else:  # a bad or blank line (or one holding several values) in the chunk: one by one
+            out += [_parse_one(line) for line in chunk if line.strip()]
+    return out
+
+
+def _line_blocks(path: Path) -> Iterator[list[bytes]]:
+    with open(path, "rb") as fh:
+        rest = b""
+        while True:
+            data = fh.read(_BLOCK_BYTES)
+            if not data:
+                break
+            lines = (rest + data).split(b"\n")
+            rest = lines.pop()
+            yield lines
+        if rest:
+            yield [rest]
+
+
+def iter_chunks(path: Path) -> Iterator[list[Any]]:
+    """The lines of ``path`` parsed, a block at a time (``_BAD`` for unreadable lines).
+
+    A missing file is empty; one that cannot be read (a folder, an I/O error) is one bad line.
+    """
+    try:
+        for lines in _line_blocks(path):
+            yield parse_lines(lines)
+    except FileNotFoundError:
+        return
+    except OSError:
+        yield [_BAD]
+
+
+def iter_jsonl(path: Path) -> Iterator[Any]:
+    """Every line of ``path`` parsed (``_BAD`` for unreadable ones); nothing if it is missing."""
+    for objs in iter_chunks(path):
+        yield from objs
+
+
+def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """Read a JSON-lines file; return (rows, number of unreadable lines)."""
+    rows: list[dict[str, Any]] = []
+    bad = 0
+    for obj in iter_jsonl(path):
+        if type(obj) is dict:
+            rows.append(obj)
+        else:
+            bad += 1
+    return rows, bad
+
+
+def _sampled_lines(path: Path, size: int, n: int) -> list[bytes]:
+    """About ``n`` whole lines at evenly spaced offsets, in file order, plus the last ones."""
+    lines: list[bytes] = []
+    last_start = -1
+    with open(path, "rb") as fh:
+        for i in range(n):
+            offset = i * size // n
+            fh.seek(offset)
+            if offset:
+                fh.readline()  # the rest of the line we landed in
+            start = fh.tell()
+            if start <= last_start:
+                continue
+            line = fh.readline()
+            if line.endswith(b"\n"):
+                lines.append(line)
+                last_start = start
+        tail_offset = max(0, size - 2**20)
+        fh.seek(tail_offset)
+        parts = fh.read().split(b"\n")
+    whole = parts[1:-1] if tail_offset else parts[:-1]
+    if whole and (not lines or lines[-1].rstrip(b"\n") != whole[-1]):
+        lines.append(whole[-1])  # the last complete row: the run's last sampled moment
+    if parts[-1].strip():
+        lines.append(parts[-1])  # a truncated last line: counted as unreadable, as in a full read
+    return lines
+
+
+def read_samples(
+    path: Path, clean: Callable[[Any], dict[str, Any] | None], max_rows: int = MAX_SAMPLE_ROWS
+) -> tuple[list[dict[str, Any]], int]:
+    """Rows of a sample file that pass ``clean`` (evenly downsampled if the file is large);
+    returns (rows, number of unreadable or invalid lines among those read)."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return [], 0
+    if size <= FULL_READ_BYTES:
+        objs: Iterator[Any] = iter_jsonl(path)
+    else:
+        objs = parse_lines(_sampled_lines(path, size, max_rows))
+    rows: list[dict[str, Any]] = []
+    bad = 0
+    for obj in objs:
+        row = clean(obj) if obj is not _BAD else None
+        if row is None:
+            bad += 1
+        else:
+            rows.append(row)
+    rows.sort(key=lambda r: r["t"])
+    return rows, bad
+
+
+@dataclass
+class LoopData:
+    """A process's steps and spans, compact: a day at 2 steps/s is ~170k of each."""
+
+    steps: list[float] = field(default_factory=list)  # ``t`` of each ``step`` event, file order
+    spans: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # category -> (start, end)
+    span_s: dict[str, dict[str, float]] = field(default_factory=dict)  # category -> name -> seconds
+
+    def __bool__(self) -> bool:
+        return bool(self.steps or self.spans)
+
+
+@dataclass
+class EventLoad:
+    """The events of one process, checked and compacted, with their time extent."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)  # every kind but step/span/counter...
+    loop: LoopData = field(default_factory=LoopData)  # ...whose steps and spans are here
+    bad: int = 0
+    t_min: float | None = None
+    t_max: float | None = None
+
+
+def read_events(path: Path) -> EventLoad:
+    """Load ``events/<pid>.jsonl``: valid events kept, bad ones counted, counters summed."""
+    out = EventLoad()
+    steps, spans, span_s = out.loop.steps, out.loop.spans, out.loop.span_s
+    events: list[dict[str, Any]] = []
+    times: list[float] = []
+    for objs in iter_chunks(path):
+        for e in objs:
+            # The kinds that make most of a long run, checked inline (what clean_event accepts).
+            if type(e) is dict:
+                k = e.get("k")
+                if k == "step":
+                    t, dt, n = e.get("t"), e.get("dt", 0.0), e.get("n", 0)
+                    if type(t) is float and 0 < t < 1e11 and type(dt) is float and 0 <= dt <= 1e7 \
+                            and type(n) is int and n >= 0:
+                        steps.append(t)
+                        continue
+                elif k == "span":
+                    t0, dt, c, name = e.get("t0"), e.get("dt"), e.get("c"), e.get("name", "?")
+                    if type(t0) is float and 0 < t0 < 1e11 and type(dt) is float and 0 <= dt <= 1e7 \
+                            and type(c) is str and type(name) is str:
+                        intervals = spans.get(c)
+                        if intervals is None:
+                            spans[c] = intervals = []
+                            span_s[c] = {}
+                        intervals.append((t0, t0 + dt))
+                        per = span_s[c]
+                        per[name] = per.get(name, 0.0) + dt
+                        continue
+                elif k == "counter":
+                    t, sec, calls, name = e.get("t"), e.get("s"), e.get("calls"), e.get("name")
+                    if type(t) is float and 0 < t < 1e11 and type(sec) is float and 0 <= sec <= 1e7 \
+                            and type(calls) is int and 0 <= calls < 2**53 and type(name) is str:
+                        e["k"] = _COUNTER
+                        times.append(t)
+                        events.append(e)
+                        continue
+            e = clean_event(e) if e is not _BAD else None
+            if e is None:
+                out.bad += 1
+                continue
+            e["k"] = sys.intern(e["k"])
+            times += [e[key] for key in ("t", "t0") if is_time(e.get(key))]
+            if e["k"] in ("step", "span"):  # valid, but with ints or odd extras: same as above
+                _add_to_loop(out.loop, e)
+            else:
+                events.append(e)
+    if steps:
+        times += [min(steps), max(steps)]
+    times += [min(iv)[0] for iv in spans.values() if iv]
+    if times:
+        out.t_min, out.t_max = min(times), max(times)
+    out.events = _sum_counters(events)
+    return out
+
+
+_COUNTER = sys.intern("counter")
+
+
+def _add_to_loop(loop: LoopData, e: dict[str, Any]) -> None:
+    if e["k"] == "step":
+        loop.steps.append(float(e["t"]))
+        return
+    c, t0, dt = e["c"], float(e["t0"]), float(e["dt"])
+    loop.spans.setdefault(c, []).append((t0, t0 + dt))
+    per = loop.span_s.setdefault(c, {})
+    name = e.get("name", "?")
+    per[name] = per.get(name, 0.0) + dt
+
+
+def _sum_counters(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Sum ``counter`` lines per name and side of the first step (all the analysis reads).
+
+    Each sum keeps the latest ``t`` of its side, so "after the first step" reads the same.
+    """
+    firsts = [e["t"] for e in events if e["k"] == "first_step"]
+    first = min(firsts) if firsts else None
+    kept: list[dict[str, Any]] = []
+    sums: dict[tuple[str, bool], dict[str, Any]] = {}
+    for e in events:
+        if e["k"] != "counter":
+            kept.append(e)
+            continue
+        key = (e["name"], first is not None and e["t"] > first)
+        total = sums.get(key)
+        if total is None:
+            sums[key] = total = dict(e)
+            kept.append(total)
+        else:
+            total["calls"] += e["calls"]
+            total["s"] += e["s"]
+            total["t"] = max(total["t"], e["t"])
+    return kept
