@@ -51,11 +51,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=_positive_float, default=0.1, help="sampling period in seconds (default 0.1)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
 
-    p = sub.add_parser("attach", help="profile a running training process")
-    p.add_argument("pid", type=int)
+    p = sub.add_parser("attach", help="profile a running training process",
+                       description="Profile a running training process (its ranks and DataLoader workers) "
+                       "until it exits, --duration passes, or Ctrl-C; then write the report.")
+    p.add_argument("pid", type=int, help="the training process, its launcher (torchrun) or a wrapper around it")
     _common(p)
-    p.add_argument("--duration", type=_positive_float, default=None, metavar="S")
-    p.add_argument("--interval", type=_positive_float, default=0.1)
+    p.add_argument("--duration", type=_positive_float, default=None, metavar="S",
+                   help="detach after S seconds (default: when the process exits or on Ctrl-C)")
+    p.add_argument("--interval", type=_positive_float, default=0.5,
+                   help="host/GPU sampling period in seconds (default 0.5: the patient's CPU is not ours)")
+    p.add_argument("--sample-rate", type=_positive_float, default=20.0, metavar="HZ",
+                   help="py-spy stack samples per second (default 20)")
+    p.add_argument("--no-inject", action="store_true",
+                   help="do not load the in-process hooks (no debugger); estimate from stack samples only")
 
     p = sub.add_parser("replay", help="run a training config for a bounded time and diagnose it")
     p.add_argument("config", type=Path)
@@ -64,10 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, default=None)
     p.add_argument("--max-seconds", type=_positive_float, default=None)
 
-    p = sub.add_parser("sweep", help="measure a grid of worker/batch settings")
-    p.add_argument("config", type=Path, nargs="?")
+    from gpudoctor.sweep.cli_args import DESCRIPTION, add_arguments
+
+    p = sub.add_parser("sweep", help="measure a grid of worker/batch settings", description=DESCRIPTION)
+    p.add_argument("config", type=Path, nargs="?", help="replay config YAML (see sample_configs/README.md)")
     _common(p)
-    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2")
+    add_arguments(p)
 
     p = sub.add_parser("report", help="render a saved run (.html, .md or .json by OUT's extension)")
     p.add_argument("input", type=Path, help="run folder or report.json")

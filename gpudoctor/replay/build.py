@@ -98,7 +98,13 @@ def build_pipeline(cfg: ReplayConfig, data: Any, tokenizer: Any) -> Pipeline:
         timings["tokenize_s"] = time.perf_counter() - t0
     loop_work = LoopWork(ops, stages) if "loop" in (stages.fmt, stages.tok) else None
     return Pipeline(
-        ReplayDataset(data, ops, stages), Collator(ops, stages), loop_work, ops, stages, timings, n
+        ReplayDataset(data, ops, stages, cfg.replay.read_latency_ms / 1000),
+        Collator(ops, stages),
+        loop_work,
+        ops,
+        stages,
+        timings,
+        n,
     )
 
 

@@ -147,6 +147,7 @@ class ReplaySection:
     save_steps: int | None = field(default=None, metadata={"ge": 1})
     measure_batches: int = field(default=20, metadata={"ge": 1})
     measure_seconds: float = field(default=3.0, metadata={"gt": 0})
+    read_latency_ms: float = field(default=0.0, metadata={"ge": 0})
     device: Literal["auto", "cpu", "cuda"] = "auto"
 
 

@@ -6,6 +6,7 @@ Objects here are picklable so DataLoader workers can run them.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,17 +87,26 @@ def apply_stage(ops: TextOps, stages: Stages, stage: str, rows: list[Row]) -> li
 
 
 class ReplayDataset(Dataset):
-    """Map-style dataset over the prepared Arrow data; ``getitem`` stages run here."""
+    """Map-style dataset over the prepared Arrow data; ``getitem`` stages run here.
 
-    def __init__(self, data: Any, ops: TextOps, stages: Stages) -> None:
+    ``read_latency_s`` sleeps per example, standing in for slow storage (network
+    filesystems, object stores) that DataLoader workers can hide.
+    """
+
+    def __init__(
+        self, data: Any, ops: TextOps, stages: Stages, read_latency_s: float = 0.0
+    ) -> None:
         self.data = data
         self.ops = ops
         self.stages = stages
+        self.read_latency_s = read_latency_s
 
     def __len__(self) -> int:
         return len(self.data)
 
     def __getitem__(self, index: int) -> Row:
+        if self.read_latency_s:
+            time.sleep(self.read_latency_s)
         return apply_stage(self.ops, self.stages, "getitem", [self.data[index]])[0]
 
 

@@ -96,7 +96,7 @@ def _pretokenized(pipe: Pipeline, batch_size: int, batches: int, budget_s: float
     ids = pipe.ops.tokenize([r["text"] if formatted else pipe.ops.format(r) for r in rows])
     data = datasets.Dataset.from_dict({"input_ids": ids})
     sample = time_batches(
-        ReplayDataset(data, pipe.ops, ahead),
+        ReplayDataset(data, pipe.ops, ahead, pipe.dataset.read_latency_s),
         Collator(pipe.ops, ahead),
         batch_size,
         batches,

@@ -1,0 +1,173 @@
+"""One trial: the replay worker in its own process, under the in-process hooks.
+
+The worker is the same honest training script ``gpudoctor replay`` profiles; the
+hooks (loaded through ``sitecustomize`` as under ``gpudoctor run``) write its
+batch arrivals and data waits to the trial folder, and :mod:`windows` turns
+them into steady-state figures. A trial that runs out of memory, crashes or
+hangs past its timeout is classified here; the sweep goes on either way.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.sweep.monitor import TreeMonitor
+from gpudoctor.sweep.windows import Protocol, read_events, steady_state
+
+LOG = "worker.log"
+MAX_STEPS = 10**9  # the time bound stops the trial, never the step count
+OOM_MARKS = (
+    "OutOfMemoryError",
+    "CUDA out of memory",
+    "MemoryError",
+    "DefaultCPUAllocator: can't allocate memory",
+)
+
+
+@dataclass
+class TrialRun:
+    """What one worker process gave: a status, and figures when it trained steadily."""
+
+    status: str  # ok | oom | crashed | timeout | no_steady_state
+    reason: str | None = None
+    steady: dict[str, Any] | None = None
+    measure_path: Path | None = None
+    peak_rss_mib: float | None = None
+    peak_gpu_mem_mib: float | None = None
+    gpu_busy: float | None = None
+    wall_s: float = 0.0
+
+
+def command(config_yaml: Path, run_dir: Path, protocol: Protocol) -> list[str]:
+    return [
+        sys.executable, "-m", "gpudoctor.replay.worker", str(config_yaml),
+        "--max-steps", str(MAX_STEPS), "--max-seconds", f"{protocol.train_s:g}",
+        "--measure-out", str(run_dir),
+    ]  # fmt: skip
+
+
+def run_trial(
+    config_yaml: Path,
+    run_dir: Path,
+    protocol: Protocol,
+    timeout_s: float,
+    batch_size: int,
+    nvml: Any = None,
+) -> TrialRun:
+    """Run the worker once and classify how it ended."""
+    from gpudoctor.commands.run import child_env
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    env = child_env(run_dir)
+    env.update(GPUDOCTOR_PROFILE_WINDOW="off", TOKENIZERS_PARALLELISM="false")
+    env.pop("GPUDOCTOR_HOOKS", None)  # the hooks are how a trial is measured
+    if protocol.torch_threads:
+        threads = str(protocol.torch_threads)
+        env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
+    start = time.perf_counter()
+    with open(run_dir / LOG, "wb") as log:
+        proc = subprocess.Popen(
+            command(config_yaml, run_dir, protocol),
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        with TreeMonitor(proc.pid, nvml=nvml) as monitor:
+            timed_out = _wait(proc, timeout_s)
+    result = _classify(
+        proc.returncode, timed_out, run_dir, proc.pid, protocol, batch_size, timeout_s
+    )
+    if result.reason:  # the trial's YAML lives in the cache: its path says nothing to the user
+        result.reason = result.reason.replace(f"{config_yaml}:", "line ")
+    result.wall_s = time.perf_counter() - start
+    result.peak_rss_mib = round(monitor.peak_rss_mib, 1) or None
+    result.peak_gpu_mem_mib = monitor.peak_gpu_mem_mib
+    if result.steady is not None:
+        t0 = result.steady["first_batch_t"] + result.steady["steady_from_s"]
+        result.gpu_busy = monitor.gpu_busy(t0, t0 + result.steady["steady_s"])
+    return result
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """Wait for the worker; past the timeout stop its whole session (DataLoader workers too).
+
+    The worker has its own session, so Ctrl-C reaches only us: stop it before leaving.
+    """
+    try:
+        proc.wait(timeout=timeout_s)
+        return False
+    except subprocess.TimeoutExpired:
+        pass
+    except KeyboardInterrupt:
+        _stop(proc)
+        raise
+    _stop(proc)
+    return True
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    for sig, grace_s in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)  # our own child's session, started just above
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=grace_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _classify(
+    code: int,
+    timed_out: bool,
+    run_dir: Path,
+    pid: int,
+    protocol: Protocol,
+    batch_size: int,
+    timeout_s: float,
+) -> TrialRun:
+    events = read_events(run_dir, pid)
+    if timed_out:
+        got = sum(1 for e in events if e.get("k") == "batch")
+        return TrialRun(
+            "timeout",
+            f"still running after --trial-timeout {timeout_s:g} s ({got} batches arrived); stopped",
+        )
+    tail = _tail(run_dir / LOG)
+    if code != 0:
+        if any(mark in tail for mark in OOM_MARKS) or code in (-signal.SIGKILL, 137):
+            return TrialRun("oom", _last_line(tail) or "killed (out of memory?)")
+        return TrialRun("crashed", f"exit code {code}: {_last_line(tail)}")
+    steady = steady_state(events, batch_size, protocol)
+    if steady is None:
+        got = sum(1 for e in events if e.get("k") == "batch")
+        return TrialRun(
+            "no_steady_state",
+            f"only {got} batches in {protocol.train_s:g} s of training: "
+            "raise --warmup-s/--window-s for slow steps",
+        )
+    measure = run_dir / "replay_measure.json"
+    return TrialRun("ok", None, steady, measure if measure.is_file() else None)
+
+
+def _tail(path: Path, size: int = 8000) -> str:
+    try:
+        data = path.read_bytes()[-size:]
+    except OSError:
+        return ""
+    return data.decode("utf-8", errors="replace")
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith(" ")]
+    last = lines[-1] if lines else ""
+    return last.removeprefix("gpudoctor: ")[:300]

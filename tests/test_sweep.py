@@ -1,0 +1,215 @@
+"""``gpudoctor sweep`` end to end on CPU: real replay trials, each its own process.
+
+The config reads every example from "slow storage" (``replay.read_latency_ms``) and
+tokenizes it in ``__getitem__``, so DataLoader workers genuinely help even on a
+2-core box. One real sweep (3 trials) feeds the cache; the repeated, sharded and
+adaptive sweeps then run from it, which also makes their timings identical.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT, run_cli
+
+WINDOW = (
+    "--warmup-s",
+    "1.5",
+    "--window-s",
+    "1",
+    "--windows",
+    "3",
+    "--noise",
+    "0.25",
+    "--repeats",
+    "1",
+)
+GRID = ("--grid", "dataloader_num_workers=0,1,2")
+
+
+class Sweeps:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.config = root / "slow_loading.yaml"
+        shutil.copy(ROOT / "sample_configs" / "slow_loading.yaml", self.config)
+        self.cache = root / "trials"
+        self.env = {"GPUDOCTOR_REPLAY_CACHE": str(root / "replay-cache")}
+
+    def run(self, name: str, *args: str, config: bool = True) -> tuple[Any, dict[str, Any] | None]:
+        out = self.root / name
+        head = (str(self.config),) if config else ()
+        proc = run_cli(
+            "sweep",
+            *head,
+            "--out",
+            str(out),
+            "--cache",
+            str(self.cache),
+            *WINDOW,
+            *args,
+            env=self.env,
+            timeout=400,
+        )
+        path = out / "sweep.json"
+        return proc, json.loads(path.read_text()) if path.exists() else None
+
+    def trial_folders(self) -> int:
+        return len(list(self.cache.glob("*/run-*")))
+
+
+@pytest.fixture(scope="module")
+def sweeps(tmp_path_factory: pytest.TempPathFactory) -> Sweeps:
+    return Sweeps(tmp_path_factory.mktemp("sweep"))
+
+
+@pytest.fixture(scope="module")
+def workers_sweep(sweeps: Sweeps) -> dict[str, Any]:
+    proc, doc = sweeps.run("workers", *GRID)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert doc is not None
+    return doc
+
+
+def _by_workers(doc: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    return {p["params"]["training.dataloader_num_workers"]: p for p in doc["points"]}
+
+
+def _structure(doc: dict[str, Any]) -> dict[str, Any]:
+    """What must not depend on how the sweep was split: points, winner, change."""
+    points = [{k: v for k, v in p.items() if k != "cached"} for p in doc["points"]]
+    change = {k: v for k, v in (doc["change"] or {}).items() if k != "command"}
+    return {"points": points, "best": doc["best"], "change": change}
+
+
+def test_more_workers_win_when_loading_is_slow(
+    workers_sweep: dict[str, Any], sweeps: Sweeps
+) -> None:
+    points = _by_workers(workers_sweep)
+    assert all(p["status"] == "ok" for p in points.values()), [p["reason"] for p in points.values()]
+    speed = {w: p["metrics"]["samples_per_s"] for w, p in points.items()}
+    assert speed[1] > 1.2 * speed[0] and speed[2] > 1.2 * speed[0], speed
+    wait = {w: p["metrics"]["data_wait_share"] for w, p in points.items()}
+    assert wait[0] > wait[2] and wait[0] > 0.3, wait
+    best = workers_sweep["best"]
+    assert (
+        best["params"]["training.dataloader_num_workers"] > 0 and best["speedup_vs_current"] > 1.2
+    )
+    winner = best["params"]["training.dataloader_num_workers"]
+    assert f"+  dataloader_num_workers: {winner}" in workers_sweep["change"]["yaml_diff"]
+    assert workers_sweep["change"]["training_arguments"] == {"dataloader_num_workers": winner}
+    for p in points.values():  # per-point figures, dollars through preflight for the config's L4
+        m = p["metrics"]
+        assert m["nonpad_tokens_per_s"] > m["samples_per_s"] > 0 and m["step_time_s"] > 0
+        assert m["peak_rss_mib"] > 50 and m["gpu_busy"] is None
+        assert (
+            p["cost"]["usd_per_mtok"] > 0
+            and p["cost"]["run_usd"] > 0
+            and "L4" in p["cost"]["basis"]
+        )
+    folder = sweeps.root / "workers"
+    html = (folder / "sweep.html").read_text()
+    assert "<svg" in html and "★" in html and "dataloader_num_workers=" in html
+    assert "dataloader_num_workers" in (folder / "sweep.md").read_text()
+    assert f"dataloader_num_workers: {winner}" in (folder / "best.yaml").read_text()
+
+
+def test_a_repeated_sweep_runs_no_new_trial(workers_sweep: dict[str, Any], sweeps: Sweeps) -> None:
+    before = sweeps.trial_folders()
+    proc, doc = sweeps.run("again", *GRID)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert doc is not None and doc["trials_run"] == 0 and sweeps.trial_folders() == before
+    assert all(p["cached"] for p in doc["points"])
+    assert _structure(doc) == _structure(workers_sweep)
+
+
+def test_shards_merge_into_the_unsharded_result(
+    workers_sweep: dict[str, Any], sweeps: Sweeps
+) -> None:
+    docs = [sweeps.run(f"shard{i}", *GRID, "--shard", f"{i}/2")[1] for i in range(2)]
+    assert all(d is not None for d in docs)
+    assert sorted(len(d["points"]) for d in docs if d) == [1, 2]
+    proc, merged = sweeps.run(
+        "merged", "--merge", str(sweeps.root / "shard0"), str(sweeps.root / "shard1"), config=False
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert merged is not None and _structure(merged) == _structure(workers_sweep)
+
+
+def test_adaptive_reports_trials_used_and_the_same_winner(
+    workers_sweep: dict[str, Any], sweeps: Sweeps
+) -> None:
+    proc, doc = sweeps.run("adaptive", *GRID, "--adaptive")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert doc is not None
+    a = doc["adaptive"]
+    assert a["grid_points"] == 3 and 1 <= a["trials_used"] <= 3
+    assert a["full_grid_known"] and a["same_winner"] is True
+    assert doc["best"]["index"] == workers_sweep["best"]["index"]
+    assert "trials of 3" in proc.stderr
+
+
+def test_a_hanging_trial_times_out_and_the_sweep_keeps_the_rest(
+    workers_sweep: dict[str, Any], sweeps: Sweeps
+) -> None:
+    # 60 s per example: the first batch never comes. read_latency_ms=5 is the config as is (cached).
+    proc, doc = sweeps.run("hang", "--grid", "read_latency_ms=5,60000", "--trial-timeout", "12")
+    assert doc is not None, proc.stderr[-2000:]
+    status = {p["params"]["replay.read_latency_ms"]: p for p in doc["points"]}
+    assert status[5.0]["status"] == "ok" and status[5.0]["cached"]
+    assert status[60000.0]["status"] == "timeout" and "--trial-timeout" in status[60000.0]["reason"]
+    assert proc.returncode == 0 and doc["best"]["params"]["replay.read_latency_ms"] == 5.0
+
+
+def test_a_crashing_trial_is_recorded_and_the_sweep_goes_on(
+    workers_sweep: dict[str, Any], sweeps: Sweeps
+) -> None:
+    # The model is 32 wide: 3 heads cannot split it, the worker exits with the model's error.
+    proc, doc = sweeps.run("crash", "--grid", "model.config.n_head=2,3")
+    assert doc is not None, proc.stderr[-2000:]
+    crashed = next(p for p in doc["points"] if p["params"]["model.config.n_head"] == 3)
+    assert crashed["status"] == "crashed" and "divisible" in crashed["reason"]
+    # The trial's YAML lives in the cache: its path is not the user's business.
+    assert "/trials/" not in crashed["reason"]
+    assert proc.returncode == 0 and doc["best"]["params"]["model.config.n_head"] == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "no --grid given"),
+        (("--grid", "per_device_train_batch_size=2,two"), "must be a whole number"),
+        (("--grid", "dataloader_num_workrs=0,1"), "did you mean training.dataloader_num_workers"),
+        (("--grid", "per_device_train_batch_size=1,2,3,4", "--max-trials", "2"), "--max-trials 2"),
+        (("--grid", "dataloader_num_workers=0,1", "--shard", "2/2"), "0 <= I < N"),
+        (
+            ("--grid", "dataloader_num_workers=0,1", "--adaptive", "--shard", "0/2"),
+            "cannot be sharded",
+        ),
+        (("--grid", "dataloader_num_workers=0,1", "--target", "tpu-v9"), "unknown target GPU"),
+    ],
+)
+def test_bad_input_is_one_clear_line_before_any_trial(
+    args: tuple[str, ...], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpudoctor.cli import main
+
+    config = ROOT / "sample_configs" / "slow_loading.yaml"
+    code = main(
+        [
+            "sweep",
+            str(config),
+            "--out",
+            str(tmp_path / "out"),
+            "--cache",
+            str(tmp_path / "c"),
+            *args,
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1 and "Traceback" not in err, err
+    assert not (tmp_path / "c").exists()  # nothing ran
