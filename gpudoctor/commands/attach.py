@@ -1,11 +1,54 @@
-"""``gpudoctor attach``: not built yet (see the open issue)."""
+"""``gpudoctor attach PID``: profile a running training process, then write the same report as ``run``."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+from pathlib import Path
 from typing import Any
 
-from gpudoctor.errors import UserError
+NICE = 10  # the doctor yields the CPU to the patient, from its first import on
 
 
 def main(args: Any) -> int:
-    raise UserError("'gpudoctor attach' is not available in this version yet; use 'gpudoctor run -- CMD'")
+    with contextlib.suppress(OSError):
+        os.nice(NICE)
+    from gpudoctor.attach.live import LiveState, LiveView
+    from gpudoctor.attach.lock import AttachLock
+    from gpudoctor.attach.session import AttachOptions, open_session
+
+    if args.sample_rate <= 0:
+        from gpudoctor.errors import UserError
+
+        raise UserError("--sample-rate must be > 0 (stack samples are always taken; 20 is the default)")
+    options = AttachOptions(
+        pid=args.pid, out=args.out, duration_s=args.duration or None, interval_s=args.interval,
+        price_per_gpu_hour=args.price_per_gpu_hour, gpus=args.gpus, inject=not args.no_inject,
+        sample_rate_hz=args.sample_rate,
+    )
+    with AttachLock(args.pid):
+        session = open_session(options)
+        view = LiveView(session.folder.root, LiveState(args.pid, session.record.source(), options.duration_s))
+        view.start()
+        try:
+            record = session.run(view)
+        finally:
+            view.stop()
+    observed_s = (record.end_time or record.attach_time) - record.attach_time
+    return _report(session.folder.root, args, observed_s)
+
+
+def _report(folder: Path, args: Any, observed_s: float) -> int:
+    """Write the report; exit 1 when nothing about training could be measured."""
+    from gpudoctor.commands.finish import print_summary, write_report
+    from gpudoctor.report import ReportOptions
+
+    report = write_report(folder, ReportOptions(price_per_gpu_hour=args.price_per_gpu_hour, gpus=args.gpus))
+    print_summary(report, folder, args.json)
+    if report["breakdown"].get("compute") is None:
+        print(f"gpudoctor: no training activity seen in pid {args.pid} during {observed_s:.0f} s "
+              "(no DataLoader batch, optimizer step or forward pass); the report has host figures only",
+              file=sys.stderr)
+        return 1
+    return 0

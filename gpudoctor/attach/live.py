@@ -1,0 +1,143 @@
+"""What the terminal shows while attached: elapsed time and the breakdown so far.
+
+The figures come from the run folder itself (the same analysis as the final
+report), so what the user watches is what the report will say. Analysing a
+long recording gets slower as it grows, and this runs on the patient's
+machine: the breakdown is recomputed at most every ~50x its own cost (2% of
+one core at worst), the clock ticks every second regardless. Without a TTY
+(logs, CI) one plain line every 10 s replaces the rich panel, and the
+analysis runs only for it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.report_schema import BREAKDOWN_KEYS
+
+PLAIN_EVERY_S = 10.0
+REFRESH_HZ = 1.0
+MIN_ANALYSIS_S = 2.0
+COST_FACTOR = 50.0  # analysing at most 2% of the time
+
+
+@dataclass
+class LiveState:
+    pid: int
+    source: str  # "in-process hooks" / "stack samples only" / ...
+    duration_s: float | None
+    started: float = field(default_factory=time.time)
+    breakdown: dict[str, float | None] | None = None
+    steps: int = 0
+    sampled: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.time() - self.started
+
+
+def current_figures(folder: Path) -> tuple[dict[str, float | None] | None, int, bool]:
+    """(breakdown, steps, from samples only) of the recording so far."""
+    from gpudoctor.analysis import analyze
+    from gpudoctor.recording.store import load_recording
+
+    rec = load_recording(folder)
+    rec.meta["end_time"] = _last_data_time(rec.events, folder)
+    a = analyze(rec)
+    if not a.procs:
+        return None, 0, False
+    sampled = all(p.proc.get("sampled") for p in a.procs)
+    return a.breakdown(), len(a.primary.step_times) if a.primary else 0, sampled
+
+
+def _last_data_time(events: dict[int, list[dict[str, Any]]], folder: Path) -> float:
+    """Up to the last line flushed, not "now": the unwritten tail would read as idle time."""
+    from gpudoctor.analysis.sampled import load_stack_rows
+
+    last = [max(e.get("t") or e.get("t0") or 0.0 for e in rows[-3:]) for rows in events.values() if rows]
+    if not last:
+        last = [r["t1"] for r in load_stack_rows(folder)[-8:] if isinstance(r.get("t1"), float)]
+    return max(last) if last else time.time()
+
+
+class LiveView:
+    def __init__(self, folder: Path, state: LiveState, stream: Any = None) -> None:
+        self.folder = folder
+        self.state = state
+        self.stream = stream or sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._live: Any = None
+        self._next_analysis = 0.0
+        self._next_plain = time.time() + PLAIN_EVERY_S
+
+    def start(self) -> None:
+        if not self.tty:
+            print(f"gpudoctor: attached to pid {self.state.pid}; Ctrl-C detaches and writes the report",
+                  file=self.stream, flush=True)
+            return
+        from rich.console import Console
+        from rich.live import Live
+
+        self._live = Live(self._render(), console=Console(file=self.stream), refresh_per_second=REFRESH_HZ,
+                          transient=True)
+        self._live.start()
+
+    def tick(self) -> None:
+        """Call about once a second."""
+        now = time.time()
+        if self._live is not None:
+            if now >= self._next_analysis:
+                self._analyse(now)
+            self._live.update(self._render())
+        elif now >= self._next_plain:
+            self._next_plain = now + PLAIN_EVERY_S
+            self._analyse(now)
+            print(f"gpudoctor: {plain_line(self.state)}", file=self.stream, flush=True)
+
+    def _analyse(self, now: float) -> None:
+        t0 = time.perf_counter()
+        try:
+            self.state.breakdown, self.state.steps, self.state.sampled = current_figures(self.folder)
+        except Exception as exc:  # a half-written folder must not end the session; shown, not hidden
+            self.state.notes = [f"live figures unavailable: {exc}"]
+        self._next_analysis = now + max(MIN_ANALYSIS_S, COST_FACTOR * (time.perf_counter() - t0))
+
+    def stop(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def _render(self) -> Any:
+        from rich.table import Table
+
+        s = self.state
+        limit = f" / {s.duration_s:.0f} s" if s.duration_s else ""
+        title = f"gpudoctor attach: pid {s.pid} · {s.elapsed_s:.0f} s{limit} · {s.source}"
+        table = Table(title=title, title_justify="left", show_header=False, box=None, pad_edge=False)
+        table.add_column(width=11)
+        table.add_column(width=30)
+        table.add_column(justify="right", width=7)
+        if s.breakdown is None:
+            table.add_row("", "waiting for the first training step…", "")
+        else:
+            for key in BREAKDOWN_KEYS:
+                value = s.breakdown.get(key) or 0.0
+                table.add_row(key, "█" * round(30 * value), f"{100 * value:.1f}%")
+            label = "estimated from stack samples" if s.sampled else f"{s.steps} steps seen"
+            table.add_row("", f"[dim]{label} · Ctrl-C detaches[/dim]", "")
+        for note in s.notes[-2:]:
+            table.add_row("", f"[dim]{note}[/dim]", "")
+        return table
+
+
+def plain_line(s: LiveState) -> str:
+    head = f"{s.elapsed_s:.0f} s attached to pid {s.pid} ({s.source})"
+    if s.breakdown is None:
+        return f"{head}; no training step seen yet"
+    parts = ", ".join(f"{k} {100 * (v or 0):.0f}%" for k, v in s.breakdown.items() if (v or 0) >= 0.005)
+    return f"{head}: {parts}" + (" (from stack samples)" if s.sampled else f" ({s.steps} steps)")

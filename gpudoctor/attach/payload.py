@@ -1,0 +1,250 @@
+"""The part of ``attach`` that runs inside the patient's interpreter.
+
+Loaded by the bootstrap :mod:`gpudoctor.attach.inject` writes (through gdb or
+``sys.remote_exec``), on the patient's main thread at a bytecode boundary.
+Stdlib-only, like the hooks. It installs the hooks, catches up on what
+happened before the attach (a loop already running, live DataLoaders, a Hugging
+Face Trainer), and starts a watchdog thread that removes everything again when
+the doctor asks (a ``detach`` file) or disappears (killed doctor): the patient
+never keeps our patches after the doctor is gone, and detaching needs no second
+debugger stop.
+
+Status files (``<control>/<pid>.installed.json``, ``<pid>.detached.json``) tell
+the doctor what happened.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+WATCH_S = 0.5
+
+
+class _State:
+    def __init__(self) -> None:
+        self.active = False
+        self.control_dir = ""
+        self.doctor_pid = 0
+        self.path_added: str | None = None
+        self.callbacks: list[tuple[Any, Any]] = []  # (trainer, callback) we added
+        self.lock = threading.Lock()
+        self.fork_hook = False
+
+
+_state = _State()
+
+
+def attach(run_dir: str, control_dir: str, doctor_pid: int, path_added: str | None = None) -> None:
+    """Install the hooks once, catch up on live objects, start the watchdog, write the status."""
+    from gpudoctor import hooks
+    from gpudoctor.attach.lock import pid_alive
+
+    _state.control_dir = control_dir
+    if os.path.exists(os.path.join(control_dir, "detach")) or not pid_alive(doctor_pid):
+        # Queued calls run late when the main thread was busy in C: the doctor may be done.
+        write_status("skipped", {"t": time.time(), "reason": "the doctor had already detached"})
+        if path_added in sys.path:
+            sys.path.remove(path_added)
+        return
+    if hooks.is_installed():
+        raise RuntimeError("gpudoctor hooks are already active in this process "
+                           "(started under 'gpudoctor run' or the Python API)")
+    if _importing(sys._getframe()):
+        # Mid-import (e.g. torch still loading): a half-built module cannot be patched. Come back after.
+        _call_again_after_imports(lambda: attach(run_dir, control_dir, doctor_pid, path_added))
+        return
+    writer = hooks.install(run_dir)
+    _state.doctor_pid, _state.path_added = doctor_pid, path_added
+    _state.active = True
+    try:
+        live = _live_objects()
+        underway = bool(live["iterators"] or live["optimizers"])
+        # Not hooks.torch_hooks(): once the submodule of that name is imported it shadows the function.
+        th = getattr(hooks, "_torch_hooks", None)
+        if underway and th is not None and not th.first_step_seen:
+            th.mark_first_step()
+        _catch_up(writer, th, live)
+        if not _state.fork_hook:
+            os.register_at_fork(after_in_child=_after_fork_in_child)
+            _state.fork_hook = True
+        _start_watchdog()
+    except BaseException:
+        detach("failed while installing")  # never leave hooks behind that nobody will remove
+        raise
+    # The recording window may start here: after the catch-up first_step.
+    write_status("installed", {"t": time.time(), "underway": underway, "trainers": len(live["trainers"]),
+                               "loaders": len(live["loaders"]), "python": sys.version.split()[0]})
+
+
+def _importing(frame: Any) -> bool:
+    """Is this stack inside an ``import`` statement?"""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+_callbacks: list[Any] = []  # ctypes thunks must outlive their call: kept for the process's life
+
+
+def _call_again_after_imports(fn: Any) -> None:
+    """Run ``fn`` on the main thread, at a bytecode boundary, once it is out of its imports.
+
+    A helper thread watches the main thread's stack; when no import is running it
+    queues ``fn`` with ``Py_AddPendingCall`` (the same door the debugger used).
+    """
+    import ctypes
+
+    def run(_: Any) -> int:
+        try:
+            fn()
+        except BaseException as exc:  # reported to the doctor; a pending call must never raise
+            _fail(exc)
+        return 0
+
+    def wait() -> None:
+        main = threading.main_thread().ident
+        while os.path.isdir(_state.control_dir) and not os.path.exists(os.path.join(_state.control_dir, "detach")):
+            time.sleep(0.05)
+            if not _importing(sys._current_frames().get(main)):
+                thunk = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(run)
+                _callbacks.append(thunk)
+                if ctypes.pythonapi.Py_AddPendingCall(thunk, None) != 0:
+                    _fail(RuntimeError("Py_AddPendingCall refused the call (queue full)"))
+                return
+
+    threading.Thread(target=wait, name="gpudoctor-attach-wait", daemon=True).start()
+
+
+def _fail(exc: BaseException) -> None:
+    path = os.path.join(_state.control_dir, f"{os.getpid()}.installed.json")
+    with open(f"{path}.tmp", "w", encoding="utf-8") as fh:
+        json.dump({"ok": False, "pid": os.getpid(), "t": time.time(), "error": f"{type(exc).__name__}: {exc}"}, fh)
+    os.replace(f"{path}.tmp", path)
+
+
+def _live_objects() -> dict[str, list[Any]]:
+    """One pass over the GC's objects: what training state exists already."""
+    found: dict[str, list[Any]] = {"iterators": [], "loaders": [], "optimizers": [], "trainers": [], "tokenizers": []}
+    kinds: list[tuple[str, type]] = []
+    for module, attr, key in (
+        ("torch.utils.data.dataloader", "_BaseDataLoaderIter", "iterators"),
+        ("torch.utils.data.dataloader", "DataLoader", "loaders"),
+        ("torch.optim.optimizer", "Optimizer", "optimizers"),
+        ("transformers.trainer", "Trainer", "trainers"),
+        ("transformers.tokenization_utils_base", "PreTrainedTokenizerBase", "tokenizers"),
+    ):
+        cls = getattr(sys.modules.get(module), attr, None)
+        if isinstance(cls, type):
+            kinds.append((key, cls))
+    owner: dict[type, str] = {}
+    for key, cls in kinds:
+        for sub in _subclasses(cls):
+            owner.setdefault(sub, key)
+    # A set lookup on type(obj): ~3x faster than isinstance over a few 100k objects, and
+    # isinstance reads __class__, which some proxies answer with a warning.
+    for obj in gc.get_objects():
+        key = owner.get(type(obj))
+        if key is not None:
+            found[key].append(obj)
+    found["optimizers"] = [o for o in found["optimizers"] if getattr(o, "state", None)]
+    return found
+
+
+def _subclasses(cls: type) -> set[type]:
+    seen = {cls}
+    todo = [cls]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub not in seen:
+                seen.add(sub)
+                todo.append(sub)
+    return seen
+
+
+def _catch_up(writer: Any, th: Any, live: dict[str, list[Any]]) -> None:
+    """Events the hooks would have written had they been there from the start."""
+    from gpudoctor.hooks import torch_hooks
+
+    now = time.time()
+    iterated = {id(getattr(it, "_dataset", None)) for it in live["iterators"]}
+    # The loader being iterated first: the analysis takes the earliest loader event as training's.
+    for loader in sorted(live["loaders"], key=lambda ld: id(ld.dataset) not in iterated):
+        event = torch_hooks._loader_event(loader)
+        event["t"] = now if id(loader.dataset) in iterated else now + 1e-3
+        writer.emit(event)
+    if th is not None and th.pad_token_id is None:
+        th.pad_token_id = next((t.pad_token_id for t in live["tokenizers"] if t.pad_token_id is not None), None)
+    for trainer in live["trainers"]:
+        _adopt_trainer(writer, trainer, now)
+
+
+def _adopt_trainer(writer: Any, trainer: Any, now: float) -> None:
+    from gpudoctor.hooks.hf_hooks import trainer_event
+    from gpudoctor.integrations.hf import GpuDoctorCallback
+
+    writer.emit(trainer_event(trainer))
+    state = getattr(trainer, "state", None)
+    writer.emit({"k": "hf_plan", "t": now, "max_steps": getattr(state, "max_steps", None),
+                 "num_train_epochs": getattr(trainer.args, "num_train_epochs", None),
+                 "global_step": getattr(state, "global_step", None)})
+    callback = GpuDoctorCallback(_writer=writer)
+    trainer.add_callback(callback)
+    _state.callbacks.append((trainer, callback))
+
+
+def detach(reason: str) -> None:
+    """Remove every hook and callback; safe from any thread, runs once."""
+    with _state.lock:
+        if not _state.active:
+            return
+        _state.active = False
+    from gpudoctor import hooks
+
+    for trainer, callback in _state.callbacks:
+        trainer.remove_callback(callback)
+    _state.callbacks.clear()
+    hooks.uninstall()
+    if _state.path_added and _state.path_added in sys.path:
+        sys.path.remove(_state.path_added)
+    write_status("detached", {"t": time.time(), "reason": reason})
+
+
+def _watch() -> None:
+    from gpudoctor.attach.lock import pid_alive
+
+    flag = os.path.join(_state.control_dir, "detach")
+    while _state.active:
+        time.sleep(WATCH_S)
+        if os.path.exists(flag):
+            detach("requested")
+        elif not pid_alive(_state.doctor_pid):
+            detach("doctor exited")
+
+
+def _start_watchdog() -> None:
+    threading.Thread(target=_watch, name="gpudoctor-attach-watch", daemon=True).start()
+
+
+def _after_fork_in_child() -> None:
+    """A forked DataLoader worker inherits the hooks: it must also drop them on detach."""
+    _state.lock = threading.Lock()
+    _state.callbacks = []
+    if _state.active:
+        _start_watchdog()
+
+
+def write_status(kind: str, fields: dict[str, Any]) -> None:
+    """``<control>/<pid>.<kind>.json``, written atomically so the doctor never reads half a file."""
+    path = os.path.join(_state.control_dir, f"{os.getpid()}.{kind}.json")
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump({"ok": True, "pid": os.getpid(), **fields}, fh)
+    os.replace(tmp, path)

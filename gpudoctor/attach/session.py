@@ -1,0 +1,233 @@
+"""One ``gpudoctor attach``: from a live pid to a finished run folder.
+
+Order matters for the patient: the outside samplers start first (they cannot
+hurt it), then the hooks go in (a debugger stop of tens of milliseconds per
+process), and on the way out the hooks are removed before the samplers stop,
+so the process is left exactly as it was found even when the doctor is
+interrupted. New ranks that appear while attached (a launcher still starting)
+get hooks too.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from gpudoctor.attach import inject, targets
+from gpudoctor.attach.lock import pid_alive
+from gpudoctor.attach.stacks import StackSampler
+from gpudoctor.attach.window import AttachRecord, TargetRecord
+from gpudoctor.errors import UserError
+from gpudoctor.recorder import Recorder, RecorderOptions, default_out
+from gpudoctor.recording.store import RunFolder
+
+POLL_S = 0.2
+RESCAN_S = 2.0
+DETACH_WAIT_S = 5.0
+HOOKED_RATE_DIVISOR = 4  # with exact in-process figures, stack samples are only a cross-check
+
+
+@dataclass
+class AttachOptions:
+    pid: int
+    out: Path | None = None
+    duration_s: float | None = None
+    interval_s: float = 0.5
+    price_per_gpu_hour: float | None = None
+    gpus: int | None = None
+    inject: bool = True
+    sample_rate_hz: float = 20.0
+    window_s: float = 4.0
+    nvml_binding: Any = None
+
+
+@dataclass
+class _Stop:
+    reason: str | None = None
+    signals: int = 0
+    event: threading.Event = field(default_factory=threading.Event)
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.signals += 1
+        self.reason = self.reason or ("interrupted" if signum == signal.SIGINT else "terminated")
+        self.event.set()
+
+
+class AttachSession:
+    def __init__(self, options: AttachOptions, root: psutil.Process) -> None:
+        self.options = options
+        self.root = root
+        self.folder = RunFolder(options.out or default_out("attach")).create()
+        self.control = self.folder.root / "attach"
+        self.record = AttachRecord(attach_time=time.time(), root_start_time=targets.start_time(root),
+                                   inject=options.inject)
+        self.stop = _Stop()
+        self._injecting: dict[int, threading.Thread] = {}
+        self._launcher = targets.is_launcher(root)
+        self._lock = threading.Lock()
+        self.recorder = Recorder(self.folder, RecorderOptions(
+            mode="attach", command=_cmdline(root), interval_s=options.interval_s,
+            price_per_gpu_hour=options.price_per_gpu_hour, gpus=options.gpus,
+            nvml_binding=options.nvml_binding))
+        self.stacks = StackSampler(root.pid, self.folder.appender("samples/stacks.jsonl"),
+                                   rate_hz=options.sample_rate_hz, window_s=options.window_s,
+                                   describe=targets.describe)
+        self.bootstrap = inject.write_bootstrap(self.control, self.folder.root)
+        _let_patient_write(root, self.folder.root, [self.control, self.folder.events_dir])
+
+    # -- the session ----------------------------------------------------------------
+    def run(self, view: Any = None) -> AttachRecord:
+        """Sample, inject, wait for the end, detach; returns what happened (also in meta.json)."""
+        self.recorder.prepare()
+        self.recorder.start(self.root.pid, self.record.attach_time)
+        self.stacks.start()
+        old = {s: signal.signal(s, self.stop) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self._watch(view)
+        finally:
+            self._detach()
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+            self._finish()
+        return self.record
+
+    def _watch(self, view: Any) -> None:
+        deadline = self.record.attach_time + self.options.duration_s if self.options.duration_s else None
+        next_scan = next_tick = 0.0
+        while True:
+            now = time.time()
+            if not pid_alive(self.root.pid):
+                self.record.ended_by = "exit"
+                break
+            if self.stop.reason:
+                self.record.ended_by = self.stop.reason
+                break
+            if deadline is not None and now >= deadline:
+                self.record.ended_by = "duration"
+                break
+            if now >= next_scan:
+                next_scan = now + RESCAN_S
+                self._scan()
+            self._poll_status()
+            if view is not None and now >= next_tick:
+                next_tick = now + 1.0
+                view.state.source = self.record.source()
+                view.tick()
+            self.stop.event.wait(POLL_S)
+        self.record.end_time = time.time()
+
+    # -- hooks in ---------------------------------------------------------------------
+    def _scan(self) -> None:
+        """Hook training processes not seen before (ranks of a launcher appear late)."""
+        if not self.options.inject or (self.record.targets and not self._launcher):
+            return
+        for t in targets.training_targets(self.root):
+            with self._lock:
+                if t.pid in self.record.targets:
+                    continue
+                rec = self.record.targets[t.pid] = TargetRecord(pid=t.pid, rank=t.rank, create_time=t.create_time)
+            thread = threading.Thread(target=self._inject_one, args=(rec,), daemon=True)
+            self._injecting[t.pid] = thread
+            thread.start()
+
+    def _inject_one(self, rec: TargetRecord) -> None:
+        rec.requested_at = time.time()
+        try:
+            done = inject.inject(rec.pid, self.bootstrap)
+        except inject.InjectError as exc:
+            rec.error = str(exc)
+            return
+        rec.method, rec.gdb_s = done.method, done.gdb_s
+
+    def _poll_status(self) -> None:
+        for rec in list(self.record.targets.values()):
+            if rec.method is None or rec.installed_at is not None or rec.error:
+                continue
+            status = inject.read_status(self.control, rec.pid, "installed")
+            if status is None:
+                continue
+            if status.get("ok"):
+                rec.installed_at = float(status["t"])  # type: ignore[arg-type]
+                rec.underway = bool(status.get("underway"))
+                self.stacks.rate_hz = max(5.0, self.options.sample_rate_hz / HOOKED_RATE_DIVISOR)
+                # The live view reads the folder: give it the report's window already.
+                self.recorder.meta["start_time"] = self.record.window_start(self.folder.root)
+                self.folder.write_meta(self.recorder.meta)
+            else:
+                rec.error = f"the hooks failed to load in pid {rec.pid}: {status.get('error')}"
+
+    # -- hooks out --------------------------------------------------------------------
+    def _detach(self) -> None:
+        """Ask every hooked process to remove its hooks; wait a little for them to confirm."""
+        for thread in self._injecting.values():
+            thread.join(timeout=inject.GDB_TIMEOUT_S + 5)
+        self._poll_status()
+        inject.request_detach(self.control)
+        self.record.detach_time = time.time()
+        waiting = [r for r in self.record.targets.values() if r.installed_at is not None]
+        deadline = time.time() + (0.5 if self.stop.signals > 1 else DETACH_WAIT_S)
+        while waiting and time.time() < deadline:
+            for rec in list(waiting):
+                status = inject.read_status(self.control, rec.pid, "detached")
+                if status is not None:
+                    rec.detached = True
+                    waiting.remove(rec)
+                elif not pid_alive(rec.pid):  # exited with the hooks in: nothing left to remove
+                    waiting.remove(rec)
+            time.sleep(0.1)
+        for rec in waiting:
+            rec.detached = False if pid_alive(rec.pid) else None
+        self._poll_status()  # a late install is detached by its own watchdog (the detach file exists)
+
+    def _finish(self) -> None:
+        self.stacks.stop()
+        self.record.stack_samples = self.stacks.samples
+        self.record.stack_errors = list(self.stacks.errors)
+        self.record.sample_rate_hz = self.options.sample_rate_hz
+        self.recorder.stop(_status(self.record.ended_by), None)  # the patient's exit code is not ours to see
+        self.recorder.meta.update(self.record.meta_fields(self.folder.root))
+        self.folder.write_meta(self.recorder.meta)
+
+
+def _let_patient_write(root: psutil.Process, run_dir: Path, dirs: list[Path]) -> None:
+    """A root doctor attached to another user's process: that user writes the events and status files.
+
+    The run folder becomes traversable (0711, not listable) and ``dirs`` the patient's own.
+    """
+    try:
+        uid, gid = root.uids().effective, root.gids().effective
+    except psutil.Error:
+        return
+    if os.geteuid() != 0 or uid == 0:
+        return
+    run_dir.chmod(0o711)
+    for folder in dirs:
+        os.chown(folder, uid, gid)
+
+
+def _status(ended_by: str | None) -> str:
+    return {"exit": "finished", "duration": "detached", "interrupted": "interrupted",
+            "terminated": "interrupted"}.get(ended_by or "", "detached")
+
+
+def _cmdline(proc: psutil.Process) -> list[str]:
+    try:
+        return proc.cmdline()
+    except psutil.Error:
+        return []
+
+
+def open_session(options: AttachOptions) -> AttachSession:
+    """Check the pid, refuse a non-Python process tree, and prepare the run folder."""
+    root = targets.patient(options.pid)
+    if not targets.is_python(root.pid) and not targets.training_targets(root):
+        raise UserError(f"pid {root.pid} ({root.name()}) is not a Python process and starts none; "
+                        "gpudoctor attach needs the training process (or its launcher / wrapper)")
+    return AttachSession(options, root)

@@ -1,0 +1,206 @@
+"""Stack samples from outside: py-spy in back-to-back windows over the whole process tree.
+
+Why windows of ``py-spy record`` rather than one long recording or repeated
+``py-spy dump``: ``record`` writes nothing until it ends, and ``dump`` pays
+~25 ms of CPU per call; a 4 s window at 20 Hz costs ~20 ms per process and its
+samples reach the run folder (and the live view) a few seconds later. Each
+window samples the Python processes of the tree alive at its start, so ranks
+and DataLoader workers that come and go are followed.
+``--nonblocking`` reads the patient's memory without stopping it (py-spy's
+pausing mode cost ~17% of step throughput at 100 Hz, see issue 3).
+
+Each window adds one row per process to ``samples/stacks.jsonl`` (format in
+:mod:`gpudoctor.analysis.sampled`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from gpudoctor.analysis.sampled import Code
+from gpudoctor.attach import targets
+from gpudoctor.attach.classify import Frame, classify
+from gpudoctor.attach.lock import pid_alive
+from gpudoctor.errors import UserError
+from gpudoctor.samplers.base import RowWriter
+
+# "Process 12 Thread 12 ..." with --subprocesses, "Thread 12 ..." without
+_PROFILE = re.compile(r"(?:Process (\d+) )?Thread (\d+)")
+MAX_SAME_ERROR = 3
+
+
+def pyspy_path() -> str | None:
+    """py-spy next to this interpreter (a venv's bin/), else on PATH."""
+    here = Path(sys.executable).with_name("py-spy")
+    return str(here) if here.exists() else shutil.which("py-spy")
+
+
+class StackSampler:
+    """Runs py-spy windows on a daemon thread until :meth:`stop` or the root process is gone."""
+
+    def __init__(self, root_pid: int, writer: RowWriter, rate_hz: float = 20.0, window_s: float = 4.0,
+                 describe: Callable[[int], dict[str, Any]] | None = None) -> None:
+        self.root_pid = root_pid
+        self.writer = writer
+        self.rate_hz = rate_hz
+        self.window_s = window_s
+        self.describe = describe or (lambda pid: {})
+        self.errors: list[str] = []
+        self.samples = 0
+        self._error_counts: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._described: dict[int, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._tmp = Path(tempfile.mkdtemp(prefix="gpudoctor-stacks-"))
+        self._exe = pyspy_path()
+
+    def start(self) -> None:
+        if self._exe is None:
+            self.errors.append("py-spy is not installed (pip install py-spy), so no stack samples were taken")
+            return
+        self._thread = threading.Thread(target=self._run, name="gpudoctor-stacks", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """End the current window early (py-spy writes what it has on SIGINT) and join."""
+        self._stop.set()
+        with self._lock:
+            for proc in self._procs.values():
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGINT)
+        if self._thread is not None:
+            self._thread.join(timeout=15)
+        self.writer.flush()
+        self.writer.close()
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set() and pid_alive(self.root_pid):
+            if not self._window():
+                if self._gave_up():
+                    return
+                self._stop.wait(1.0)
+
+    def _window(self) -> bool:
+        """One py-spy per Python process of the tree, all for the same few seconds."""
+        rate_hz = self.rate_hz
+        t0 = time.time()
+        with self._lock:
+            if self._stop.is_set():
+                return True
+            self._procs = {pid: self._spawn(pid, rate_hz) for pid in self._python_tree()}
+        for pid in self._procs:  # asked once, while the process is alive
+            if pid not in self._described:
+                self._described[pid] = self.describe(pid)
+        errors = {pid: proc.communicate()[1] for pid, proc in self._procs.items()}
+        t1 = time.time()
+        rows = []
+        for pid in self._procs:
+            out = self._tmp / f"{pid}.json"
+            try:
+                profile = json.loads(out.read_text())
+            except (OSError, json.JSONDecodeError):
+                if pid == self.root_pid and pid_alive(pid) and not self._stop.is_set():
+                    self._error(_last_line(errors[pid].decode("utf-8", "replace")))
+                continue  # a worker that exited mid-window leaves no output
+            rows += window_rows(profile, t0, t1, rate_hz, pid)
+        for row in rows:
+            row.update(self._described.get(row["pid"], {}))
+            self.samples += len(row["codes"])
+            self.writer.write(row)
+        self.writer.flush()
+        return bool(rows) or not self._procs
+
+    def _spawn(self, pid: int, rate_hz: float) -> subprocess.Popen[bytes]:
+        assert self._exe is not None
+        out = self._tmp / f"{pid}.json"
+        out.unlink(missing_ok=True)
+        argv = [self._exe, "record", "--pid", str(pid), "--rate", f"{rate_hz:g}",
+                "--duration", f"{max(1, round(self.window_s))}", "--nonblocking", "--idle",
+                "--format", "speedscope", "--output", str(out)]
+        # Own session: a Ctrl-C meant for the doctor must not end the window unrecorded.
+        return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+
+    def _python_tree(self) -> list[int]:
+        """The root and its descendants that run Python.
+
+        One py-spy per process rather than ``--subprocesses``: following children
+        makes py-spy rescan /proc all the time, ~3x the CPU of separate samplers.
+        """
+        try:
+            root = psutil.Process(self.root_pid)
+            tree = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return []
+        return [proc.pid for proc in tree if _runs_python(proc.pid)]
+
+    def _error(self, message: str) -> None:
+        self._error_counts[message] = self._error_counts.get(message, 0) + 1
+        if message not in self.errors:
+            self.errors.append(message)
+
+    def _gave_up(self) -> bool:
+        return any(n >= MAX_SAME_ERROR for n in self._error_counts.values())
+
+
+def window_rows(profile: dict[str, Any], t0: float, t1: float, rate_hz: float, root_pid: int) -> list[dict[str, Any]]:
+    """One row per process: the codes of its main thread's samples, in order."""
+    frames = profile.get("shared", {}).get("frames", [])
+    cache: dict[tuple[int, ...], str] = {}
+    rows = []
+    for prof in profile.get("profiles", []):
+        m = _PROFILE.match(prof.get("name", ""))
+        pid = int(m.group(1) or root_pid) if m else None
+        if m is None or int(m.group(2)) != pid:  # only each process's main thread
+            continue
+        codes = []
+        worker = False
+        for sample in prof.get("samples", []):
+            key = tuple(sample)
+            code = cache.get(key)
+            if code is None:
+                code = cache[key] = classify(_frames(frames, key))
+            codes.append(code)
+            worker = worker or code in (Code.WORKER_FETCH, Code.WORKER_IDLE)
+        if codes:
+            rows.append({"t": t0, "t1": t1, "pid": pid, "role": "worker" if worker else "main",
+                         "rate_hz": rate_hz, "codes": "".join(codes)})
+    return rows
+
+
+def _frames(frames: list[dict[str, Any]], sample: tuple[int, ...]) -> list[Frame]:
+    out = []
+    for i in sample:
+        f = frames[i] if 0 <= i < len(frames) else {}
+        name, file = str(f.get("name", "")), str(f.get("file") or "")
+        if not file and (name.startswith("process ") or name.startswith("thread (")):
+            continue  # the --subprocesses / thread root frames
+        out.append((name, file))
+    return out
+
+
+def _runs_python(pid: int) -> bool:
+    try:
+        return targets.is_python(pid)
+    except UserError:  # not ours to inspect: py-spy could not either
+        return False
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return f"py-spy: {lines[-1]}" if lines else "py-spy exited without output"

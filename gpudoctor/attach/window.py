@@ -1,0 +1,154 @@
+"""What an attach session did, and which stretch of the process's life the report covers.
+
+A process met mid-run has no observed startup: its window starts when the
+hooks went in (they mark the first step there), so startup is 0. A process
+met before its first step is still starting: its window starts at the
+process's own start, and everything before the first step is startup, as
+under ``gpudoctor run``, though only the part after the attach was seen.
+
+Written to meta.json: ``attach_time``, ``detach_time``, ``attach`` (per-process
+details) and ``attach_notes`` (one line each, for ``info`` findings).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.analysis.sampled import LOOP, load_stack_rows
+
+UNAVAILABLE_WITHOUT_HOOKS = (
+    "step count and step times, padding, DataLoader settings and the exact data wait are unavailable"
+)
+
+
+@dataclass
+class TargetRecord:
+    pid: int
+    rank: int | None
+    create_time: float
+    requested_at: float | None = None
+    method: str | None = None  # "gdb" | "remote_exec"
+    gdb_s: float | None = None  # gdb's whole run; the process is stopped only between attach and detach
+    installed_at: float | None = None
+    underway: bool | None = None  # training had begun when the hooks went in
+    detached: bool | None = None
+    error: str | None = None
+
+
+@dataclass
+class AttachRecord:
+    attach_time: float
+    root_start_time: float = 0.0
+    end_time: float | None = None
+    detach_time: float | None = None
+    ended_by: str | None = None  # "exit" | "duration" | "interrupted" | "terminated"
+    inject: bool = True
+    targets: dict[int, TargetRecord] = field(default_factory=dict)
+    stack_samples: int = 0
+    stack_errors: list[str] = field(default_factory=list)
+    sample_rate_hz: float = 0.0
+
+    @property
+    def hooked(self) -> list[TargetRecord]:
+        return [r for r in self.targets.values() if r.installed_at is not None]
+
+    def source(self) -> str:
+        """Where the figures come from, for the live view."""
+        if self.hooked:
+            return f"in-process hooks in {len(self.hooked)} process(es) + stack samples"
+        if not self.inject:
+            return "stack samples only (--no-inject)"
+        if not self.targets or any(r.error is None for r in self.targets.values()):
+            return "loading the in-process hooks…"
+        return "stack samples only (hooks not loaded)"
+
+    def window_start(self, folder: Path) -> float:
+        """Start of the recording window (see the module docstring)."""
+        hooked = self.hooked
+        if hooked:
+            underway = [r.installed_at for r in hooked if r.underway and r.installed_at is not None]
+            return max(underway) if underway else self.root_start_time or self.attach_time
+        if _sampled_underway(folder):
+            return self.attach_time
+        return self.root_start_time or self.attach_time
+
+    def notes(self, start: float) -> list[str]:
+        notes = [n for n in (self._hook_note(), self._start_note(start)) if n]
+        if self.hooked:
+            notes += [f"In-process hooks not loaded into pid {r.pid}"
+                      + (f" (rank {r.rank})" if r.rank is not None else "")
+                      + f": {r.error or 'it did not run the injected code'}; its figures are estimated from "
+                      "stack samples" for r in self.targets.values() if r.installed_at is None]
+        notes += [f"pid {r.pid} did not confirm removing the hooks within a few seconds; they remove themselves "
+                  "the next time it runs Python code" for r in self.hooked if r.detached is False]
+        if self.stack_errors:
+            lead = "No stack samples" if not self.stack_samples else "Some stack sampling windows failed"
+            notes.append(f"{lead}: {'; '.join(self.stack_errors[:2])}")
+        return notes
+
+    def _hook_note(self) -> str | None:
+        if self.hooked:
+            return None
+        samples = f"{self.stack_samples} stack samples at {self.sample_rate_hz:g} Hz"
+        if self.stack_samples:
+            samples += f", about ±{100 * math.sqrt(0.25 / self.stack_samples):.0f} points"
+        return (f"In-process hooks not loaded ({self._why_no_hooks()}). The breakdown is estimated from "
+                f"{samples}; {UNAVAILABLE_WITHOUT_HOOKS}.")
+
+    def _why_no_hooks(self) -> str:
+        if not self.inject:
+            return "--no-inject was given"
+        if not self.targets:
+            return "no Python training process was found under the pid"
+        reasons = set()
+        for r in self.targets.values():
+            if r.error:
+                reasons.add(r.error)
+            elif r.method is not None:
+                reasons.add(f"pid {r.pid} did not run the injected code before the end "
+                            "(busy in native code, or exiting)")
+        return "; ".join(sorted(reasons)) or "injection did not finish"
+
+    def _start_note(self, start: float) -> str | None:
+        before_s = self.attach_time - self.root_start_time if self.root_start_time else 0.0
+        if before_s < 1.0:
+            return None
+        if start >= self.attach_time:
+            return (f"Attached {before_s:.0f} s after the process started, while it was training: the figures cover "
+                    "the part observed, and the run's startup is not included.")
+        return (f"Attached {before_s:.1f} s after the process started, before its first training step: those "
+                "seconds count as startup, but what they went to was only observed from the attach on.")
+
+    def meta_fields(self, folder: Path) -> dict[str, Any]:
+        start = self.window_start(folder)
+        fields: dict[str, Any] = {
+            "start_time": start,
+            "started_at": dt.datetime.fromtimestamp(start, dt.timezone.utc).isoformat(),
+            "attach_time": self.attach_time,
+            "detach_time": self.detach_time,
+            "attach_notes": self.notes(start),
+            "attach": {
+                "ended_by": self.ended_by,
+                "inject": self.inject,
+                "targets": [asdict(r) for r in self.targets.values()],
+                "stack_samples": self.stack_samples,
+                "sample_rate_hz": self.sample_rate_hz,
+            },
+        }
+        if self.end_time is not None:
+            fields["end_time"] = self.end_time
+        return fields
+
+
+def _sampled_underway(folder: Path) -> bool:
+    """Was the first sampled moment of a (non-worker) process already inside the training loop?"""
+    rows = [r for r in load_stack_rows(folder) if r.get("role") == "main" and r["codes"]]
+    if not rows:
+        return True  # nothing seen: do not claim a startup we never observed
+    first = min(rows, key=lambda r: r["t"])
+    firsts = [r for r in rows if r["t"] == first["t"]]
+    return any(r["codes"][0] in LOOP for r in firsts)

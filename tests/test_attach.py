@@ -1,0 +1,222 @@
+"""``gpudoctor attach`` on live probes: each started as its own process, then attached to.
+
+What a user relies on: the planted waste is the top finding with its share
+close to the probe's own ground truth (as under ``gpudoctor run``), the
+healthy control stays clean, the process trains on unharmed after the doctor
+detaches, and bad input gets one clear line and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import PROBES, ROOT, gpudoctor_cmd, run_cli, within
+
+pytestmark = pytest.mark.skipif(shutil.which("gdb") is None or sys.platform != "linux",
+                                reason="attach injects with gdb on Linux")
+
+
+def start(*argv: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUDOCTOR_")}
+    return subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def start_probe(name: str, truth: Path, *args: str) -> subprocess.Popen[str]:
+    return start(sys.executable, str(PROBES / f"{name}.py"), "--truth", str(truth), *args)
+
+
+def attach(pid: int, out: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return run_cli("attach", str(pid), "--out", str(out), *args, timeout=timeout)
+
+
+def load(folder: Path, name: str) -> dict[str, Any]:
+    return json.loads((folder / name).read_text())
+
+
+class Attached:
+    """A probe attached to right after it started, run to its end."""
+
+    def __init__(self, tmp: Path, name: str, *args: str, doctor_args: tuple[str, ...] = ()) -> None:
+        truth = tmp / f"truth-{name}.json"
+        self.folder = tmp / f"attach-{name}"
+        self.probe = start_probe(name, truth, *args)
+        time.sleep(0.3)
+        self.doctor = attach(self.probe.pid, self.folder, *doctor_args)
+        self.probe_out, self.probe_err = self.probe.communicate(timeout=120)
+        self.report = load(self.folder, "report.json")
+        self.meta = load(self.folder, "meta.json")
+        self.truth = load(tmp, truth.name)
+
+    @property
+    def top(self) -> dict[str, Any]:
+        return self.report["findings"][0]
+
+
+_runs: dict[tuple[str, ...], Attached] = {}
+
+
+@pytest.fixture(scope="module")
+def attached(tmp_path_factory: pytest.TempPathFactory):
+    def get(name: str, *args: str, doctor_args: tuple[str, ...] = ()) -> Attached:
+        key = (name, *args, *doctor_args)
+        if key not in _runs:
+            _runs[key] = Attached(tmp_path_factory.mktemp(name), name, *args, doctor_args=doctor_args)
+        return _runs[key]
+
+    return get
+
+
+# -- planted waste, measured through the injected hooks ------------------------------------
+@pytest.mark.slow
+def test_tokenization_probe_attached_after_start_matches_truth(attached):
+    run = attached("tokenize_in_getitem")
+    assert run.probe.returncode == 0, run.probe_err[-2000:]
+    assert run.doctor.returncode == 0, run.doctor.stderr[-2000:]
+    target = run.meta["attach"]["targets"][0]
+    assert target["method"] == "gdb" and target["installed_at"] and target["error"] is None
+    assert run.top["rule"] == "tokenization_in_loop", [(f["rule"], f["waste_fraction"]) for f in run.report["findings"]]
+    assert within(run.report["shares"]["tokenization"], run.truth["tokenize_share"])
+    assert within(run.report["breakdown"]["data_wait"], run.truth["data_wait_share"])
+    assert within(run.report["breakdown"]["startup"], run.truth["startup_share"])
+    assert run.report["run"]["mode"] == "attach"
+
+
+@pytest.mark.slow
+def test_checkpoint_probe_attached_after_start_matches_truth(attached):
+    run = attached("heavy_checkpoints")
+    assert run.probe.returncode == 0 and run.doctor.returncode == 0, run.doctor.stderr[-2000:]
+    assert run.top["rule"] == "checkpoint_overhead", [(f["rule"], f["waste_fraction"]) for f in run.report["findings"]]
+    assert within(run.report["breakdown"]["checkpoint"], run.truth["checkpoint_share"])
+
+
+@pytest.mark.slow
+def test_healthy_control_attached_has_no_finding_above_10_percent(attached):
+    run = attached("healthy", "--seconds", "8")
+    assert run.probe.returncode == 0 and run.doctor.returncode == 0, run.doctor.stderr[-2000:]
+    big = [(f["rule"], f["waste_fraction"]) for f in run.report["findings"] if f["waste_fraction"] > 0.10]
+    assert not big
+    assert abs(sum(run.report["breakdown"].values()) - 1.0) <= 0.01
+
+
+# -- the patient is left as it was ---------------------------------------------------------------
+@pytest.mark.slow
+def test_detach_leaves_the_process_training_to_a_correct_end(tmp_path: Path):
+    truth = tmp_path / "truth.json"
+    probe = start_probe("healthy", truth, "--seconds", "14")
+    time.sleep(7)  # mid-run: the loop is going
+    doctor = attach(probe.pid, tmp_path / "run", "--duration", "3")
+    detached_at = time.time()
+    assert doctor.returncode == 0, doctor.stderr[-2000:]
+    assert probe.poll() is None, "the patient must outlive the doctor"
+    out, err = probe.communicate(timeout=60)
+    assert probe.returncode == 0, err[-2000:]
+    assert out.strip().splitlines()[-1].startswith("STEPS_PER_S=")
+    assert "Traceback" not in err and "gpudoctor" not in err
+    meta = load(tmp_path / "run", "meta.json")
+    target = meta["attach"]["targets"][0]
+    assert target["underway"] is True and target["detached"] is True
+    report = load(tmp_path / "run", "report.json")
+    assert report["breakdown"]["startup"] == 0.0  # met mid-run: no startup was observed
+    # It kept stepping after the detach, and the hooks wrote nothing more.
+    assert json.loads(truth.read_text())["steps"] > report["steps"]["count"] > 0
+    events = (tmp_path / "run" / "events" / f"{probe.pid}.jsonl").read_text().splitlines()
+    assert max(json.loads(line).get("t", 0) for line in events) < detached_at + 1.0
+
+
+@pytest.mark.slow
+def test_patient_killed_while_attached_still_gets_a_report(tmp_path: Path):
+    probe = start_probe("healthy", tmp_path / "truth.json", "--seconds", "30")
+    doctor = subprocess.Popen([*gpudoctor_cmd("attach", str(probe.pid), "--out", str(tmp_path / "run"))],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                              env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    time.sleep(10)
+    probe.kill()
+    probe.wait()
+    _, err = doctor.communicate(timeout=60)
+    assert doctor.returncode == 0, err[-2000:]
+    report = load(tmp_path / "run", "report.json")
+    assert report["steps"]["count"] > 0 and report["breakdown"]["compute"] > 0
+    assert load(tmp_path / "run", "meta.json")["attach"]["ended_by"] == "exit"
+
+
+# -- outside only --------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_without_injection_the_breakdown_is_estimated_from_stack_samples(attached):
+    run = attached("tokenize_in_getitem", doctor_args=("--no-inject",))
+    assert run.probe.returncode == 0 and run.doctor.returncode == 0, run.doctor.stderr[-2000:]
+    assert not list((run.folder / "events").glob("*.jsonl"))  # nothing ran inside the patient
+    notes = " ".join(run.meta["attach_notes"])
+    assert "--no-inject" in notes and "stack samples" in notes
+    assert run.top["rule"] == "tokenization_in_loop"
+    assert within(run.report["shares"]["tokenization"], run.truth["tokenize_share"])
+
+
+# -- several ranks -------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_torchrun_launcher_gets_every_rank_hooked_and_a_straggler_finding(tmp_path: Path):
+    torchrun = Path(sys.executable).with_name("torchrun")
+    probe = start(str(torchrun), "--nproc-per-node", "2", str(PROBES / "ddp_two_ranks.py"),
+                  "--slow-rank", "1", "--steps", "120", "--truth", str(tmp_path / "truth.json"))
+    time.sleep(0.3)
+    doctor = attach(probe.pid, tmp_path / "run")
+    _, err = probe.communicate(timeout=120)
+    assert probe.returncode == 0, err[-2000:]
+    assert doctor.returncode == 0, doctor.stderr[-2000:]
+    meta = load(tmp_path / "run", "meta.json")
+    assert sorted(t["rank"] for t in meta["attach"]["targets"] if t["installed_at"]) == [0, 1]
+    report = load(tmp_path / "run", "report.json")
+    assert sorted(r["rank"] for r in report["per_rank"]) == [0, 1]
+    assert report["findings"][0]["rule"] == "straggler_rank"
+
+
+# -- bad input: one clear line, non-zero exit, nobody hung --------------------------------------
+def test_no_such_pid_is_one_clear_line(tmp_path: Path):
+    out = attach(2**22 + 4321, tmp_path / "run", timeout=30)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [out.stderr.strip()]
+    assert "no process with pid" in out.stderr
+
+
+def test_a_process_that_is_not_python_is_refused(tmp_path: Path):
+    sleeper = start("sleep", "30")
+    try:
+        out = attach(sleeper.pid, tmp_path / "run", timeout=30)
+        assert out.returncode == 2 and "not a Python process" in out.stderr
+        assert sleeper.poll() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_second_doctor_is_refused_and_ctrl_c_detaches_the_first(tmp_path: Path):
+    idle = start(sys.executable, "-c", "import time\nwhile True: time.sleep(0.05)")
+    first = subprocess.Popen(gpudoctor_cmd("attach", str(idle.pid), "--out", str(tmp_path / "a")),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        time.sleep(3)
+        second = attach(idle.pid, tmp_path / "b", timeout=30)
+        assert second.returncode == 3 and "already attached" in second.stderr
+        first.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        _, err = first.communicate(timeout=60)
+        # Python but not training: the report is written, the exit says nothing was measured.
+        assert first.returncode == 1 and "no training activity" in err
+        assert idle.poll() is None  # still alive, hooks removed
+        meta = load(tmp_path / "a", "meta.json")
+        assert meta["attach"]["ended_by"] == "interrupted"
+        assert meta["attach"]["targets"][0]["detached"] is True
+    finally:
+        for proc in (first, idle):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
