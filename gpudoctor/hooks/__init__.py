@@ -67,7 +67,7 @@ def uninstall() -> None:
     if _torch_hooks is not None:
         _torch_hooks.remove_handles()
     if _writer is not None:
-        _writer.close()
+        _writer.close(exiting=False)
         _writer.enabled = False
     _writer = None
     _torch_hooks = None

@@ -122,11 +122,12 @@ class EventWriter:
             with contextlib.suppress(OSError):  # its unflushed tail is lost, not raised at exit
                 fh.close()
 
-    def close(self) -> None:
+    def close(self, exiting: bool = True) -> None:
+        """Flush and close; ``exiting=False`` on a detach, where the process runs on."""
         if self._pid != os.getpid():
             return
         if self._announced:
-            self.emit({"k": "exit", "t": time.time()})
+            self.emit({"k": "exit" if exiting else "detach", "t": time.time()})
         self._stop.set()
         self.flush(final=True)
         with self._lock:

@@ -77,6 +77,7 @@ EVENT_FIELDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
     "step": ({"t": is_time}, {"n": is_count, "dt": opt(is_duration)}),
     "first_step": ({"t": is_time}, {}),
     "exit": ({"t": is_time}, {}),
+    "detach": ({"t": is_time}, {}),
     "counter": ({"t": is_time, "name": is_str, "calls": is_count, "s": is_duration}, {}),
     "batch": (
         {"tokens": is_count, "pad": is_count, "seq_len": is_count},

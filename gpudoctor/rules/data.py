@@ -192,6 +192,10 @@ class DataStall(Rule):
         if share < MIN_SHARE:
             return None
         workers, fix, ratio = worker_fix(d)
+        if ratio >= 1.0 and d.load_s_per_batch is None:
+            # Batch build cost unknown (stack samples only): claim the whole wait, say so.
+            ratio = 1.0 - share * d.wall_s / max(d.wait_s + (d.compute_s_per_batch or 0) * d.n_batches, 1e-9)
+            fix.summary += " (batch build cost not measured here: run under hooks for an exact worker count)"
         loop_s = d.compute_s_per_batch * d.n_batches + d.wait_s if d.compute_s_per_batch else d.wait_s
         recovered = min(d.residual_s, loop_s * (1 - ratio)) if ratio < 1 else 0.0
         waste = recovered / d.wall_s if workers else share
