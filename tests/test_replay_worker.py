@@ -26,6 +26,11 @@ SCALED: dict[str, tuple[int, int, float, dict[str, Any]]] = {
     "seed002_padding_2048": (200, 1, 10.0, {"gradient_accumulation_steps": 2}),
     "seed003_rtx4090_batch1": (25, 40, 3.0, {}),
     "healthy": (300, 2, 6.0, {"gradient_accumulation_steps": 1}),
+    "seed000_format_at_startup": (300, 2, 6.0, {"gradient_accumulation_steps": 1}),
+    "seed001_h100_38h": (200, 2, 6.0, {"gradient_accumulation_steps": 1}),
+    "seed004_tokenize_on_the_fly": (40, 1, 8.0, {"gradient_accumulation_steps": 1}),
+    "seed004_pretokenized_packed": (40, 1, 8.0, {"gradient_accumulation_steps": 1}),
+    "slow_loading": (200, 2, 6.0, {"gradient_accumulation_steps": 1}),
 }
 IN_PROCESS = "healthy"  # the third runs inside pytest, overlapping the two subprocesses
 
