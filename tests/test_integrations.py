@@ -124,5 +124,5 @@ def test_lightning_callback_records_fit_and_validation(tmp_path):
     trainer.fit(Module(), DataLoader(data, batch_size=8), DataLoader(data, batch_size=32))
     report = cb.report
     assert report["steps"]["count"] == 8
-    assert report["breakdown"]["eval"] > 0
+    assert report["timeline"]["spans"]["eval"]  # tiny validations can round to 0.0000 of wall
     assert_unpatched()
