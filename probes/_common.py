@@ -468,3 +468,36 @@ class Truth:
         # the GC generations makes the final collection skip them (teardown ~0.2-0.4 s).
         gc.freeze()
         return d
+
+
+def train_timed(model, loader, opt, truth, pads, done, on_step=None):
+    """The probes' shared training loop, timing its own data wait and compute.
+
+    ``done(step)`` says when to stop (checked before each batch, across epochs);
+    ``on_step(step, t_end)`` runs after each optimizer step. Returns the last loss.
+    """
+    step = 0
+    loss = None
+    while not done(step):
+        it = iter(loader)
+        while not done(step):
+            t_step = time.perf_counter()
+            try:
+                batch = next(it)
+            except StopIteration:
+                truth.add("data_wait_s", time.perf_counter() - t_step)
+                break
+            t_data = time.perf_counter()
+            truth.add("data_wait_s", t_data - t_step)
+            pads.add(batch["attention_mask"])
+            loss = model(**batch).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            t_end = time.perf_counter()
+            truth.add("compute_s", t_end - t_data)
+            step += 1
+            truth.step_times.append(t_end - t_step)
+            if on_step is not None:
+                on_step(step, t_end)
+    return loss

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -68,27 +67,7 @@ def main(argv=None):
     pads = C.PadCounter()
 
     truth.mark_train_start()
-    step = 0
-    while step < args.steps:
-        it = iter(loader)
-        while step < args.steps:
-            t_step = time.perf_counter()
-            try:
-                batch = next(it)
-            except StopIteration:
-                truth.add("data_wait_s", time.perf_counter() - t_step)
-                break
-            t_data = time.perf_counter()
-            truth.add("data_wait_s", t_data - t_step)
-            pads.add(batch["attention_mask"])
-            loss = model(**batch).loss
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            t_end = time.perf_counter()
-            truth.add("compute_s", t_end - t_data)
-            step += 1
-            truth.step_times.append(t_end - t_step)
+    loss = C.train_timed(model, loader, opt, truth, pads, done=lambda step: step >= args.steps)
 
     f = pads.fields()
     share = truth.timers["compute_s"] / truth.now()

@@ -65,33 +65,18 @@ def main(argv=None):
     t_warm = None
     step = 0
 
-    def done() -> bool:
-        if args.steps is not None and step >= args.steps:
+    def done(n: int) -> bool:
+        if args.steps is not None and n >= args.steps:
             return True
         return args.seconds is not None and time.perf_counter() - t_begin >= args.seconds
 
-    while not done():
-        it = iter(loader)
-        while not done():
-            t_step = time.perf_counter()
-            try:
-                batch = next(it)
-            except StopIteration:
-                truth.add("data_wait_s", time.perf_counter() - t_step)
-                break
-            t_data = time.perf_counter()
-            truth.add("data_wait_s", t_data - t_step)
-            pads.add(batch["attention_mask"])
-            loss = model(**batch).loss
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            t_end = time.perf_counter()
-            truth.add("compute_s", t_end - t_data)
-            step += 1
-            truth.step_times.append(t_end - t_step)
-            if step == args.warmup:
-                t_warm = t_end
+    def on_step(n: int, t_end: float) -> None:
+        nonlocal t_warm, step
+        step = n
+        if n == args.warmup:
+            t_warm = t_end
+
+    loss = C.train_timed(model, loader, opt, truth, pads, done=done, on_step=on_step)
     t_last = time.perf_counter()
 
     if t_warm is not None and step > args.warmup and t_last > t_warm:
