@@ -14,9 +14,10 @@ from typing import Any
 
 from gpudoctor import __version__
 from gpudoctor.analysis import Analysis, analyze
+from gpudoctor.analysis.process import quantiles
 from gpudoctor.cost import Price, cost_section, resolve_price
 from gpudoctor.recording.store import Recording
-from gpudoctor.report_schema import BREAKDOWN_KEYS, SCHEMA
+from gpudoctor.report_schema import SCHEMA
 from gpudoctor.rules import Finding, Fix, run_rules
 
 MAX_POINTS = 2000
@@ -172,8 +173,6 @@ def _verdict(a: Analysis, findings: list[Finding], wasted: float) -> str:
 def _per_rank(a: Analysis) -> list[dict[str, Any]]:
     out = []
     for p in a.procs:
-        from gpudoctor.analysis.process import quantiles
-
         out.append({
             "rank": p.rank,
             "pid": p.pid,
@@ -240,6 +239,3 @@ def _rounded(d: dict[str, Any]) -> dict[str, Any]:
             out[k] = v
     return out
 
-
-def breakdown_sum(report: dict[str, Any]) -> float:
-    return sum(report["breakdown"][k] or 0.0 for k in BREAKDOWN_KEYS)
