@@ -144,3 +144,16 @@ def test_outdated_libraries_are_named(tmp_path):
     report = report_of(b)
     f = next(f for f in report["findings"] if f["rule"] == "outdated_libraries")
     assert "torch 2.0.1" in f["evidence"] and "transformers" not in f["evidence"]
+
+
+def test_loading_a_prepared_dataset_is_not_charged_as_startup_waste(tmp_path):
+    """load_from_disk is the startup fix itself; datasets.map before the first step is the waste."""
+    b = RecordingBuilder(tmp_path, cores=8, duration_s=100.0)
+    rows = b.process()
+    rows.append({"k": "span", "c": "data_load", "t0": 1_700_000_001.0, "dt": 10.0, "name": "datasets.load_from_disk"})
+    b.training_loop(rows, start_s=25.0, steps=700, compute_s=0.1, wait_s=0.001, fetch_s=0.001)
+    b.host_rows(cpu_total_pct=30.0, cpu_proc_pct=100.0)
+    assert "startup_idle" not in rules_of(report_of(b))
+    rows.append({"k": "span", "c": "format", "t0": 1_700_000_012.0, "dt": 8.0, "name": "datasets.Dataset.map"})
+    f = next(f for f in report_of(b)["findings"] if f["rule"] == "startup_idle")
+    assert f["data"]["format_s"] == 8.0 and f["data"]["data_load_s"] == 10.0

@@ -14,6 +14,7 @@ In-process events (key ``k``):
               ``checkpoint`` (torch.save, save_pretrained, safetensors, Trainer
               checkpoints), ``eval`` (Trainer.evaluate, Lightning validation,
               ``gpudoctor.profile().eval()``), ``format`` (``datasets`` map/filter),
+              ``data_load`` (``datasets.load_dataset``/``load_from_disk``),
               ``model_load`` (``from_pretrained``). Only the outermost span of a
               category is written when calls nest.
 ``first_step`` ``t``: start of the first training step (first batch request from a
@@ -47,5 +48,5 @@ Sampler lines (no ``k``): see :mod:`gpudoctor.samplers.host` and
 
 from __future__ import annotations
 
-SPAN_CATEGORIES = ("data_wait", "checkpoint", "eval", "format", "model_load")
+SPAN_CATEGORIES = ("data_wait", "checkpoint", "eval", "format", "data_load", "model_load")
 COUNTER_NAMES = ("tokenize", "fetch")

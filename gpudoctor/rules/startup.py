@@ -26,12 +26,13 @@ class StartupIdle(Rule):
         before = {c: tl.total(tl.clip(tl.merge(s), p.start, first)) for c, s in p.spans.items()}
         format_s = before.get("format", 0.0)
         load_s = before.get("model_load", 0.0)
+        data_load_s = before.get("data_load", 0.0)
         tok_s = p.tokenize_s - p.tokenize_in_loop_s
         recoverable_s = max(format_s, tok_s)
         share = recoverable_s / p.wall_s
         if share < MIN_RECOVERABLE_SHARE and recoverable_s < LONG_STARTUP_S:
             return None
-        other_s = max(0.0, startup_s - format_s - load_s)
+        other_s = max(0.0, startup_s - format_s - load_s - data_load_s)
         names = sorted(p.span_names.get("format", {}).items(), key=lambda kv: -kv[1])
         what = ", ".join(f"{n} {s:.1f} s" for n, s in names[:3]) or "tokenizer calls"
         cores = a.host.cores or 1
@@ -42,7 +43,8 @@ class StartupIdle(Rule):
             waste_fraction=share,
             evidence=(
                 f"The first step started {startup_s:.1f} s after launch ({pct(startup_s / p.wall_s)} of wall): "
-                f"{recoverable_s:.1f} s preparing data ({what}), {load_s:.1f} s loading the model, "
+                f"{recoverable_s:.1f} s preparing data ({what}), {data_load_s:.1f} s loading the dataset, "
+                f"{load_s:.1f} s loading the model, "
                 f"{other_s:.1f} s in imports and other setup."
             ),
             fix=Fix(
@@ -63,6 +65,7 @@ class StartupIdle(Rule):
                 "startup_s": round(startup_s, 3),
                 "format_s": round(format_s, 3),
                 "model_load_s": round(load_s, 3),
+                "data_load_s": round(data_load_s, 3),
                 "recoverable_s_per_launch": round(recoverable_s, 3),
             },
         )
