@@ -36,6 +36,10 @@ def main(argv=None):
     p.add_argument("--examples", type=int, default=1000)
     p.add_argument("--max-length", type=int, default=256, help="truncation length (default 256)")
     p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--step-log", default=None,
+                   help="append each step's wall-clock and main-thread CPU end times and the padded tokens so far "
+                        "here, a line per step "
+                        "(the attach benchmark computes throughput per time block from it)")
     args = C.add_common_args(p).parse_args(argv)
     if args.seconds is None and args.steps is None:
         args.seconds = 6.0
@@ -70,9 +74,13 @@ def main(argv=None):
             return True
         return args.seconds is not None and time.perf_counter() - t_begin >= args.seconds
 
+    step_log = open(args.step_log, "w", buffering=1) if args.step_log else None  # noqa: SIM115 (lives for the run)
+
     def on_step(n: int, t_end: float) -> None:
         nonlocal t_warm, step
         step = n
+        if step_log is not None:
+            step_log.write(f"{time.time():.6f} {time.thread_time():.6f} {pads.total}\n")
         if n == args.warmup:
             t_warm = t_end
 
@@ -84,6 +92,8 @@ def main(argv=None):
     else:  # too short for a warm-up: use every step
         steps_per_s = step / max(t_last - t_begin, 1e-9)
     print(f"STEPS_PER_S={steps_per_s:.4f}", flush=True)
+    if step_log is not None:
+        step_log.close()
     truth.write(**pads.fields(), steps_per_s=steps_per_s, final_loss=float(loss.detach()))
 
 

@@ -1,0 +1,64 @@
+"""``gpudoctor attach`` into a Python 3.14 process: the ``sys.remote_exec`` door, no debugger.
+
+Needs a CPython 3.14 interpreter: ``$GPUDOCTOR_TEST_PYTHON314`` (``.ci/run`` sets it
+with ``.ci/python314.sh``), else ``python3.14`` on PATH; skipped without one. There
+is no torch for it here, so the patient is a pure-Python loop: what is checked is
+the door itself, that the hooks go in by ``remote_exec``, come out on detach, and
+leave the process running to a correct end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.attach.inject import PKG_PARENT
+from tests.conftest import ROOT, run_cli
+
+
+def python314() -> str | None:
+    exe = os.environ.get("GPUDOCTOR_TEST_PYTHON314") or shutil.which("python3.14")
+    if not exe:
+        return None
+    probe = subprocess.run([exe, "-c", "import sys; print(hasattr(sys, 'remote_exec'))"],
+                           capture_output=True, text=True)
+    return exe if probe.stdout.strip() == "True" else None
+
+
+PY314 = python314()
+pytestmark = pytest.mark.skipif(PY314 is None or sys.platform != "linux",
+                                reason="needs a CPython 3.14 (GPUDOCTOR_TEST_PYTHON314 or python3.14 on PATH)")
+
+
+@pytest.mark.slow
+def test_python_314_patient_is_hooked_by_remote_exec_and_runs_on_after_detach(tmp_path: Path):
+    assert PY314 is not None
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUDOCTOR_", "PYTHON"))}
+    patient = subprocess.Popen([PY314, str(ROOT / "tests" / "scripts" / "pure_loop.py"), "12", PKG_PARENT],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    time.sleep(1.0)
+    doctor = run_cli("attach", str(patient.pid), "--out", str(tmp_path / "run"), "--duration", "4", timeout=120)
+    # no torch, so no training to see: the doctor says so and exits 1, but the report is written
+    assert doctor.returncode == 1 and "no training activity seen" in doctor.stderr, doctor.stderr[-2000:]
+    assert patient.poll() is None, "the patient must outlive the doctor"
+    target = json.loads((tmp_path / "run" / "meta.json").read_text())["attach"]["targets"][0]
+    assert target["method"] == "remote_exec" and target["gdb_s"] == 0.0
+    assert target["installed_at"] is not None and target["error"] is None
+    assert target["detached"] is True
+    out, err = patient.communicate(timeout=60)
+    assert patient.returncode == 0 and "Traceback" not in err, err[-2000:]
+    left = json.loads(out.strip().splitlines()[-1])
+    assert left["ok"] is True and left["done"] > 0
+    assert left["finders"] == 0, "the import hook must be gone after the detach"
+    assert left["path_left"] is False, "the payload's sys.path entry must be gone after the detach"
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["run"]["mode"] == "attach" and report["run"]["status"] == "detached"
+    # a loop with no DataLoader, optimizer or GPU: nothing to charge, so only info findings
+    assert report["findings"] and {f["severity"] for f in report["findings"]} == {"info"}
