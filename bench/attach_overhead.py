@@ -139,11 +139,23 @@ def interleaved(args: argparse.Namespace, tmp: Path) -> list[float]:
         cpu = doctor(patient.proc.pid, tmp / f"run-{i}", ["--duration", str(args.duration), *args.doctor_args])
         t1 = time.time()
         blocks.append(("attached", t0, t1))
-        print(f"  attached block {i + 1}: {t1 - t0:.1f} s, doctor CPU {cpu:.2f} s", flush=True)
+        print(f"  attached block {i + 1}: {t1 - t0:.1f} s, doctor CPU {cpu:.2f} s; {taken(tmp / f'run-{i}')}",
+              flush=True)
         bare(t1 - t0)
     patient.proc.terminate()  # the step log is written a line per step, so nothing is lost
     patient.proc.communicate()
     return ratios_from_blocks(blocks, read_steps(log))
+
+
+def taken(folder: Path) -> str:
+    """What the session took from the patient's own threads, as the doctor recorded it."""
+    try:
+        target = json.loads((folder / "meta.json").read_text())["attach"]["targets"][0]
+    except (OSError, KeyError, IndexError, json.JSONDecodeError):
+        return "no attach record"
+    ms = {k: 1000 * target[k] for k in ("gdb_s", "install_s", "uninstall_s") if target.get(k) is not None}
+    return ", ".join(f"{k.removesuffix('_s')} {v:.0f} ms" for k, v in ms.items()) + \
+        " (gdb: its whole run; the patient is stopped for part of it)"
 
 
 def ratios_from_blocks(blocks: list[tuple[str, float, float]], steps: list[Step]) -> list[float]:

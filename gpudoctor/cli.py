@@ -71,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default=None, help="predict the full run on this GPU (e.g. h100)")
     p.add_argument("--max-steps", type=int, default=None)
     p.add_argument("--max-seconds", type=_positive_float, default=None)
+    p.add_argument("--mfu", type=_positive_float, default=None,
+                   help="assumed model FLOPs utilization for predictions (default hardware.mfu, 0.4)")
 
     from gpudoctor.sweep.cli_args import DESCRIPTION, add_arguments
 

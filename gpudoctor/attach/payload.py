@@ -42,6 +42,7 @@ _state = _State()
 
 def attach(run_dir: str, control_dir: str, doctor_pid: int, path_added: str | None = None) -> None:
     """Install the hooks once, catch up on live objects, start the watchdog, write the status."""
+    t0 = time.perf_counter()  # the patient's main thread is ours until we return: the doctor reports how long
     from gpudoctor import hooks
     from gpudoctor.attach.lock import pid_alive
 
@@ -79,7 +80,8 @@ def attach(run_dir: str, control_dir: str, doctor_pid: int, path_added: str | No
         raise
     # The recording window may start here: after the catch-up first_step.
     write_status("installed", {"t": time.time(), "underway": underway, "trainers": len(live["trainers"]),
-                               "loaders": len(live["loaders"]), "python": sys.version.split()[0]})
+                               "loaders": len(live["loaders"]), "python": sys.version.split()[0],
+                               "install_s": time.perf_counter() - t0})
 
 
 def _importing(frame: Any) -> bool:
@@ -206,6 +208,7 @@ def detach(reason: str) -> None:
         if not _state.active:
             return
         _state.active = False
+    t0 = time.perf_counter()
     from gpudoctor import hooks
 
     for trainer, callback in _state.callbacks:
@@ -214,7 +217,7 @@ def detach(reason: str) -> None:
     hooks.uninstall()
     if _state.path_added and _state.path_added in sys.path:
         sys.path.remove(_state.path_added)
-    write_status("detached", {"t": time.time(), "reason": reason})
+    write_status("detached", {"t": time.time(), "reason": reason, "uninstall_s": time.perf_counter() - t0})
 
 
 def _watch() -> None:

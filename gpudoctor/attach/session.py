@@ -156,6 +156,7 @@ class AttachSession:
             if status.get("ok"):
                 rec.installed_at = float(status["t"])  # type: ignore[arg-type]
                 rec.underway = bool(status.get("underway"))
+                rec.install_s = _seconds(status.get("install_s"))
                 self.stacks.rate_hz = max(5.0, self.options.sample_rate_hz / HOOKED_RATE_DIVISOR)
                 # The live view reads the folder: give it the report's window already.
                 self.recorder.meta["start_time"] = self.record.window_start(self.folder.root)
@@ -178,6 +179,7 @@ class AttachSession:
                 status = inject.read_status(self.control, rec.pid, "detached")
                 if status is not None:
                     rec.detached = True
+                    rec.uninstall_s = _seconds(status.get("uninstall_s"))
                     waiting.remove(rec)
                 elif not pid_alive(rec.pid):  # exited with the hooks in: nothing left to remove
                     waiting.remove(rec)
@@ -194,6 +196,10 @@ class AttachSession:
         self.recorder.stop(_status(self.record.ended_by), None)  # the patient's exit code is not ours to see
         self.recorder.meta.update(self.record.meta_fields(self.folder.root))
         self.folder.write_meta(self.recorder.meta)
+
+
+def _seconds(value: object) -> float | None:
+    return round(float(value), 6) if isinstance(value, int | float) else None
 
 
 def _let_patient_write(root: psutil.Process, run_dir: Path, dirs: list[Path]) -> None:

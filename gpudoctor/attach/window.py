@@ -34,6 +34,8 @@ class TargetRecord:
     method: str | None = None  # "gdb" | "remote_exec"
     gdb_s: float | None = None  # gdb's whole run; the process is stopped only between attach and detach
     installed_at: float | None = None
+    install_s: float | None = None  # the patient's main thread, busy in the payload (imports, gc scan, catch-up)
+    uninstall_s: float | None = None  # the watchdog thread removing the hooks (holds the GIL meanwhile)
     underway: bool | None = None  # training had begun when the hooks went in
     detached: bool | None = None
     error: str | None = None

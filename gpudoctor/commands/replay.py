@@ -43,23 +43,42 @@ def main(args: Any) -> int:
     price = args.price_per_gpu_hour if args.price_per_gpu_hour is not None else config.hardware.price_per_gpu_hour
     code, report, folder = run_cmd.run([*worker, *bounds], args.out, 0.1, price, args.gpus, as_json=False,
                                        mode="replay")
-    if code != 0 or report is None or not target:
+    if code != 0 or report is None:
         if args.json and report is not None:
             print(json.dumps(report, indent=2))
         return code
     measure_path = folder / "replay_measure.json"
-    if not measure_path.exists():
-        raise UserError(f"the replay wrote no {measure_path.name}; the prediction needs it (see {folder})")
-    from gpudoctor.replay.preflight import predict
-    from gpudoctor.replay.show import markdown
+    measure = json.loads(measure_path.read_text()) if measure_path.exists() else None
+    extra: dict[str, Any] = {}
+    if measure is not None:
+        from gpudoctor.replay.here import compare
 
-    prediction = predict(config, json.loads(measure_path.read_text()), target=target,
-                         price_per_gpu_hour=args.price_per_gpu_hour, gpus_count=args.gpus)
-    report = write_report(folder, ReportOptions(price_per_gpu_hour=price, gpus=args.gpus),
-                          extra={"preflight": prediction})
+        check = compare(config, measure, report, mfu=args.mfu)  # on a GPU: prediction beside measurement
+        if check is not None:
+            extra["prediction_check"] = check
+    prediction = None
+    if target:
+        if measure is None:
+            raise UserError(f"the replay wrote no {measure_path.name}; the prediction needs it (see {folder})")
+        from gpudoctor.replay.here import ON_CPU_NOTE
+        from gpudoctor.replay.preflight import predict
+
+        prediction = predict(config, measure, target=target, mfu=args.mfu,
+                             price_per_gpu_hour=args.price_per_gpu_hour, gpus_count=args.gpus)
+        if "prediction_check" not in extra:
+            prediction["notes"].append(ON_CPU_NOTE)
+        extra["preflight"] = prediction
+    if extra:
+        report = write_report(folder, ReportOptions(price_per_gpu_hour=price, gpus=args.gpus), extra=extra)
     if args.json:
         print(json.dumps(report, indent=2))
-    else:
+        return 0
+    from gpudoctor.replay.show import check_markdown, markdown
+
+    if "prediction_check" in extra:
+        print("\n" + check_markdown(extra["prediction_check"]), file=sys.stderr)
+    if prediction is not None:
         print("\n" + markdown(prediction), file=sys.stderr)
+    if extra:
         print(f"  report: {folder / 'report.html'}", file=sys.stderr)
     return 0

@@ -93,6 +93,7 @@ def build_view(report: dict[str, Any]) -> dict[str, Any]:
         "cost": cost_view(cost),
         "ranks": ranks_view(report.get("per_rank")),
         "preflight": preflight_view(report.get("preflight")),
+        "prediction_check": check_view(report.get("prediction_check")),
         "notes": [str(n) for n in report.get("notes") or []],
         "schema": str(report.get("schema") or ""),
     }
@@ -106,6 +107,18 @@ def preflight_view(prediction: Any) -> dict[str, Any] | None:
 
     try:
         return table(prediction)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def check_view(check: Any) -> dict[str, Any] | None:
+    """A replay on a GPU: the preflight model's prediction for it beside what was measured."""
+    if not isinstance(check, dict):
+        return None
+    from gpudoctor.replay.show import check_table
+
+    try:
+        return check_table(check)
     except (KeyError, TypeError, ValueError):
         return None
 

@@ -96,6 +96,7 @@ class MarkdownRenderer(Renderer):
             facts_lines(report),
             findings_section(report.get("findings") or []),
             ranks_section(report.get("per_rank")),
+            check_section(report.get("prediction_check")),
             preflight_section(report.get("preflight")),
             notes_section(report.get("notes")),
             footer(report),
@@ -248,6 +249,17 @@ def preflight_section(prediction: Any) -> str:
 
     try:
         return "### Prediction for the full run\n\n" + markdown(prediction)
+    except (KeyError, TypeError, ValueError):
+        return ""
+
+
+def check_section(check: Any) -> str:
+    if not isinstance(check, dict):
+        return ""
+    from gpudoctor.replay.show import check_markdown
+
+    try:
+        return "### Prediction checked on this GPU\n\n" + check_markdown(check)
     except (KeyError, TypeError, ValueError):
         return ""
 

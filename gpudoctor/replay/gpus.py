@@ -83,6 +83,11 @@ ALIASES: dict[str, str] = {
     "a100": "a100-80gb", "a100-sxm": "a100-80gb", "a100-40": "a100-40gb", "a100-80": "a100-80gb",
     "h200-sxm": "h200", "4090": "rtx-4090", "3090": "rtx-3090", "v100-32gb": "v100",
     "v100-sxm2": "v100", "l40s-48gb": "l40s", "a10": "a10g",
+    # names as NVML reports them (nvmlDeviceGetName), so a replay on a GPU finds its own
+    "NVIDIA H100 80GB HBM3": "h100-sxm", "NVIDIA H100 PCIe": "h100-pcie", "NVIDIA H200": "h200",
+    "NVIDIA A100-SXM4-80GB": "a100-80gb", "NVIDIA A100-SXM4-40GB": "a100-40gb",
+    "NVIDIA L40S": "l40s", "NVIDIA GeForce RTX 4090": "rtx-4090", "NVIDIA GeForce RTX 3090": "rtx-3090",
+    "Tesla V100-SXM2-32GB": "v100",
 }
 # fmt: on
 

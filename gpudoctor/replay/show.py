@@ -73,6 +73,40 @@ def markdown(prediction: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+_UNITS = {"s": "{:.4f} s", "fraction": "{:.1%}", "per_s": "{:,.1f}"}
+
+
+def check_table(check: dict[str, Any]) -> dict[str, Any]:
+    """Display strings for the prediction-vs-measurement table of a replay on a GPU."""
+    if not check.get("known"):
+        return {"title": f"Prediction check on {check.get('gpu') or 'this GPU'}: not predicted", "rows": [],
+                "notes": [str(n) for n in check.get("notes") or []]}
+    achieved = check.get("mfu_achieved")
+    title = (f"Prediction check: the replay on this {check['gpu']} ({check['precision']}), predicted at "
+             f"MFU {check['mfu_assumed']:g}, measured MFU "
+             + ("unavailable" if achieved is None else f"{achieved:.2g}"))
+    rows = []
+    for row in check["rows"]:
+        fmt = _UNITS.get(row["unit"], "{}")
+        ratio = row.get("measured_over_predicted")
+        rows.append((row["figure"],
+                     "-" if row["predicted"] is None else fmt.format(row["predicted"]),
+                     "unavailable" if row["measured"] is None else fmt.format(row["measured"]),
+                     "-" if ratio is None else f"x{ratio:.2f}"))
+    return {"title": title, "rows": rows, "notes": [str(n) for n in check.get("notes") or []]}
+
+
+def check_markdown(check: dict[str, Any]) -> str:
+    t = check_table(check)
+    lines = [t["title"], ""]
+    if t["rows"]:
+        lines += ["| | predicted | measured | measured/predicted |", "|---|---|---|---|"]
+        lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in t["rows"]]
+        lines.append("")
+    lines += [f"- note: {note}" for note in t["notes"]]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m gpudoctor.replay.show", description=__doc__.split("\n\n")[1]
