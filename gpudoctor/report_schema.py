@@ -23,6 +23,13 @@ timeline:  {"duration_s": f,
                       "checkpoint": [...], "eval": [...], "format": [...]},
             "steps_t_s": [f]}          (seconds since run start, downsampled)
 notes:     [str]   (partial recording, skipped lines, ...)
+
+Only from ``gpudoctor replay``:
+preflight:         the full run predicted on ``--target`` before and after the fixes
+                   (``gpudoctor.preflight/1``, see :mod:`gpudoctor.replay.preflight`).
+prediction_check:  a replay that ran on a GPU: {"gpu", "known", "target", "mfu_assumed",
+                   "mfu_achieved", "precision", "rows": [{"figure", "unit", "predicted",
+                   "measured", "measured_over_predicted"}], "notes"} (:mod:`gpudoctor.replay.here`).
 """
 
 from __future__ import annotations

@@ -125,12 +125,36 @@ def test_detach_leaves_the_process_training_to_a_correct_end(tmp_path: Path):
     meta = load(tmp_path / "run", "meta.json")
     target = meta["attach"]["targets"][0]
     assert target["underway"] is True and target["detached"] is True
+    # what the session took from the patient's own threads is on record
+    assert 0 < target["install_s"] < 2 and 0 <= target["uninstall_s"] < 1
     report = load(tmp_path / "run", "report.json")
     assert report["breakdown"]["startup"] == 0.0  # met mid-run: no startup was observed
     # It kept stepping after the detach, and the hooks wrote nothing more.
     assert json.loads(truth.read_text())["steps"] > report["steps"]["count"] > 0
     events = (tmp_path / "run" / "events" / f"{probe.pid}.jsonl").read_text().splitlines()
     assert max(json.loads(line).get("t", 0) for line in events) < detached_at + 1.0
+
+
+@pytest.mark.slow
+def test_detach_during_a_profiler_window_closes_it_on_the_main_thread(tmp_path: Path):
+    # A torch.profiler window belongs to the thread that opened it: closed from the watchdog
+    # thread, it stayed open in the patient (torch: "disableProfiler called but no active
+    # profiling session found", "Leaked callback handle"). Forced open 20 steps after each
+    # install and never closed by itself, every detach here lands inside it.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUDOCTOR_")}
+    env["GPUDOCTOR_PROFILE_WINDOW"] = "20:1000000"
+    probe = subprocess.Popen([sys.executable, str(PROBES / "healthy.py"), "--seconds", "22",
+                              "--truth", str(tmp_path / "truth.json")],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    time.sleep(5)
+    for i in range(2):  # the second session must install as cleanly as the first
+        doctor = attach(probe.pid, tmp_path / f"run-{i}", "--duration", "4")
+        assert doctor.returncode == 0, doctor.stderr[-2000:]
+        target = load(tmp_path / f"run-{i}", "meta.json")["attach"]["targets"][0]
+        assert target["installed_at"] is not None and target["detached"] is True
+    out, err = probe.communicate(timeout=60)
+    assert probe.returncode == 0 and out.strip().splitlines()[-1].startswith("STEPS_PER_S="), err[-2000:]
+    assert "no active profiling session" not in err and "Leaked callback" not in err, err[-2000:]
 
 
 @pytest.mark.slow

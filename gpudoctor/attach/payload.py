@@ -96,29 +96,36 @@ def _importing(frame: Any) -> bool:
 _callbacks: list[Any] = []  # ctypes thunks must outlive their call: kept for the process's life
 
 
-def _call_again_after_imports(fn: Any) -> None:
-    """Run ``fn`` on the main thread, at a bytecode boundary, once it is out of its imports.
-
-    A helper thread watches the main thread's stack; when no import is running it
-    queues ``fn`` with ``Py_AddPendingCall`` (the same door the debugger used).
-    """
+def _on_main_thread(fn: Any, on_error: Any) -> bool:
+    """Queue ``fn`` to run on the main thread at its next bytecode boundary (``Py_AddPendingCall``,
+    the door the debugger used). ``on_error(exc)`` gets what it raises: a pending call must never
+    raise into the patient. False when CPython refused the call (its queue is full)."""
     import ctypes
 
     def run(_: Any) -> int:
         try:
             fn()
-        except BaseException as exc:  # reported to the doctor; a pending call must never raise
-            _fail(exc)
+        except BaseException as exc:
+            on_error(exc)
         return 0
+
+    thunk = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(run)
+    _callbacks.append(thunk)
+    return ctypes.pythonapi.Py_AddPendingCall(thunk, None) == 0
+
+
+def _call_again_after_imports(fn: Any) -> None:
+    """Run ``fn`` on the main thread, at a bytecode boundary, once it is out of its imports.
+
+    A helper thread watches the main thread's stack and queues ``fn`` when no import is running.
+    """
 
     def wait() -> None:
         main = threading.main_thread().ident
         while os.path.isdir(_state.control_dir) and not os.path.exists(os.path.join(_state.control_dir, "detach")):
             time.sleep(0.05)
             if not _importing(sys._current_frames().get(main)):
-                thunk = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(run)
-                _callbacks.append(thunk)
-                if ctypes.pythonapi.Py_AddPendingCall(thunk, None) != 0:
+                if not _on_main_thread(fn, _fail):
                     _fail(RuntimeError("Py_AddPendingCall refused the call (queue full)"))
                 return
 
@@ -227,9 +234,23 @@ def _watch() -> None:
     while _state.active:
         time.sleep(WATCH_S)
         if os.path.exists(flag):
-            detach("requested")
+            reason = "requested"
         elif not pid_alive(_state.doctor_pid):
-            detach("doctor exited")
+            reason = "doctor exited"
+        else:
+            continue
+        # The detach runs on the main thread, like the install: an open torch.profiler window
+        # belongs to the thread that started it, and stopped from any other thread its callbacks
+        # stay behind (profiling on after the doctor left, warnings in the patient's stderr).
+        # A main thread stuck in C runs it when it comes back; the doctor then sees no
+        # confirmation and reports the detach as unconfirmed.
+        if not _on_main_thread(lambda r=reason: detach(r), _report_detach_error):
+            detach(reason)  # CPython's queue is full: remove the hooks from here rather than never
+        return
+
+
+def _report_detach_error(exc: BaseException) -> None:
+    write_status("detached", {"t": time.time(), "reason": f"failed: {type(exc).__name__}: {exc}", "ok": False})
 
 
 def _start_watchdog() -> None:

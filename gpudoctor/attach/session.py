@@ -178,7 +178,7 @@ class AttachSession:
             for rec in list(waiting):
                 status = inject.read_status(self.control, rec.pid, "detached")
                 if status is not None:
-                    rec.detached = True
+                    rec.detached = bool(status.get("ok", True))
                     rec.uninstall_s = _seconds(status.get("uninstall_s"))
                     waiting.remove(rec)
                 elif not pid_alive(rec.pid):  # exited with the hooks in: nothing left to remove

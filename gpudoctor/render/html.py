@@ -92,33 +92,23 @@ def build_view(report: dict[str, Any]) -> dict[str, Any]:
         "findings": [finding_view(f) for f in report.get("findings") or []],
         "cost": cost_view(cost),
         "ranks": ranks_view(report.get("per_rank")),
-        "preflight": preflight_view(report.get("preflight")),
-        "prediction_check": check_view(report.get("prediction_check")),
+        "preflight": replay_view(report.get("preflight"), "preflight"),
+        "prediction_check": replay_view(report.get("prediction_check"), "check"),
         "notes": [str(n) for n in report.get("notes") or []],
         "schema": str(report.get("schema") or ""),
     }
 
 
-def preflight_view(prediction: Any) -> dict[str, Any] | None:
-    """``gpudoctor replay --target``: the predicted full run, before and after the fixes."""
-    if not isinstance(prediction, dict):
+def replay_view(section: Any, kind: str) -> dict[str, Any] | None:
+    """A replay's extra section as display strings: ``"preflight"`` (the full run predicted on
+    ``--target``, before and after the fixes) or ``"check"`` (a replay on a GPU: the prediction for
+    it beside what was measured). ``None`` when absent or not in the expected shape."""
+    if not isinstance(section, dict):
         return None
-    from gpudoctor.replay.show import table
+    from gpudoctor.replay import show
 
     try:
-        return table(prediction)
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-def check_view(check: Any) -> dict[str, Any] | None:
-    """A replay on a GPU: the preflight model's prediction for it beside what was measured."""
-    if not isinstance(check, dict):
-        return None
-    from gpudoctor.replay.show import check_table
-
-    try:
-        return check_table(check)
+        return (show.table if kind == "preflight" else show.check_table)(section)
     except (KeyError, TypeError, ValueError):
         return None
 

@@ -96,8 +96,8 @@ class MarkdownRenderer(Renderer):
             facts_lines(report),
             findings_section(report.get("findings") or []),
             ranks_section(report.get("per_rank")),
-            check_section(report.get("prediction_check")),
-            preflight_section(report.get("preflight")),
+            replay_section(report.get("prediction_check"), "check"),
+            replay_section(report.get("preflight"), "preflight"),
             notes_section(report.get("notes")),
             footer(report),
         ]
@@ -242,24 +242,17 @@ def ranks_section(per_rank: list[dict[str, Any]] | None) -> str:
     return "### Per rank\n\n" + table(header, rows, right=set(range(2, len(header))))
 
 
-def preflight_section(prediction: Any) -> str:
-    if not isinstance(prediction, dict):
+def replay_section(section: Any, kind: str) -> str:
+    """``"preflight"``: the full run predicted on ``--target``; ``"check"``: a replay on a GPU,
+    the prediction for it beside what was measured. Empty when absent or malformed."""
+    if not isinstance(section, dict):
         return ""
-    from gpudoctor.replay.show import markdown
+    from gpudoctor.replay import show
 
     try:
-        return "### Prediction for the full run\n\n" + markdown(prediction)
-    except (KeyError, TypeError, ValueError):
-        return ""
-
-
-def check_section(check: Any) -> str:
-    if not isinstance(check, dict):
-        return ""
-    from gpudoctor.replay.show import check_markdown
-
-    try:
-        return "### Prediction checked on this GPU\n\n" + check_markdown(check)
+        if kind == "preflight":
+            return "### Prediction for the full run\n\n" + show.markdown(section)
+        return "### Prediction checked on this GPU\n\n" + show.check_markdown(section)
     except (KeyError, TypeError, ValueError):
         return ""
 

@@ -34,17 +34,15 @@ def compare(config: ReplayConfig, measure: dict[str, Any], report: dict[str, Any
         return None
     names = [str(g.get("name") or "") for g in (report.get("run") or {}).get("gpus") or []]
     name = names[0] if names else ""
-    spec = gpus.find(name) if name else None
-    if config.hardware.gpu_spec is not None and spec is not None:
-        spec = gpus.lookup(spec.key, dataclasses.asdict(config.hardware.gpu_spec))
+    spec = gpus.find(name) if name else None  # hardware.gpu_spec describes the target, not this GPU
     section: dict[str, Any] = {"gpu": name or None, "known": spec is not None, "rows": [], "notes": []}
     if spec is None:
         section["notes"].append(
             f"this GPU ({name or 'not seen by NVML'}) is not in gpudoctor's table "
             f"({', '.join(gpus.known_keys())}), so nothing was predicted for it")
         return section
-    notes: list[str] = []
-    w = workload(config, measure, spec, notes, mfu=mfu, gpus_count=1)
+    # workload()'s notes are about the full run (its size, price, cores): not this check's
+    w = workload(config, measure, spec, [], mfu=mfu, gpus_count=1)
     model = measure.get("replayed_model") or {}
     params = float(model.get("params") or w.params)
     training = measure.get("training") or {}
@@ -58,6 +56,7 @@ def compare(config: ReplayConfig, measure: dict[str, Any], report: dict[str, Any
         cpu_speed_factor=1.0,  # the pipeline was measured on this very CPU
         max_steps=max(1, int(training.get("steps") or 1)),
     )
+    notes: list[str] = []  # precision notes (no bf16 tensor cores on this GPU, ...)
     plan = dataclasses.replace(plan_from_config(config, w, notes), max_length=config.max_length, save_steps=None)
     sim = simulate(plan, w)
     step_s = sim["step_s"]
@@ -83,7 +82,7 @@ def compare(config: ReplayConfig, measure: dict[str, Any], report: dict[str, Any
             f"the replay reached MFU {achieved:.2g}, far below the assumed {w.mfu:g}: a small replayed model "
             "is bound by kernel launches and the optimizer, not FLOPs; for the full-size model keep the "
             "assumed MFU or measure it with the real model (model.params_b and a full-size replay)")
-    section["notes"].extend(n for n in notes if "price" not in n and "cpu_cores" not in n)
+    section["notes"].extend(notes)
     return section
 
 
