@@ -132,6 +132,8 @@ class EventWriter:
         self.flush(final=True)
         with self._lock:
             self._close_file()
+        if not exiting:  # a detached writer has nothing left to do at exit (attach may come back many times)
+            atexit.unregister(self.close)
 
 
 def _proc_event() -> dict[str, Any]:
