@@ -115,7 +115,8 @@ def block_speed(steps: list[Step], typical: dict[int, float], t0: float, t1: flo
     """
     inside = [s for s in steps if t0 <= s.end - s.seconds and s.end <= t1 and s.width in typical]
     if len(inside) < 10:
-        raise RuntimeError(f"only {len(inside)} steps fell in a {t1 - t0:.1f} s block; use longer blocks")
+        raise RuntimeError(f"only {len(inside)} steps fell in a {t1 - t0:.1f} s block: the patient stopped "
+                           "stepping (see its run folders), or the blocks are too short")
     return sum(typical[s.width] for s in inside) / sum(s.seconds for s in inside)
 
 

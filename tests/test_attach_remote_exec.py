@@ -27,8 +27,11 @@ def python314() -> str | None:
     exe = os.environ.get("GPUDOCTOR_TEST_PYTHON314") or shutil.which("python3.14")
     if not exe:
         return None
-    probe = subprocess.run([exe, "-c", "import sys; print(hasattr(sys, 'remote_exec'))"],
-                           capture_output=True, text=True)
+    try:
+        probe = subprocess.run([exe, "-c", "import sys; print(hasattr(sys, 'remote_exec'))"],
+                               capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):  # a stale path in the variable: skip, don't break collection
+        return None
     return exe if probe.stdout.strip() == "True" else None
 
 
