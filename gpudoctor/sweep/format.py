@@ -42,10 +42,8 @@ def pct(value: Any) -> str:
 
 
 def usd(value: Any) -> str:
-    v = num(value)
-    if v is None:
-        return DASH
-    return f"${v:,.0f}" if v >= 100 else f"${v:.3g}"
+    text = rate(value)  # the same rounding, with a dollar sign
+    return text if text == DASH else f"${text}"
 
 
 def mib(value: Any) -> str:
