@@ -96,8 +96,9 @@ def test_the_check_renders_in_every_format_and_an_unknown_gpu_predicts_nothing(h
     assert check is not None and check["known"] is False and check["rows"] == []
     report["prediction_check"] = check
     write_all(report, tmp_path)
-    html = (tmp_path / "report.html").read_text()
+    html, md = (tmp_path / "report.html").read_text(), (tmp_path / "report.md").read_text()
     assert "&lt;b&gt;Mystery GPU&lt;/b&gt;" in html and "<b>Mystery GPU</b>" not in html
+    assert "&lt;b&gt;Mystery GPU&lt;/b&gt;" in md and "<b>Mystery GPU</b>" not in md
 
 
 def test_misspelled_key_is_one_line_with_line_number(tmp_path):

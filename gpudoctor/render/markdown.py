@@ -249,12 +249,24 @@ def replay_section(section: Any, kind: str) -> str:
         return ""
     from gpudoctor.replay import show
 
+    section = _inert(section)  # GPU names, notes and fix summaries come from outside
     try:
         if kind == "preflight":
             return "### Prediction for the full run\n\n" + show.markdown(section)
         return "### Prediction checked on this GPU\n\n" + show.check_markdown(section)
     except (KeyError, TypeError, ValueError):
         return ""
+
+
+def _inert(value: Any) -> Any:
+    """Every string inside ``value`` as inert Markdown (:func:`md_text`); numbers and keys as they are."""
+    if isinstance(value, str):
+        return md_text(value)
+    if isinstance(value, dict):
+        return {k: _inert(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_inert(v) for v in value]
+    return value
 
 
 def notes_section(notes: list[Any] | None) -> str:
