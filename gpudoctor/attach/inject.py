@@ -28,6 +28,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,8 +103,13 @@ def request_detach(control_dir: Path) -> None:
     (control_dir / "detach").write_text(str(time.time()))
 
 
-def inject(pid: int, bootstrap: Path, timeout_s: float = GDB_TIMEOUT_S) -> Injection:
-    """Queue the bootstrap in ``pid``; raises :class:`InjectError` with the reason."""
+def inject(pid: int, bootstrap: Path, timeout_s: float = GDB_TIMEOUT_S,
+           before_stop: Callable[[], None] | None = None) -> Injection:
+    """Queue the bootstrap in ``pid``; raises :class:`InjectError` with the reason.
+
+    ``before_stop`` runs right before a debugger would stop the process (not for ``remote_exec``,
+    which stops nothing); it may wait, or raise :class:`InjectError` to call the injection off.
+    """
     try:
         image = symbols.python_image(pid)
     except PermissionError as exc:
@@ -123,7 +129,7 @@ def inject(pid: int, bootstrap: Path, timeout_s: float = GDB_TIMEOUT_S) -> Injec
             if "not permitted" in str(exc):
                 raise
             # e.g. Python embedded in another executable, or remote debugging disabled: try gdb
-    return _gdb(pid, image, bootstrap, timeout_s)
+    return _gdb(pid, image, bootstrap, timeout_s, before_stop)
 
 
 def _remote_exec(pid: int, bootstrap: Path, timeout_s: float) -> Injection:
@@ -163,7 +169,8 @@ def gdb_script(mmap_addr: int, pending_addr: int, run_addr: int, source: bytes) 
     return "\n".join(lines) + "\n"
 
 
-def _gdb(pid: int, image: symbols.ElfImage, bootstrap: Path, timeout_s: float) -> Injection:
+def _gdb(pid: int, image: symbols.ElfImage, bootstrap: Path, timeout_s: float,
+         before_stop: Callable[[], None] | None = None) -> Injection:
     gdb = shutil.which("gdb")
     if gdb is None:
         raise InjectError("gdb is not installed (apt-get install gdb), so the in-process hooks cannot be loaded")
@@ -184,6 +191,8 @@ def _gdb(pid: int, image: symbols.ElfImage, bootstrap: Path, timeout_s: float) -
     for setting in _GDB_SETTINGS:
         argv += ["-iex", setting]
     argv += ["-p", str(pid), "-x", str(script)]
+    if before_stop is not None:
+        before_stop()
     t0 = time.monotonic()
     out = _run_gdb(argv, timeout_s)
     gdb_s = time.monotonic() - t0

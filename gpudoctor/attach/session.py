@@ -20,7 +20,7 @@ from typing import Any
 
 import psutil
 
-from gpudoctor.attach import inject, targets
+from gpudoctor.attach import inject, stoppable, targets
 from gpudoctor.attach.lock import pid_alive
 from gpudoctor.attach.stacks import StackSampler
 from gpudoctor.attach.window import AttachRecord, TargetRecord
@@ -70,6 +70,7 @@ class AttachSession:
                                    inject=options.inject)
         self.stop = _Stop()
         self._injecting: dict[int, threading.Thread] = {}
+        self._ending = threading.Event()  # injections still waiting for a safe moment give up
         self._launcher = targets.is_launcher(root)
         self._lock = threading.Lock()
         self.recorder = Recorder(self.folder, RecorderOptions(
@@ -138,9 +139,19 @@ class AttachSession:
             thread.start()
 
     def _inject_one(self, rec: TargetRecord) -> None:
-        rec.requested_at = time.time()
+        requested = rec.requested_at = time.time()
+
+        def when_stoppable() -> None:
+            """gdb stops the whole process: first wait for a moment that cannot break it (see stoppable)."""
+            hazard = stoppable.wait_until_stoppable(rec.pid, stoppable.distributed(targets.environ(rec.pid)),
+                                                    self._ending)
+            rec.waited_s = round(time.time() - requested, 3)
+            if hazard is not None:
+                raise inject.InjectError(f"not stopped for injection: {hazard.reason}, until the session ended "
+                                         "(a debugger stop then can break a rank's connection to its store)")
+
         try:
-            done = inject.inject(rec.pid, self.bootstrap)
+            done = inject.inject(rec.pid, self.bootstrap, before_stop=when_stoppable)
         except inject.InjectError as exc:
             rec.error = str(exc)
             return
@@ -167,6 +178,7 @@ class AttachSession:
     # -- hooks out --------------------------------------------------------------------
     def _detach(self) -> None:
         """Ask every hooked process to remove its hooks; wait a little for them to confirm."""
+        self._ending.set()
         for thread in self._injecting.values():
             thread.join(timeout=inject.GDB_TIMEOUT_S + 5)
         self._poll_status()

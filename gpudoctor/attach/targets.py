@@ -69,6 +69,14 @@ def is_python(pid: int) -> bool:
     return _PYTHON_EXES[exe]
 
 
+def environ(pid: int) -> dict[str, str]:
+    """``pid``'s environment, or {} where it cannot be read."""
+    try:
+        return psutil.Process(pid).environ()
+    except (psutil.Error, OSError):
+        return {}
+
+
 def environ_rank(proc: psutil.Process) -> int | None:
     try:
         value = proc.environ().get("RANK")

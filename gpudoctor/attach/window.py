@@ -31,6 +31,7 @@ class TargetRecord:
     rank: int | None
     create_time: float
     requested_at: float | None = None
+    waited_s: float | None = None  # waiting for a moment when a debugger stop cannot break the process
     method: str | None = None  # "gdb" | "remote_exec"
     gdb_s: float | None = None  # gdb's whole run; the process is stopped only between attach and detach
     installed_at: float | None = None
