@@ -186,10 +186,22 @@ def test_without_injection_the_breakdown_is_estimated_from_stack_samples(attache
 
 
 # -- several ranks -------------------------------------------------------------------------------
+LAUNCHERS = {
+    "torchrun": ["torchrun", "--nproc-per-node", "2"],
+    # --multi_gpu is accelerate's name for "several processes through torch's elastic launcher";
+    # on a machine with no GPU the ranks run on the CPU and the probe picks gloo.
+    "accelerate": ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                   "--mixed_precision", "no", "--dynamo_backend", "no"],
+}
+
+
 @pytest.mark.slow
-def test_torchrun_launcher_gets_every_rank_hooked_and_a_straggler_finding(tmp_path: Path):
-    torchrun = Path(sys.executable).with_name("torchrun")
-    probe = start(str(torchrun), "--nproc-per-node", "2", str(PROBES / "ddp_two_ranks.py"),
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_a_launcher_gets_every_rank_hooked_and_a_straggler_finding(tmp_path: Path, launcher: str):
+    exe, *args = LAUNCHERS[launcher]
+    if not Path(sys.executable).with_name(exe).exists():
+        pytest.skip(f"{exe} is not installed")
+    probe = start(str(Path(sys.executable).with_name(exe)), *args, str(PROBES / "ddp_two_ranks.py"),
                   "--slow-rank", "1", "--steps", "120", "--truth", str(tmp_path / "truth.json"))
     time.sleep(0.3)
     doctor = attach(probe.pid, tmp_path / "run")
