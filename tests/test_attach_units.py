@@ -142,6 +142,14 @@ def test_without_hooks_the_notes_say_which_figures_are_unavailable(tmp_path: Pat
     assert "gdb is not installed" in note and "400 stack samples" in note and "padding" in note
 
 
+def test_the_live_view_says_what_holds_the_hooks_back():
+    rec = AttachRecord(attach_time=100.0)
+    rec.targets[7] = TargetRecord(pid=7, rank=0, create_time=99.0)
+    assert rec.source() == "loading the in-process hooks…"
+    rec.targets[7].waiting_for = "its main thread is in torch.distributed's init_process_group()"
+    assert rec.source().endswith("pid 7: its main thread is in torch.distributed's init_process_group()")
+
+
 def test_a_second_doctor_is_refused_and_a_stale_lock_taken_over():
     pid = 2**22 + 12345  # no such process: only the lock file matters here
     with AttachLock(pid), pytest.raises(UserError, match="already attached"):

@@ -143,9 +143,12 @@ class AttachSession:
 
         def when_stoppable() -> None:
             """gdb stops the whole process: first wait for a moment that cannot break it (see stoppable)."""
+            def waiting(hazard: stoppable.Hazard) -> None:
+                rec.waiting_for = hazard.reason
+
             hazard = stoppable.wait_until_stoppable(rec.pid, stoppable.distributed(targets.environ(rec.pid)),
-                                                    self._ending)
-            rec.waited_s = round(time.time() - requested, 3)
+                                                    self._ending, waiting)
+            rec.waited_s, rec.waiting_for = round(time.time() - requested, 3), None
             if hazard is not None:
                 raise inject.InjectError(f"not stopped for injection: {hazard.reason}, until the session ended "
                                          "(a debugger stop then can break a rank's connection to its store)")

@@ -37,6 +37,7 @@ import platform
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpudoctor.attach.stacks import pyspy_path
@@ -92,8 +93,12 @@ def distributed(environ: dict[str, str]) -> Distributed | None:
     return Distributed(port)
 
 
-def wait_until_stoppable(pid: int, dist: Distributed | None, give_up: threading.Event) -> Hazard | None:
-    """Block until a stop is safe (None), or return the hazard that lasted until ``give_up`` or the exit."""
+def wait_until_stoppable(pid: int, dist: Distributed | None, give_up: threading.Event,
+                         on_wait: Callable[[Hazard], None] | None = None) -> Hazard | None:
+    """Block until a stop is safe (None), or return the hazard that lasted until ``give_up`` or the exit.
+
+    ``on_wait`` hears each hazard that holds the stop back (for the live view).
+    """
     first_seen: dict[str, float] = {}
     clear = 0
     needed = CLEAR_CHECKS if dist is not None else 1
@@ -107,6 +112,8 @@ def wait_until_stoppable(pid: int, dist: Distributed | None, give_up: threading.
                 return None
         else:
             clear = 0
+            if on_wait is not None:
+                on_wait(hazard)
         if give_up.wait(POLL_S):
             return hazard or Hazard("it was not yet seen clear twice", None)
         if not os.path.exists(f"/proc/{pid}"):

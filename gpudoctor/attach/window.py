@@ -32,6 +32,7 @@ class TargetRecord:
     create_time: float
     requested_at: float | None = None
     waited_s: float | None = None  # waiting for a moment when a debugger stop cannot break the process
+    waiting_for: str | None = None  # while it waits: the hazard holding the stop back
     method: str | None = None  # "gdb" | "remote_exec"
     gdb_s: float | None = None  # gdb's whole run; the process is stopped only between attach and detach
     installed_at: float | None = None
@@ -65,6 +66,10 @@ class AttachRecord:
             return f"in-process hooks in {len(self.hooked)} process(es) + stack samples"
         if not self.inject:
             return "stack samples only (--no-inject)"
+        waiting = [r for r in self.targets.values() if r.waiting_for]
+        if waiting:
+            return (f"stack samples; hooks wait for a safe moment in pid {waiting[0].pid}: "
+                    f"{waiting[0].waiting_for}")
         if not self.targets or any(r.error is None for r in self.targets.values()):
             return "loading the in-process hooks…"
         return "stack samples only (hooks not loaded)"
