@@ -32,6 +32,7 @@ POLL_S = 0.2
 RESCAN_S = 2.0
 DETACH_WAIT_S = 5.0
 HOOKED_RATE_DIVISOR = 4  # with exact in-process figures, stack samples are only a cross-check
+HOOKED_WINDOW_S = 12.0  # ... in longer windows: a py-spy window costs ~50 ms of CPU to start, whatever its rate
 
 
 @dataclass
@@ -172,6 +173,7 @@ class AttachSession:
                 rec.underway = bool(status.get("underway"))
                 rec.install_s = _seconds(status.get("install_s"))
                 self.stacks.rate_hz = max(5.0, self.options.sample_rate_hz / HOOKED_RATE_DIVISOR)
+                self.stacks.window_s = max(self.options.window_s, HOOKED_WINDOW_S)
                 # The live view reads the folder: give it the report's window already.
                 self.recorder.meta["start_time"] = self.record.window_start(self.folder.root)
                 self.folder.write_meta(self.recorder.meta)

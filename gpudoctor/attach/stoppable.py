@@ -60,7 +60,6 @@ _RENDEZVOUS_NAMES = ("init_process_group", "new_group", "new_subgroups", "_store
                      "init_device_mesh", "_create_c10d_store", "monitored_barrier")
 _TCP_STATES = {"01": "established", "02": "connecting", "03": "connecting"}  # /proc/net/tcp's st column
 
-
 SOFT_WAIT_S = 5.0  # a C thread blocked on some other TCP connection: waited out this long, then stopped anyway
 UNCONNECTED_WAIT_S = 30.0  # a rank that never connects to the store does not use it
 POLL_S = 0.1
@@ -130,61 +129,55 @@ def why_not_now(pid: int, dist: Distributed | None) -> Hazard | None:
         return Hazard(reason, None if port == store else SOFT_WAIT_S)
     if dist is None:
         return None
-    if store is not None and not any(port == store and state == "established" for port, state in sockets.values()):
+    if store is not None and (store, "established") not in sockets.values():
         return Hazard("it has not connected to the rendezvous store yet", UNCONNECTED_WAIT_S)
     where = _in_rendezvous(pid)
     return Hazard(where, None) if where else None
 
 
 def _tcp_sockets(pid: int) -> dict[int, tuple[int, str]]:
-    """Socket inode -> (remote port, state) for ``pid``'s own TCP sockets.
+    """File descriptor -> (remote port, state) for ``pid``'s TCP sockets.
 
     ``/proc/<pid>/net/tcp`` lists the whole network namespace (the launcher's and the other
-    ranks' connections too): only the inodes among ``pid``'s file descriptors are its own.
+    ranks' connections too): only the socket inodes among ``pid``'s descriptors are its own.
     """
-    own = _socket_inodes(pid)
-    found: dict[int, tuple[int, str]] = {}
-    for name in ("tcp", "tcp6"):
+    fds: dict[int, int] = {}  # inode -> fd
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return {}
+    for name in names:
         try:
-            with open(f"/proc/{pid}/net/{name}", encoding="ascii") as fh:
+            link = os.readlink(f"/proc/{pid}/fd/{name}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            fds[int(link[len("socket:["):-1])] = int(name)
+    found: dict[int, tuple[int, str]] = {}
+    for table in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/{pid}/net/{table}", encoding="ascii") as fh:
                 lines = fh.read().splitlines()[1:]
         except OSError:
             continue
         for line in lines:
             cols = line.split()
             try:
-                inode = int(cols[9])
-                if inode in own:
-                    found[inode] = (int(cols[2].rsplit(":", 1)[1], 16), _TCP_STATES.get(cols[3], "other"))
+                fd = fds.get(int(cols[9]))
+                if fd is not None:
+                    found[fd] = (int(cols[2].rsplit(":", 1)[1], 16), _TCP_STATES.get(cols[3], "other"))
             except (ValueError, IndexError):
                 continue
     return found
 
 
-def _socket_inodes(pid: int) -> dict[int, int]:
-    """Socket inode -> fd, over ``pid``'s open file descriptors."""
-    found: dict[int, int] = {}
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return found
-    for fd in fds:
-        try:
-            link = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            found[int(link[len("socket:["):-1])] = int(fd)
-    return found
-
-
 def _blocked_on_tcp(pid: int, sockets: dict[int, tuple[int, str]]) -> tuple[str, int] | None:
-    """A thread blocked in a socket call or a poll on one of ``pid``'s TCP sockets: (what, remote port)."""
+    """A thread blocked in a socket call or a poll on one of ``pid``'s TCP ``sockets`` (by fd):
+    what it waits in, and the remote port."""
+    if not sockets:
+        return None
     arch = platform.machine()
     calls, polls = _SOCKET_CALLS.get(arch, {}), _POLL_CALLS.get(arch, {})
-    by_fd = {fd: inode for inode, fd in _socket_inodes(pid).items() if inode in sockets}
-    if not by_fd:
-        return None
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
@@ -203,8 +196,8 @@ def _blocked_on_tcp(pid: int, sockets: dict[int, tuple[int, str]]) -> tuple[str,
         else:
             continue  # blocked in something that resumes after a stop (futex, epoll_wait, ...)
         for fd in fds:
-            if fd in by_fd:
-                port, state = sockets[by_fd[fd]]
+            if fd in sockets:
+                port, state = sockets[fd]
                 return f"thread {tid} waits in {name}() on a TCP connection to port {port} ({state})", port
     return None
 
