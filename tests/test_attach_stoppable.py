@@ -99,6 +99,7 @@ def test_attach_waits_out_a_store_wait_and_the_rank_lives(tmp_path: Path):
     time.sleep(4)  # the doctor is sampling, and holding the injection back
     assert proc.poll() is None
     assert not (tmp_path / "run" / "attach" / f"{proc.pid}.installed.json").exists()
+    go = time.time()
     store.set("go", "1")
     _, doctor_err = doctor.communicate(timeout=60)  # detaches at 9 s, while the rank still trains
     out, err = proc.communicate(timeout=60)
@@ -106,5 +107,7 @@ def test_attach_waits_out_a_store_wait_and_the_rank_lives(tmp_path: Path):
     assert proc.returncode == 0 and out.split() == ["OK", "1"], err[-2000:]
     assert doctor.returncode == 0, doctor_err[-2000:]
     target = json.loads((tmp_path / "run" / "meta.json").read_text())["attach"]["targets"][0]
-    assert target["installed_at"] is not None and target["waited_s"] >= 3.5
+    assert target["requested_at"] < go - 1  # the doctor wanted in well before the wait ended ...
+    assert target["requested_at"] + target["waited_s"] >= go  # ... and held the stop back until it had
+    assert target["installed_at"] is not None
     assert target["detached"] is True
