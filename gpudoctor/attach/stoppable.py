@@ -22,7 +22,9 @@ stopping it:
   --nonblocking``) must be outside rendezvous and process-group creation, where
   store calls follow each other too fast for the first check to catch, and the
   rank must have its store connection already (before it, it may enter the
-  rendezvous any moment, inside gdb's own start-up time).
+  rendezvous any moment, inside gdb's own start-up time; waited for 30 s at
+  most, since a rank that never connects does not use the store). A rank is
+  stopped only after two clear looks in a row.
 
 Training itself is safe to stop: gloo and NCCL wait in ``epoll_wait``/futexes,
 which resume or retry. The checks only delay the injection; they never stop the
