@@ -470,15 +470,18 @@ class Truth:
         return d
 
 
-def train_timed(model, loader, opt, truth, pads, done, on_step=None):
-    """The probes' shared training loop, timing its own data wait and compute.
+def timed_batches(loader, truth, done, on_epoch=None):
+    """Batches from passes over ``loader`` until ``done(steps so far)``, each wait added to the truth's data_wait_s.
 
-    ``done(step)`` says when to stop (checked before each batch, across epochs);
-    ``on_step(step, t_end)`` runs after each optimizer step. Returns the last loss.
+    Yields ``(step, batch, t_step, t_data)``: the step's number (from 1), its batch, when it began
+    waiting and when its batch came. ``on_epoch(i)`` runs before pass ``i`` (e.g.
+    ``DistributedSampler.set_epoch``).
     """
-    step = 0
-    loss = None
+    step = epoch = 0
     while not done(step):
+        if on_epoch is not None:
+            on_epoch(epoch)
+        epoch += 1
         it = iter(loader)
         while not done(step):
             t_step = time.perf_counter()
@@ -489,15 +492,26 @@ def train_timed(model, loader, opt, truth, pads, done, on_step=None):
                 break
             t_data = time.perf_counter()
             truth.add("data_wait_s", t_data - t_step)
-            pads.add(batch["attention_mask"])
-            loss = model(**batch).loss
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            t_end = time.perf_counter()
-            truth.add("compute_s", t_end - t_data)
             step += 1
-            truth.step_times.append(t_end - t_step)
-            if on_step is not None:
-                on_step(step, t_end)
+            yield step, batch, t_step, t_data
+
+
+def train_timed(model, loader, opt, truth, pads, done, on_step=None):
+    """The probes' shared training loop, timing its own data wait and compute.
+
+    ``done(step)`` says when to stop (checked before each batch, across epochs);
+    ``on_step(step, t_end)`` runs after each optimizer step. Returns the last loss.
+    """
+    loss = None
+    for step, batch, t_step, t_data in timed_batches(loader, truth, done):
+        pads.add(batch["attention_mask"])
+        loss = model(**batch).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        t_end = time.perf_counter()
+        truth.add("compute_s", t_end - t_data)
+        truth.step_times.append(t_end - t_step)
+        if on_step is not None:
+            on_step(step, t_end)
     return loss

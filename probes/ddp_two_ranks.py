@@ -98,33 +98,19 @@ def main(argv=None):
     pads = C.PadCounter()
 
     truth.mark_train_start()
-    step, epoch = 0, 0
-    while step < args.steps:
-        if sampler is not None:
-            sampler.set_epoch(epoch)
-        epoch += 1
-        it = iter(loader)
-        while step < args.steps:
-            t_step = time.perf_counter()
-            try:
-                x = next(it)
-            except StopIteration:
-                truth.add("data_wait_s", time.perf_counter() - t_step)
-                break
-            t_data = time.perf_counter()
-            truth.add("data_wait_s", t_data - t_step)
-            mask = torch.ones_like(x)
-            pads.add(mask)
-            loss = ddp(input_ids=x, attention_mask=mask, labels=x).loss
-            t_bwd = time.perf_counter()
-            loss.backward()
-            truth.fields["backward_s"] += time.perf_counter() - t_bwd
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            t_end = time.perf_counter()
-            truth.add("compute_s", t_end - t_data)
-            step += 1
-            truth.step_times.append(t_end - t_step)
+    set_epoch = sampler.set_epoch if sampler is not None else None
+    for _, x, t_step, t_data in C.timed_batches(loader, truth, lambda n: n >= args.steps, on_epoch=set_epoch):
+        mask = torch.ones_like(x)
+        pads.add(mask)
+        loss = ddp(input_ids=x, attention_mask=mask, labels=x).loss
+        t_bwd = time.perf_counter()
+        loss.backward()
+        truth.fields["backward_s"] += time.perf_counter() - t_bwd
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        t_end = time.perf_counter()
+        truth.add("compute_s", t_end - t_data)
+        truth.step_times.append(t_end - t_step)
 
     if distributed:
         dist.barrier()

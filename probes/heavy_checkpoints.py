@@ -71,38 +71,27 @@ def main(argv=None):
 
     truth.mark_train_start()
     step = 0
-    while step < args.steps:
-        it = iter(loader)
-        while step < args.steps:
-            t_step = time.perf_counter()
-            try:
-                (x,) = next(it)
-            except StopIteration:
-                truth.add("data_wait_s", time.perf_counter() - t_step)
-                break
-            t_data = time.perf_counter()
-            truth.add("data_wait_s", t_data - t_step)
-            mask = torch.ones_like(x)
-            pads.add(mask)
-            loss = model(input_ids=x, attention_mask=mask, labels=x).loss
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            step += 1
-            t_comp = time.perf_counter()
-            truth.add("compute_s", t_comp - t_data)
-            if step % args.save_every == 0:
-                path = os.path.join(out_dir, f"checkpoint-{step}.pt")
-                t = time.perf_counter()
-                torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
-                            "step": step}, path)
-                truth.add("checkpoint_s", time.perf_counter() - t)
-                saved.append(path)
-                if ckpt_mb is None:
-                    ckpt_mb = os.path.getsize(path) / 1e6
-                while args.keep > 0 and len(saved) > args.keep:
-                    os.remove(saved.pop(0))
-            truth.step_times.append(time.perf_counter() - t_step)
+    for step, (x,), t_step, t_data in C.timed_batches(loader, truth, lambda n: n >= args.steps):
+        mask = torch.ones_like(x)
+        pads.add(mask)
+        loss = model(input_ids=x, attention_mask=mask, labels=x).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        t_comp = time.perf_counter()
+        truth.add("compute_s", t_comp - t_data)
+        if step % args.save_every == 0:
+            path = os.path.join(out_dir, f"checkpoint-{step}.pt")
+            t = time.perf_counter()
+            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                        "step": step}, path)
+            truth.add("checkpoint_s", time.perf_counter() - t)
+            saved.append(path)
+            if ckpt_mb is None:
+                ckpt_mb = os.path.getsize(path) / 1e6
+            while args.keep > 0 and len(saved) > args.keep:
+                os.remove(saved.pop(0))
+        truth.step_times.append(time.perf_counter() - t_step)
 
     n_ckpt = step // args.save_every
     if own_dir:
