@@ -81,3 +81,41 @@ def within(measured: float | None, truth: float | None, rel: float = 0.25, abs_p
     if measured is None or truth is None:
         return False
     return abs(measured - truth) <= max(rel * abs(truth), abs_pts)
+
+
+# --- another local user: the multi-user security tests -------------------------------------
+
+TEST_USER = "gpudoctor-patient"
+
+
+@dataclass(frozen=True)
+class OtherUser:
+    """An unprivileged local account: the patient's user, or an attacker, beside a root doctor."""
+
+    name: str
+    uid: int
+    gid: int
+
+    def popen_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for :class:`subprocess.Popen` that run the child as this user only."""
+        return {"user": self.uid, "group": self.gid, "extra_groups": [], "umask": 0o022}
+
+
+@pytest.fixture(scope="session")
+def other_user() -> OtherUser:
+    """An unprivileged user, created when the suite runs as root (CI does); skipped otherwise."""
+    import pwd
+    import shutil
+
+    if os.geteuid() != 0:
+        pytest.skip("multi-user security tests need root to create an unprivileged user")
+    try:
+        entry = pwd.getpwnam(TEST_USER)
+    except KeyError:
+        useradd = shutil.which("useradd")
+        if useradd is None:
+            pytest.skip("multi-user security tests need useradd to create an unprivileged user")
+        subprocess.run([useradd, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", TEST_USER],
+                       check=True, capture_output=True)
+        entry = pwd.getpwnam(TEST_USER)
+    return OtherUser(TEST_USER, entry.pw_uid, entry.pw_gid)
