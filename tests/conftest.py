@@ -95,6 +95,7 @@ class OtherUser:
     name: str
     uid: int
     gid: int
+    python: str  # an interpreter this user can run (root's own venv sits under a 0700 /root)
 
     def popen_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :class:`subprocess.Popen` that run the child as this user only."""
@@ -118,4 +119,20 @@ def other_user() -> OtherUser:
         subprocess.run([useradd, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", TEST_USER],
                        check=True, capture_output=True)
         entry = pwd.getpwnam(TEST_USER)
-    return OtherUser(TEST_USER, entry.pw_uid, entry.pw_gid)
+    python = next((p for p in ("/usr/bin/python3", "/usr/local/bin/python3") if os.access(p, os.X_OK)), None)
+    if python is None:
+        pytest.skip("multi-user security tests need a system python3 another user can run")
+    return OtherUser(TEST_USER, entry.pw_uid, entry.pw_gid, python)
+
+
+@pytest.fixture
+def other_user_dir(other_user: OtherUser):
+    """A fresh folder in /tmp owned by ``other_user`` (pytest's tmp_path sits under a 0700 root folder)."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="gpudoctor-other-", dir="/tmp"))
+    os.chown(path, other_user.uid, other_user.gid)
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
