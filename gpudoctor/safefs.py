@@ -1,0 +1,154 @@
+"""Files in folders someone else may write: never through a link, never a FIFO, never a stranger's file.
+
+The doctor may run as root beside another user's training. Every folder that user
+can write (``attach/``, ``events/`` of an attach, a pre-made ``--out``, a folder
+handed to ``gpudoctor report``) may hold a symlink to ``/etc/shadow``, a FIFO that
+blocks a reader forever, or a file the doctor did not write. These helpers are the
+only way the doctor opens such paths:
+
+* reads are ``O_NOFOLLOW | O_NONBLOCK`` and must land on a regular file, owned by
+  the expected user when one is given;
+* new files are ``O_CREAT | O_EXCL | O_NOFOLLOW`` (nothing planted is ever reused);
+* replacements go through a fresh temporary file in the same folder and
+  ``rename``, which replaces a planted link instead of following it.
+
+Only the last path component is protected: callers keep the folders above it
+owned by the doctor's user (see :func:`private_dir`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import IO, Any
+
+from gpudoctor.errors import UserError
+
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class UnsafeFile(OSError):
+    """A path that is a link, not a regular file, or owned by an unexpected user."""
+
+
+def _check_regular(fd: int, path: os.PathLike[str] | str, owners: tuple[int, ...] | None) -> os.stat_result:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise UnsafeFile(f"{path} is not a regular file")
+    if owners is not None and st.st_uid not in owners:
+        os.close(fd)
+        raise UnsafeFile(f"{path} is owned by uid {st.st_uid}, not by {' or '.join(map(str, owners))}")
+    return st
+
+
+def _owners(owner: int | None) -> tuple[int, ...] | None:
+    return None if owner is None else tuple(sorted({owner, os.geteuid()}))
+
+
+def _open_fd(path: os.PathLike[str] | str, flags: int, mode: int = 0o600) -> int:
+    try:
+        return os.open(path, flags, mode)
+    except OSError as exc:
+        if exc.errno == 40:  # ELOOP: the last component is a symlink
+            raise UnsafeFile(f"{path} is a symbolic link") from None
+        raise
+
+
+def open_read(path: os.PathLike[str] | str, owner: int | None = None) -> IO[bytes]:
+    """Open a regular file for reading without following a link or blocking on a FIFO.
+
+    ``owner``: the file must belong to this uid (or to the doctor's own user).
+    Raises :class:`UnsafeFile` (an ``OSError``) otherwise, ``FileNotFoundError`` as usual.
+    """
+    fd = _open_fd(path, _READ_FLAGS)
+    _check_regular(fd, path, _owners(owner))
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def read_bytes(path: os.PathLike[str] | str, owner: int | None = None, limit: int | None = None) -> bytes:
+    """The whole file (at most ``limit`` bytes; more raises :class:`UnsafeFile`), read safely."""
+    with open_read(path, owner) as fh:
+        if limit is None:
+            return fh.read()
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise UnsafeFile(f"{path} is larger than {limit} bytes")
+    return data
+
+
+def create_new(path: os.PathLike[str] | str, mode: int = 0o600) -> int:
+    """A new file, refused if anything (a link included) already has that name; returns the fd."""
+    fd = _open_fd(path, _NEW_FLAGS, mode)
+    with contextlib.suppress(OSError):
+        os.fchmod(fd, mode)  # the umask may have narrowed it; never widen beyond ``mode``
+    return fd
+
+
+def open_append(path: os.PathLike[str] | str, mode: int = 0o600, owner: int | None = None) -> IO[str]:
+    """Append to a regular file of ours (created ``mode`` when new), never through a link."""
+    fd = _open_fd(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    _check_regular(fd, path, _owners(owner) if owner is not None else (os.geteuid(),))
+    return os.fdopen(fd, "a", encoding="utf-8")
+
+
+def replace_file(path: os.PathLike[str] | str, data: bytes | str, mode: int = 0o600) -> None:
+    """Write ``path`` atomically: a fresh temp file beside it (O_EXCL), then ``rename`` over it.
+
+    ``rename`` replaces a planted symlink or file with ours instead of writing through it.
+    A failure leaves no half-written ``path`` and no temp file behind.
+    """
+    target = Path(path)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), mode)
+            fh.write(raw)
+            fh.flush()
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def private_dir(path: os.PathLike[str] | str, what: str = "--out") -> Path:
+    """Create ``path`` 0700, or accept an existing folder only when it is safe to write into.
+
+    An existing one must be a real directory (not a link), owned by the doctor's user and
+    writable by nobody else; else one :class:`UserError` line says what to do.
+    """
+    folder = Path(path)
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700)
+        return folder
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise UserError(f"cannot create {what} {folder}: {exc.strerror or exc}; choose a writable folder") from None
+    st = os.lstat(folder)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise UserError(f"{what} {folder} exists and is not a folder (a link or a file); choose another path")
+    if st.st_uid != os.geteuid():
+        raise UserError(f"{what} {folder} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}); "
+                        "choose a folder of your own")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UserError(f"{what} {folder} is writable by other users (mode {stat.S_IMODE(st.st_mode):o}); "
+                        "choose a private folder, or chmod go-w it")
+    return folder
+
+
+def lstat_regular(path: os.PathLike[str] | str) -> Any:
+    """``os.lstat`` if ``path`` is a regular file (not a link, FIFO, device or folder), else None."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st if stat.S_ISREG(st.st_mode) else None
