@@ -18,7 +18,7 @@ from gpudoctor.analysis.process import quantiles
 from gpudoctor.cost import Price, cost_section, resolve_price
 from gpudoctor.recording.store import Recording
 from gpudoctor.report_schema import SCHEMA
-from gpudoctor.rules import Finding, Fix, run_rules
+from gpudoctor.rules import Finding, Fix, account, run_rules
 
 MAX_POINTS = 2000
 
@@ -37,14 +37,9 @@ def build_report(rec: Recording, options: ReportOptions | None = None) -> dict[s
         options.gpus if options.gpus is not None else rec.meta.get("gpus_option"),
         a.gpu.names,
     )
-    findings = run_rules(a)
+    findings, wasted = run_rules(a)
     infos = _info_findings(a, price)
-    wasted = _wasted_fraction(a, findings)
-    usd_h = price.usd_per_hour
-    finding_dicts = [f.to_dict(usd_h) for f in findings]
-    for f in finding_dicts:
-        if f["rule"] == "startup_idle" and usd_h is not None:
-            f["data"]["usd_per_launch"] = round(f["data"]["recoverable_s_per_launch"] / 3600 * usd_h, 4)
+    finding_dicts = [f.to_dict(price.usd_per_hour) for f in findings]
     report: dict[str, Any] = {
         "schema": SCHEMA,
         "run": _run_section(rec, a, price),
@@ -109,17 +104,6 @@ def _steps(a: Analysis) -> dict[str, Any]:
     return s
 
 
-def _wasted_fraction(a: Analysis, findings: list[Finding]) -> float:
-    """Share of wall time the fixes would recover (padding counts through compute)."""
-    total = 0.0
-    for f in findings:
-        if f.rule == "padding_waste":
-            total += f.waste_fraction * a.share("compute")
-        else:
-            total += f.waste_fraction
-    return min(total, 0.95)
-
-
 def _projected_run_s(a: Analysis) -> float | None:
     p = a.primary
     if p is None or p.plan is None:
@@ -136,7 +120,7 @@ def _info_findings(a: Analysis, price: Price) -> list[Finding]:
     infos: list[Finding] = []
 
     def info(rule: str, title: str, evidence: str, summary: str) -> None:
-        infos.append(Finding(rule, "info", title, 0.0, evidence, Fix(summary=summary)))
+        infos.append(Finding(rule, title, evidence, Fix(summary=summary), severity="info"))
 
     for problem in a.rec.meta.get("nvml_problems", []):
         info("gpu_unavailable", "GPU figures unavailable", problem,
@@ -163,7 +147,7 @@ def _verdict(a: Analysis, findings: list[Finding], wasted: float) -> str:
     if not real:
         return f"Healthy: no waste above 5% found; {100 * compute:.0f}% of wall time went to training compute."
     top = real[0]
-    speed = 1 / (1 - wasted) if wasted < 1 else math.inf
+    speed = account.speedup(wasted) or 1.0
     return (
         f"{len(real)} problem(s) found; the biggest: {top.title.lower()} ({100 * top.waste_fraction:.0f}%). "
         f"Fixing them could make this run about {speed:.1f}x faster."

@@ -14,6 +14,10 @@ findings:  each also has ``title`` (str) and ``data`` ({name: number|str}, the f
            the evidence cites); ``fix.library`` names whose names ``fix.config``
            uses (e.g. "transformers 5.23.0 TrainingArguments").
            ``waste_usd_per_hour`` is null when no price is known.
+           ``claims``: [{"bucket", "part" (str|null), "part_share", "fraction"}], the
+           seconds of the breakdown the fix gives back (see :mod:`gpudoctor.rules.account`);
+           ``waste_fraction`` and ``predicted_speedup`` are these claims settled alone,
+           ``cost.wasted_fraction`` all findings' claims settled together.
 per_rank:  [{"rank": int, "pid": int, "breakdown": {...}, "steps": {...}}] (one
            entry per training process; a single process is rank 0).
 timeline:  {"duration_s": f,

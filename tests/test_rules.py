@@ -94,6 +94,34 @@ def test_gpu_rules_fire_on_fp32_h100_with_small_batches(tmp_path):
     assert report["shares"]["gpu_busy"] == pytest.approx(0.40)
 
 
+def test_gpu_scenario_verdict_is_bounded_by_the_compute_it_claims(tmp_path):
+    """Four GPU fixes all claim compute (90% of wall): idle time (no GPU work, 0.9 - busy 0.4 -
+    explained 0.029 = 47% of wall) goes once, and TF32 and bf16 compound on the busy rest
+    (1 - 0.5 * 0.5 = 75% of it). The total is that, not the 95% (20x) a plain sum gave."""
+    b = RecordingBuilder(tmp_path, cores=16, duration_s=100.0)
+    rows = b.process()
+    b.training_loop(rows, start_s=2.0, steps=900, compute_s=0.1, wait_s=0.001, fetch_s=0.001,
+                    trainer_args={"per_device_train_batch_size": 2, "gradient_accumulation_steps": 8,
+                                  "tf32": None, "bf16": False, "torch_compile": False})
+    rows.append({"k": "torch_cfg", "t": 1_700_000_002.0, "cuda": True, "device": "cuda",
+                 "device_name": "NVIDIA H100 80GB HBM3", "device_capability": [9, 0],
+                 "matmul_precision": "highest", "allow_tf32": False, "cudnn_allow_tf32": True,
+                 "param_dtype": "torch.float32", "autocast": False})
+    b.host_rows(cpu_total_pct=10.0, cpu_proc_pct=100.0)
+    b.gpu_rows(util_pct=40.0, mem_used_mib=9000.0)
+    report = report_of(b)
+    by = {f["rule"]: f for f in report["findings"]}
+    compute, wasted = report["breakdown"]["compute"], report["cost"]["wasted_fraction"]
+    idle = by["low_gpu_utilization"]["waste_fraction"]
+    assert idle == pytest.approx(0.9 - 0.4 - report["breakdown"]["startup"] - report["breakdown"]["data_wait"],
+                                 abs=2e-3)
+    assert wasted == pytest.approx(idle + 0.75 * (compute - idle), abs=2e-3)
+    assert wasted <= compute
+    # Each finding alone is its own claim; the tf32 and bf16 alone each give half the busy part.
+    assert by["no_tf32"]["waste_fraction"] == pytest.approx(0.5 * (compute - idle), abs=2e-3)
+    assert "about 4.8x faster" in report["verdict"]
+
+
 def test_gpu_rules_silent_without_gpu(tmp_path):
     b = RecordingBuilder(tmp_path, cores=8, duration_s=50.0)
     rows = b.process()

@@ -3,6 +3,11 @@
 Each rule has a ``name`` (a SPEC rule name), a ``description`` and
 ``match(analysis) -> Finding | None``. Rules register themselves where they
 are defined with ``@register``; :func:`all_rules` returns them in a stable order.
+
+A finding states what its fix gives back as :class:`~gpudoctor.rules.account.Claim`s
+on the breakdown's buckets; its ``waste_fraction``, ``severity`` and
+``predicted_speedup`` are settled from them (:func:`settle_findings`), the same way
+for every rule.
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from gpudoctor.analysis import Analysis
+from gpudoctor.rules import account
+from gpudoctor.rules.account import Claim
 
 
 @dataclass
@@ -25,13 +32,15 @@ class Fix:
 @dataclass
 class Finding:
     rule: str
-    severity: str
     title: str
-    waste_fraction: float
     evidence: str
     fix: Fix
+    claims: list[Claim] = field(default_factory=list)
+    severity: str = "low"  # settled from the claims; "info" findings claim nothing
+    waste_fraction: float = 0.0  # share of wall time the claims give back, settled alone
     predicted_speedup: float | None = None
     data: dict[str, Any] = field(default_factory=dict)
+    per_launch_s: float | None = None  # seconds each launch repeats (priced per launch when priced)
 
     def to_dict(self, usd_per_hour: float | None) -> dict[str, Any]:
         waste_usd = usd_per_hour * self.waste_fraction if usd_per_hour is not None else None
@@ -42,7 +51,8 @@ class Finding:
             "waste_fraction": round(self.waste_fraction, 4),
             "waste_usd_per_hour": round(waste_usd, 4) if waste_usd is not None else None,
             "evidence": self.evidence,
-            "data": self.data,
+            "data": {**self.data, **({"usd_per_launch": round(self.per_launch_s / 3600 * usd_per_hour, 4)}
+                                     if self.per_launch_s is not None and usd_per_hour is not None else {})},
             "fix": {
                 "summary": self.fix.summary,
                 "config": self.fix.config,
@@ -50,6 +60,8 @@ class Finding:
                 "library": self.fix.library,
             },
             "predicted_speedup": round(self.predicted_speedup, 3) if self.predicted_speedup else None,
+            "claims": [{"bucket": c.bucket, "part": c.part or None, "part_share": round(c.part_share, 4),
+                        "fraction": round(c.fraction, 4)} for c in self.claims],
         }
 
 
@@ -85,9 +97,18 @@ def severity_for(waste_fraction: float) -> str:
     return "low"
 
 
-def speedup_from_waste(waste_fraction: float) -> float:
-    """Removing a fraction w of wall time makes the run 1/(1-w) times faster."""
-    return 1.0 / max(1.0 - min(waste_fraction, 0.95), 0.05)
+def settle_findings(shares: dict[str, float | None], findings: list[Finding]) -> float:
+    """Settle each finding's claims alone (its waste, severity, speedup) and all together.
+
+    Returns the report's wasted fraction: every claim applied at once, compounded per bucket.
+    """
+    for f in findings:
+        if f.severity == "info":
+            continue
+        f.waste_fraction = account.wasted_share(shares, f.claims)
+        f.predicted_speedup = account.speedup(f.waste_fraction)
+        f.severity = severity_for(f.waste_fraction)
+    return account.wasted_share(shares, (c for f in findings for c in f.claims))
 
 
 def nice_round_up(value: float) -> int:

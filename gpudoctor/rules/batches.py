@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.process import dynamic_padding_tokens
-from gpudoctor.rules.base import Finding, Fix, Rule, pct, register, severity_for, speedup_from_waste
+from gpudoctor.rules.account import Claim
+from gpudoctor.rules.base import Finding, Fix, Rule, pct, register
 from gpudoctor.rules.names import names_for
 
 MIN_PAD_FRACTION = 0.10
@@ -61,12 +62,11 @@ class PaddingWaste(Rule):
             )
         if packing:
             snippet += "\n# or pack several examples into each row (no padding at all):\n# see trl's packing=True / DataCollatorWithFlattening"
-        compute = a.share("compute") or 1.0
         return Finding(
             rule=self.name,
-            severity=severity_for(waste),
             title="Most of each batch is padding",
-            waste_fraction=waste,
+            # Fewer tokens computed: a share of all compute, compounding with faster math.
+            claims=[Claim("compute", waste)],
             evidence=(
                 f"{pct(frac)} of the tokens in {pad['batches_seen']} training batches are padding: rows are "
                 f"padded to {longest_seen} while the real lengths have p50 {pad['p50_length']} and p99 {p99}. "
@@ -84,7 +84,6 @@ class PaddingWaste(Rule):
                 snippet=snippet,
                 library=names.library if names.is_trainer else "transformers tokenizer",
             ),
-            predicted_speedup=speedup_from_waste(waste * compute),
             data={
                 "pad_fraction": round(frac, 4),
                 "tokens_now": now,

@@ -13,7 +13,8 @@ import math
 from dataclasses import dataclass
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.rules.base import Finding, Fix, Rule, pct, register, severity_for, speedup_from_waste
+from gpudoctor.rules.account import Claim, claim
+from gpudoctor.rules.base import Finding, Fix, Rule, pct, register
 from gpudoctor.rules.names import Names, names_for
 
 MIN_SHARE = 0.05
@@ -25,6 +26,7 @@ CPU_SATURATED_PCT = 90.0
 class DataWait:
     wall_s: float
     wait_s: float
+    compute_s: float
     n_batches: int
     tokenize_in_loop_s: float  # tokenizer time on the training process after the first step
     tokenize_in_wait_s: float  # the part of it spent inside DataLoader waits
@@ -40,6 +42,10 @@ class DataWait:
     @property
     def residual_s(self) -> float:
         return max(0.0, self.wait_s - self.tokenize_in_wait_s)
+
+    def residual_claim(self, removed_s: float) -> Claim:
+        """``removed_s`` of the wait that is not the tokenizer's (a disjoint part of data_wait)."""
+        return claim("data_wait", removed_s, self.wait_s, part="loader", part_s=self.residual_s)
 
     @property
     def free_cores(self) -> int:
@@ -74,6 +80,7 @@ def data_wait(a: Analysis) -> DataWait | None:
     return DataWait(
         wall_s=p.wall_s,
         wait_s=wait_s,
+        compute_s=compute_s,
         n_batches=p.n_data_waits,
         tokenize_in_loop_s=tokenize_s,
         tokenize_in_wait_s=min(tokenize_s, wait_s) if p.n_data_waits else 0.0,
@@ -159,9 +166,11 @@ class TokenizationInLoop(Rule):
         config = {"datasets.map": {"batched": True, "num_proc": max(1, d.cores)}, **interim.config}
         return Finding(
             rule=self.name,
-            severity=severity_for(waste),
             title="Tokenizing inside the training loop",
-            waste_fraction=waste,
+            # Pre-tokenized data removes the tokenizer's part of the wait; time it spent outside a
+            # wait (after a batch arrived) is in compute.
+            claims=[claim("data_wait", d.tokenize_in_wait_s, d.wait_s, part="tokenize", part_s=d.tokenize_in_wait_s),
+                    claim("compute", d.tokenize_in_loop_s - d.tokenize_in_wait_s, d.compute_s)],
             evidence=(
                 f"{d.tokenize_in_loop_s:.1f} s of tokenizer calls on the training process after the first step "
                 f"({pct(waste)} of wall time), while the loop waited {d.wait_s:.1f} s for batches "
@@ -174,7 +183,6 @@ class TokenizationInLoop(Rule):
                 snippet=snippet,
                 library=d.names.library,
             ),
-            predicted_speedup=speedup_from_waste(waste),
             data={"tokenize_in_loop_s": round(d.tokenize_in_loop_s, 3), "data_wait_s": round(d.wait_s, 3)},
         )
 
@@ -211,12 +219,10 @@ class DataStall(Rule):
             )
         return Finding(
             rule=self.name,
-            severity=severity_for(waste),
             title="The training loop waits for data",
-            waste_fraction=max(waste, 0.0),
+            claims=[d.residual_claim(waste * d.wall_s)],
             evidence=evidence,
             fix=fix,
-            predicted_speedup=1 / ratio if ratio < 1 else None,
             data={
                 "data_wait_s": round(d.wait_s, 3),
                 "load_ms_per_batch": round(1000 * d.load_s_per_batch, 2) if d.load_s_per_batch else None,
@@ -243,9 +249,8 @@ class IoBound(Rule):
         read = a.host.read_mib_s
         return Finding(
             rule=self.name,
-            severity=severity_for(waste),
             title="Reading the data is the bottleneck",
-            waste_fraction=waste,
+            claims=[d.residual_claim(d.residual_s)],
             evidence=(
                 f"The loop waited {d.wait_s:.1f} s for batches ({pct(waste)} of wall) while the CPU spent "
                 f"{d.iowait_pct:.0f}% of its time in iowait"
@@ -259,7 +264,6 @@ class IoBound(Rule):
                 snippet="cp -r /mnt/shared/data /local_nvme/data\nds = datasets.load_from_disk('/local_nvme/data')",
                 library=d.names.library,
             ),
-            predicted_speedup=speedup_from_waste(waste),
             data={"iowait_pct": round(d.iowait_pct or 0.0, 1), "read_mib_s": read},
         )
 
@@ -278,9 +282,8 @@ class CpuSaturated(Rule):
             return None
         return Finding(
             rule=self.name,
-            severity=severity_for(waste),
             title="All CPU cores are busy; the loop still waits for data",
-            waste_fraction=waste,
+            claims=[d.residual_claim(d.residual_s)],
             evidence=(
                 f"The machine's {d.cores} cores were {d.cpu_total_pct:.0f}% busy during training and the loop "
                 f"waited {d.wait_s:.1f} s for batches ({pct(waste)} of wall). Adding workers would only "
@@ -293,6 +296,5 @@ class CpuSaturated(Rule):
                 snippet="ds = ds.map(preprocess, batched=True, num_proc=N)\nds.save_to_disk('data/ready')",
                 library=d.names.library,
             ),
-            predicted_speedup=speedup_from_waste(waste),
             data={"cpu_total_pct": round(d.cpu_total_pct or 0.0, 1), "cores": d.cores},
         )

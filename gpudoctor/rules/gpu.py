@@ -9,13 +9,36 @@ from __future__ import annotations
 import math
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.rules.base import Finding, Fix, Rule, pct, register, severity_for, speedup_from_waste
+from gpudoctor.rules.account import Claim
+from gpudoctor.rules.base import Finding, Fix, Rule, pct, register
 from gpudoctor.rules.names import names_for
 
 # Fraction of compute time matmuls could save; deliberately conservative
 # (NVIDIA quotes up to 8x for TF32 and 2x more for bf16 on the matmuls alone).
 TF32_GAIN = 0.5
 BF16_GAIN = 0.5
+
+
+def gpu_idle_share(a: Analysis) -> float:
+    """Share of wall time the GPU sat idle that startup, data wait, saving and eval do not explain.
+
+    That idle time lies inside the compute slice (the host is busy between kernels).
+    """
+    busy = a.gpu.busy_fraction or 0.0
+    explained = sum(a.share(k) for k in ("startup", "data_wait", "checkpoint", "eval"))
+    return min(max(0.0, 0.9 - busy - explained), a.share("compute"))
+
+
+def compute_part(a: Analysis, part: str, fraction: float) -> Claim:
+    """A claim on the GPU-idle or GPU-busy part of compute: two disjoint kinds of seconds.
+
+    Fixes of idle time (host overhead, tiny batches) share the idle part; fixes of the
+    math (TF32, bf16) share the busy part; within a part they compound.
+    """
+    compute = a.share("compute")
+    idle = gpu_idle_share(a)
+    part_s = idle if part == "gpu_idle" else max(0.0, compute - idle)
+    return Claim("compute", fraction, part, part_s / compute if compute > 0 else 0.0)
 
 
 def _ampere_or_newer(cfg: dict) -> bool:
@@ -33,13 +56,10 @@ class LowGpuUtilization(Rule):
         if busy is None or busy >= 0.7:
             return None
         explained = sum(a.share(k) for k in ("startup", "data_wait", "checkpoint", "eval"))
-        residual = max(0.0, 0.9 - busy - explained)
-        waste = max(residual, 0.0)
         return Finding(
             rule=self.name,
-            severity=severity_for(waste) if waste >= 0.05 else "low",
             title="The GPU is idle much of the time",
-            waste_fraction=waste,
+            claims=[compute_part(a, "gpu_idle", 1.0)],
             evidence=(
                 f"NVML reports the GPU(s) busy {pct(busy)} of the run"
                 + (f" ({pct(a.gpu.busy_in_loop)} during the training loop)" if a.gpu.busy_in_loop is not None else "")
@@ -52,7 +72,6 @@ class LowGpuUtilization(Rule):
                 snippet="model = torch.compile(model)",
                 library=names_for(a.primary).library,
             ),
-            predicted_speedup=speedup_from_waste(waste) if waste else None,
             data={"gpu_busy": round(busy, 4), "explained_share": round(explained, 4)},
         )
 
@@ -73,13 +92,14 @@ class GpuMemoryUnderused(Rule):
         config: dict[str, object] = {names.loader_key("per_device_train_batch_size", "batch_size"): int(bs) * factor}
         if isinstance(accum, int) and accum >= factor:
             config["gradient_accumulation_steps"] = accum // factor
-        waste = max(0.0, (0.85 - busy) * 0.5)
+        idle = gpu_idle_share(a)
+        # Larger batches amortize launch overhead: about half of the idle time below 85% busy.
+        fraction = min(1.0, max(0.0, (0.85 - busy) * 0.5) / idle) if idle > 0 else 0.0
         rule = "small_batch" if int(bs) <= 2 else self.name
         return Finding(
             rule=rule,
-            severity=severity_for(waste),
             title="Batches are small for this GPU",
-            waste_fraction=waste,
+            claims=[compute_part(a, "gpu_idle", fraction)],
             evidence=(
                 f"Peak GPU memory {used:.0f} of {total:.0f} MiB ({pct(used / total)}) with batch size {bs} "
                 f"while the GPU was busy {pct(busy)}."
@@ -93,7 +113,6 @@ class GpuMemoryUnderused(Rule):
                 snippet=None,
                 library=names.library,
             ),
-            predicted_speedup=speedup_from_waste(waste),
             data={"mem_used_mib": used, "mem_total_mib": total, "batch_size": bs},
         )
 
@@ -111,12 +130,10 @@ class NoTf32(Rule):
         if cfg.get("allow_tf32") or cfg.get("matmul_precision") != "highest" or cfg.get("param_dtype") != "torch.float32":
             return None
         names = names_for(p)
-        waste = a.share("compute") * TF32_GAIN
         return Finding(
             rule=self.name,
-            severity=severity_for(waste),
             title="TF32 is off for FP32 matmuls",
-            waste_fraction=waste,
+            claims=[compute_part(a, "gpu_busy", TF32_GAIN)],
             evidence=f"{cfg.get('device_name')} (sm_{''.join(map(str, cfg.get('device_capability') or []))}) runs FP32 "
             "matmuls with torch.get_float32_matmul_precision() == 'highest' and allow_tf32 off.",
             fix=Fix(
@@ -125,7 +142,6 @@ class NoTf32(Rule):
                 snippet="torch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.allow_tf32 = True",
                 library=names.library,
             ),
-            predicted_speedup=speedup_from_waste(waste),
             data={"matmul_precision": cfg.get("matmul_precision")},
         )
 
@@ -141,12 +157,10 @@ class NoMixedPrecision(Rule):
         if not cfg or not _ampere_or_newer(cfg) or cfg.get("autocast") or cfg.get("param_dtype") != "torch.float32":
             return None
         names = names_for(p)
-        waste = a.share("compute") * BF16_GAIN
         return Finding(
             rule=self.name,
-            severity=severity_for(waste),
             title="Training in FP32 without autocast",
-            waste_fraction=waste,
+            claims=[compute_part(a, "gpu_busy", BF16_GAIN)],
             evidence=f"Parameters are float32 and autocast was off at the first training forward on {cfg.get('device_name')}.",
             fix=Fix(
                 summary="Train with bf16 autocast.",
@@ -154,6 +168,5 @@ class NoMixedPrecision(Rule):
                 snippet="with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = model(**batch).loss",
                 library=names.library,
             ),
-            predicted_speedup=speedup_from_waste(waste),
             data={"param_dtype": cfg.get("param_dtype")},
         )

@@ -5,7 +5,8 @@ from __future__ import annotations
 import statistics
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.rules.base import Finding, Fix, Rule, pct, register, severity_for, speedup_from_waste
+from gpudoctor.rules.account import Claim
+from gpudoctor.rules.base import Finding, Fix, Rule, pct, register
 
 # Versions before these miss loader and attention speedups users report (see seeds/002).
 MINIMUM = {"torch": (2, 1), "transformers": (4, 40), "datasets": (2, 19), "accelerate": (0, 30)}
@@ -25,11 +26,15 @@ class StragglerRank(Rule):
         gap = waits[worst] - statistics.median(others)
         if gap < 0.10:
             return None
+        # The others sit in the gradient sync while rank `worst` waits for data: their compute
+        # carries the gap (rank 0's own wait when it is the slow one).
+        bucket = "data_wait" if a.primary is not None and a.primary.rank == worst else "compute"
+        held = a.share(bucket)
         return Finding(
             rule=self.name,
-            severity=severity_for(gap),
             title=f"Rank {worst} holds the other ranks back",
-            waste_fraction=gap,
+            claims=[Claim(bucket, 1.0, "loader" if bucket == "data_wait" else "rank_sync",
+                          min(1.0, gap / held) if held > 0 else 0.0)],
             evidence=(
                 f"Rank {worst} waited for data {pct(waits[worst])} of wall time against a median of "
                 f"{pct(statistics.median(others))} on the other {len(others)} rank(s); in data-parallel "
@@ -42,7 +47,6 @@ class StragglerRank(Rule):
                 snippet=None,
                 library=None,
             ),
-            predicted_speedup=speedup_from_waste(gap),
             data={f"rank{r}_data_wait": round(w, 4) for r, w in sorted(waits.items())},
         )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 
 from gpudoctor.analysis import Analysis
+from gpudoctor.rules.account import claim
 from gpudoctor.rules.base import (
     Finding,
     Fix,
@@ -12,8 +13,6 @@ from gpudoctor.rules.base import (
     nice_round_up,
     pct,
     register,
-    severity_for,
-    speedup_from_waste,
 )
 from gpudoctor.rules.names import names_for
 
@@ -64,9 +63,8 @@ class CheckpointOverhead(Rule):
         )
         return Finding(
             rule=self.name,
-            severity=severity_for(waste),
             title="Checkpoints are saved too often",
-            waste_fraction=waste,
+            claims=[claim("checkpoint", waste * p.wall_s, p.seconds("checkpoint"))],
             evidence=(
                 f"{len(saves)} saves ({top}) took {per_save_s:.2f} s each, {pct(share)} of wall time"
                 + (f", one every {current} steps" if current else "")
@@ -82,7 +80,6 @@ class CheckpointOverhead(Rule):
                 snippet=snippet,
                 library=names.library if names.is_trainer else "your training loop",
             ),
-            predicted_speedup=speedup_from_waste(waste),
             data={"saves": len(saves), "per_save_s": round(per_save_s, 3), "current_save_steps": current},
         )
 
@@ -112,9 +109,8 @@ class EvalOverhead(Rule):
         waste = share - target
         return Finding(
             rule=self.name,
-            severity=severity_for(waste),
             title="Evaluation takes a large share of the run",
-            waste_fraction=waste,
+            claims=[claim("eval", waste * p.wall_s, p.seconds("eval"))],
             evidence=f"Evaluation took {p.seconds('eval'):.1f} s, {pct(share)} of wall time.",
             fix=Fix(
                 summary="Evaluate less often or on a fixed subset, with a larger eval batch.",
@@ -122,6 +118,5 @@ class EvalOverhead(Rule):
                 snippet=None,
                 library=names.library,
             ),
-            predicted_speedup=speedup_from_waste(waste),
             data={"eval_s": round(p.seconds("eval"), 3)},
         )

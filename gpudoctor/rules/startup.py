@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis import timeline as tl
-from gpudoctor.rules.base import Finding, Fix, Rule, pct, register, severity_for, speedup_from_waste
+from gpudoctor.rules.account import claim
+from gpudoctor.rules.base import Finding, Fix, Rule, pct, register
 
 MIN_RECOVERABLE_SHARE = 0.05
 LONG_STARTUP_S = 60.0
@@ -38,9 +39,9 @@ class StartupIdle(Rule):
         cores = a.host.cores or 1
         return Finding(
             rule=self.name,
-            severity=severity_for(share),
             title="GPUs idle while the data is prepared",
-            waste_fraction=share,
+            claims=[claim("startup", recoverable_s, startup_s)],
+            per_launch_s=recoverable_s,
             evidence=(
                 f"The first step started {startup_s:.1f} s after launch ({pct(startup_s / p.wall_s)} of wall): "
                 f"{recoverable_s:.1f} s preparing data ({what}), {data_load_s:.1f} s loading the dataset, "
@@ -60,7 +61,6 @@ class StartupIdle(Rule):
                 ),
                 library="datasets.Dataset.map",
             ),
-            predicted_speedup=speedup_from_waste(share),
             data={
                 "startup_s": round(startup_s, 3),
                 "format_s": round(format_s, 3),
