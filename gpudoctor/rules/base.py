@@ -12,7 +12,6 @@ for every rule.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -109,17 +108,6 @@ def settle_findings(shares: dict[str, float | None], findings: list[Finding]) ->
         f.predicted_speedup = account.speedup(f.waste_fraction)
         f.severity = severity_for(f.waste_fraction)
     return account.wasted_share(shares, (c for f in findings for c in f.claims))
-
-
-def nice_round_up(value: float) -> int:
-    """Round up to 1, 2 or 5 times a power of ten (save_steps=2000, not 1873)."""
-    if value <= 1:
-        return 1
-    exp = 10 ** math.floor(math.log10(value))
-    for m in (1, 2, 5, 10):
-        if m * exp >= value:
-            return int(m * exp)
-    return int(10 * exp)
 
 
 def pct(x: float | None) -> str:

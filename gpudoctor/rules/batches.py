@@ -7,14 +7,10 @@ from gpudoctor.analysis.process import dynamic_padding_tokens
 from gpudoctor.rules.account import Claim
 from gpudoctor.rules.base import Finding, Fix, Rule, pct, register
 from gpudoctor.rules.names import names_for
+from gpudoctor.rules.values import max_length_for, pad_multiple_for
 
 MIN_PAD_FRACTION = 0.10
 MIN_RECOVERABLE = 0.05
-MULTIPLE = 64
-
-
-def round_up(value: int, multiple: int = MULTIPLE) -> int:
-    return -(-value // multiple) * multiple
 
 
 @register
@@ -28,7 +24,8 @@ class PaddingWaste(Rule):
         frac = pad["pad_fraction"]
         if not batches or frac is None or frac < MIN_PAD_FRACTION:
             return None
-        now, after = dynamic_padding_tokens(batches, MULTIPLE)
+        multiple = pad_multiple_for(pad["p50_length"])
+        now, after = dynamic_padding_tokens(batches, multiple)
         recoverable = 1.0 - after / now if now else 0.0
         packing = frac >= 0.5 and recoverable < 0.5 * frac  # lengths vary inside batches too
         waste = max(recoverable, frac if packing else 0.0)
@@ -36,9 +33,9 @@ class PaddingWaste(Rule):
             return None
         names = names_for(a.primary)
         p99, longest_seen = pad["p99_length"], pad["max_length"]
-        new_max = round_up(int(p99)) if p99 else None
+        new_max = max_length_for(p99, longest_seen, multiple=multiple)
         config: dict[str, object] = {}
-        if new_max and longest_seen and new_max < longest_seen:
+        if new_max is not None:
             config["max_length"] = new_max
         if names.is_trainer:
             if names.has("train_sampling_strategy"):
@@ -49,16 +46,16 @@ class PaddingWaste(Rule):
                 "tokenized = ds.map(lambda b: tokenizer(b['text'], truncation=True"
                 + (f", max_length={new_max}" if new_max else "")
                 + "), batched=True)  # no padding here\n"
-                f"collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of={MULTIPLE})\n"
+                f"collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of={multiple})\n"
                 "trainer = Trainer(..., data_collator=collator)"
             )
         else:
             config["padding"] = "longest"
-            config["pad_to_multiple_of"] = MULTIPLE
+            config["pad_to_multiple_of"] = multiple
             snippet = (
                 "batch = tokenizer(texts, padding='longest', truncation=True"
                 + (f", max_length={new_max}" if new_max else "")
-                + f", pad_to_multiple_of={MULTIPLE}, return_tensors='pt')"
+                + f", pad_to_multiple_of={multiple}, return_tensors='pt')"
             )
         if packing:
             snippet += "\n# or pack several examples into each row (no padding at all):\n# see trl's packing=True / DataCollatorWithFlattening"
@@ -70,13 +67,13 @@ class PaddingWaste(Rule):
             evidence=(
                 f"{pct(frac)} of the tokens in {pad['batches_seen']} training batches are padding: rows are "
                 f"padded to {longest_seen} while the real lengths have p50 {pad['p50_length']} and p99 {p99}. "
-                f"Padding each batch to its longest row (multiple of {MULTIPLE}) would drop {pct(recoverable)} "
+                f"Padding each batch to its longest row (multiple of {multiple}) would drop {pct(recoverable)} "
                 "of the tokens computed."
             ),
             fix=Fix(
                 summary=(
                     f"Pad per batch instead of to {longest_seen}"
-                    + (f", and cap max_length at {new_max} (p99 rounded up to {MULTIPLE})" if "max_length" in config else "")
+                    + (f", and cap max_length at {new_max} (p99 rounded up to {multiple})" if "max_length" in config else "")
                     + (", or pack examples" if packing else "")
                     + "."
                 ),

@@ -9,10 +9,10 @@ few workers).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from gpudoctor.analysis import Analysis
+from gpudoctor.rules import values
 from gpudoctor.rules.account import Claim, claim
 from gpudoctor.rules.base import Finding, Fix, Rule, pct, register
 from gpudoctor.rules.names import Names, names_for
@@ -63,7 +63,7 @@ class DataWait:
     def workers_needed(self) -> int | None:
         if not self.load_s_per_batch or not self.compute_s_per_batch:
             return None
-        return max(1, math.ceil(1.25 * self.load_s_per_batch / self.compute_s_per_batch))
+        return values.workers_needed(self.load_s_per_batch, self.compute_s_per_batch)
 
 
 def data_wait(a: Analysis) -> DataWait | None:
@@ -108,7 +108,7 @@ def worker_fix(d: DataWait) -> tuple[int, Fix, float]:
     """
     names = d.names
     needed = d.workers_needed() or 2
-    workers = max(1, min(needed, d.free_cores)) if d.free_cores else 0
+    workers = values.workers_for(needed, d.free_cores)
     cfg: dict[str, object] = {}
     key = names.loader_key
     cfg[key("dataloader_num_workers", "num_workers")] = workers
@@ -152,16 +152,18 @@ class TokenizationInLoop(Rule):
         if waste < MIN_SHARE:
             return None
         _, interim, _ = worker_fix(d)
-        p99 = a.padding().get("p99_length")
-        max_len = -(-int(p99) // 64) * 64 if p99 else "MAX_LEN"
+        pad = a.padding()
+        multiple = values.pad_multiple_for(pad.get("p50_length"))
+        max_len = values.max_length_for(pad.get("p99_length"), pad.get("max_length"), multiple=multiple)
+        truncate = f", max_length={max_len}" if max_len else ""
         snippet = (
             "# once, on a CPU machine, before renting GPUs:\n"
-            f"ds = ds.map(lambda b: tokenizer(b['text'], truncation=True, max_length={max_len}),\n"
+            f"ds = ds.map(lambda b: tokenizer(b['text'], truncation=True{truncate}),\n"
             f"            batched=True, num_proc={max(1, d.cores)}, remove_columns=['text'])\n"
             "ds.save_to_disk('data/tokenized')\n"
             "# in the training script:\n"
             "ds = datasets.load_from_disk('data/tokenized')\n"
-            "collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=64)"
+            f"collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of={multiple})"
         )
         config = {"datasets.map": {"batched": True, "num_proc": max(1, d.cores)}, **interim.config}
         return Finding(

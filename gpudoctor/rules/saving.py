@@ -10,13 +10,12 @@ from gpudoctor.rules.base import (
     Finding,
     Fix,
     Rule,
-    nice_round_up,
     pct,
     register,
 )
 from gpudoctor.rules.names import names_for
+from gpudoctor.rules.values import CHECKPOINT_TARGET, nice_round_up, save_steps_for
 
-CHECKPOINT_TARGET = 0.02
 MIN_SHARE = 0.05
 
 
@@ -46,8 +45,7 @@ class CheckpointOverhead(Rule):
         config: dict[str, object] = {}
         waste = share
         if compute_step_s:
-            need = per_save_s * (1 - CHECKPOINT_TARGET) / (CHECKPOINT_TARGET * compute_step_s)
-            new_steps = nice_round_up(need)
+            new_steps = save_steps_for(per_save_s, compute_step_s)
             config["save_steps"] = new_steps
             new_share = per_save_s / (per_save_s + new_steps * compute_step_s)
             waste = max(0.0, share - new_share * (1 - a.share("startup")))
