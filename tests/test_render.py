@@ -215,7 +215,7 @@ def test_markdown_has_verdict_breakdown_and_findings_tables(sample: dict) -> Non
     for key, frac in sample["breakdown"].items():
         assert f"| {key.replace('_', ' ')} | {pct_text(frac)} |" in md
     assert "| 1 | `data_stall` | 🔴 high | 38.0% | $0.95 | 1.71× |" in md
-    assert "```python\n# transformers 4.46.3 TrainingArguments\ndataloader_num_workers=4," in md
+    assert "```python\n# transformers 4.46.3 TrainingArguments\nTrainingArguments(\n    ...,\n    dataloader_num_workers=4," in md
     assert "**$1.30/hour**" in md
 
 

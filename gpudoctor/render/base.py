@@ -9,6 +9,7 @@ diff: a missing figure prints as "unavailable", never as 0.
 from __future__ import annotations
 
 import json
+import keyword
 import math
 from typing import Any
 
@@ -169,19 +170,40 @@ def host_text(host: Any) -> str:
     return " · ".join(parts)
 
 
-def config_code(config: dict[str, Any] | None, library: str | None) -> tuple[str, str]:
-    """A fix's config as ``(language, code)``: Python keyword arguments when the
-    fix names the library API they belong to (``TrainingArguments``,
-    ``DataLoader``), so they paste into that call; YAML otherwise."""
+def fix_tables(fix: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every call a fix changes, main first: ``[{"library", "call", "config"}]`` with values."""
+    library = fix.get("library")
+    call = fix.get("call")
+    if call is None and isinstance(library, str) and library.split()[-1:] in (["TrainingArguments"], ["DataLoader"]):
+        call = library.split()[-1]  # reports written before fixes named their call
+    tables = [{"library": library, "call": call, "config": fix.get("config")}]
+    tables += [t for t in fix.get("also") or [] if isinstance(t, dict)]
+    return [t for t in tables if isinstance(t.get("config"), dict) and t["config"]]
+
+
+def config_code(config: dict[str, Any] | None, library: str | None, call: str | None = None) -> tuple[str, str]:
+    """One table of a fix as ``(language, code)`` that pastes where it belongs.
+
+    With a ``call`` (``TrainingArguments``, ``DataLoader``, ``ds.map``), keyword arguments
+    inside that call; without one, plain Python assignments when the names are identifiers
+    (a loop's own settings), YAML otherwise. Python code always parses.
+    """
     config = config or {}
     if not config:
         return "text", ""
     header = f"# {library}\n" if library else ""
-    if library:
-        lines = [f"{name}={py_literal(value)}," for name, value in config.items()]
-        return "python", header + "\n".join(lines)
-    lines = [f"{name}: {json.dumps(value, default=str)}" for name, value in config.items()]
+    names_ok = all(isinstance(k, str) and k.isidentifier() and not keyword.iskeyword(k) for k in config)
+    if call and names_ok and _is_call_name(call):
+        lines = [f"    {name}={py_literal(value)}," for name, value in config.items()]
+        return "python", header + f"{call}(\n    ...,\n" + "\n".join(lines) + "\n)"
+    if names_ok:
+        return "python", header + "\n".join(f"{name} = {py_literal(value)}" for name, value in config.items())
+    lines = [f"{json.dumps(str(name))}: {json.dumps(value, default=str)}" for name, value in config.items()]
     return "yaml", header + "\n".join(lines)
+
+
+def _is_call_name(call: str) -> bool:
+    return all(part.isidentifier() and not keyword.iskeyword(part) for part in call.split("."))
 
 
 def py_literal(value: Any) -> str:

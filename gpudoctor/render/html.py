@@ -21,6 +21,7 @@ from gpudoctor.render.base import (
     breakdown_items,
     command_text,
     config_code,
+    fix_tables,
     fmt_duration,
     fmt_int,
     fmt_pct,
@@ -31,7 +32,6 @@ from gpudoctor.render.base import (
     gpus_text,
     host_text,
     num,
-    py_literal,
 )
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -231,7 +231,6 @@ def finding_view(finding: dict[str, Any]) -> dict[str, Any]:
     """One finding card."""
     fix = finding.get("fix") or {}
     severity = str(finding.get("severity") or "info")
-    lang, code = config_code(fix.get("config"), fix.get("library"))
     return {
         "rule": str(finding.get("rule") or "unknown"),
         "title": str(finding.get("title") or finding.get("rule") or "finding"),
@@ -246,10 +245,11 @@ def finding_view(finding: dict[str, Any]) -> dict[str, Any]:
         "evidence": str(finding.get("evidence") or ""),
         "data": [(str(k), fmt_value(v)) for k, v in (finding.get("data") or {}).items()],
         "fix_summary": str(fix.get("summary") or ""),
-        "library": str(fix.get("library") or ""),
-        "config": [(str(k), py_literal(v)) for k, v in (fix.get("config") or {}).items()],
-        "config_lang": lang,
-        "config_code": code,
+        "tables": [
+            {"library": str(t.get("library") or ""),
+             "code": config_code(t["config"], t.get("library"), t.get("call"))[1]}
+            for t in fix_tables(fix)
+        ],
         "snippet": str(fix.get("snippet") or ""),
     }
 

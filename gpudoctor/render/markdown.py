@@ -18,6 +18,7 @@ from gpudoctor.render.base import (
     breakdown_items,
     command_text,
     config_code,
+    fix_tables,
     fmt_duration,
     fmt_int,
     fmt_pct,
@@ -212,8 +213,8 @@ def finding_detail(index: int, finding: dict[str, Any]) -> str:
     ]
     if fix.get("summary"):
         out.append("**Fix:** " + md_text(fix["summary"]))
-    lang, code = config_code(fix.get("config"), fix.get("library"))
-    if code:
+    for t in fix_tables(fix):
+        lang, code = config_code(t["config"], t.get("library"), t.get("call"))
         out.append(md_fence(code, lang))
     snippet = fix.get("snippet")
     if snippet:

@@ -21,11 +21,34 @@ from gpudoctor.rules.account import Claim
 
 
 @dataclass
+class Table:
+    """The arguments a fix changes in one call of one library, as literals that paste into it."""
+
+    library: str  # what the names belong to, e.g. "transformers 5.23.0 TrainingArguments"
+    call: str | None  # how that call is spelled in code ("TrainingArguments", "ds.map"); None: plain settings
+    config: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"library": self.library, "call": self.call, "config": self.config}
+
+    @staticmethod
+    def main_and_also(tables: list[Table]) -> dict[str, Any]:
+        """``Fix`` keyword arguments: the first table with values is the main one, the rest ``also``."""
+        kept = [t for t in tables if t.config]
+        if not kept:
+            return {}
+        main = kept[0]
+        return {"config": main.config, "library": main.library, "call": main.call, "also": kept[1:]}
+
+
+@dataclass
 class Fix:
     summary: str
-    config: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)  # arguments of ``library``'s ``call``
     snippet: str | None = None
     library: str | None = None
+    call: str | None = None
+    also: list[Table] = field(default_factory=list)  # other calls the fix changes, one table each
 
 
 @dataclass
@@ -57,6 +80,8 @@ class Finding:
                 "config": self.fix.config,
                 "snippet": self.fix.snippet,
                 "library": self.fix.library,
+                "call": self.fix.call,
+                "also": [t.to_dict() for t in self.fix.also],
             },
             "predicted_speedup": round(self.predicted_speedup, 3) if self.predicted_speedup else None,
             "claims": [{"bucket": c.bucket, "part": c.part or None, "part_share": round(c.part_share, 4),

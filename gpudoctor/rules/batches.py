@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.process import dynamic_padding_tokens
 from gpudoctor.rules.account import Claim
-from gpudoctor.rules.base import Finding, Fix, Rule, pct, register
+from gpudoctor.rules.base import Finding, Fix, Rule, Table, pct, register
 from gpudoctor.rules.names import names_for
 from gpudoctor.rules.values import max_length_for, pad_multiple_for
 
@@ -34,14 +34,17 @@ class PaddingWaste(Rule):
         names = names_for(a.primary)
         p99, longest_seen = pad["p99_length"], pad["max_length"]
         new_max = max_length_for(p99, longest_seen, multiple=multiple)
-        config: dict[str, object] = {}
-        if new_max is not None:
-            config["max_length"] = new_max
+        truncate: dict[str, object] = {"truncation": True, "max_length": new_max} if new_max else {}
         if names.is_trainer:
+            args: dict[str, object] = {}
             if names.has("train_sampling_strategy"):
-                config["train_sampling_strategy"] = "group_by_length"
+                args["train_sampling_strategy"] = "group_by_length"
             elif names.has("group_by_length"):
-                config["group_by_length"] = True
+                args["group_by_length"] = True
+            tables = [Table(names.library, names.call, args),
+                      Table("transformers tokenizer", "tokenizer", truncate),
+                      Table("transformers DataCollatorWithPadding", "DataCollatorWithPadding",
+                            {"pad_to_multiple_of": multiple})]
             snippet = (
                 "tokenized = ds.map(lambda b: tokenizer(b['text'], truncation=True"
                 + (f", max_length={new_max}" if new_max else "")
@@ -50,8 +53,8 @@ class PaddingWaste(Rule):
                 "trainer = Trainer(..., data_collator=collator)"
             )
         else:
-            config["padding"] = "longest"
-            config["pad_to_multiple_of"] = multiple
+            tables = [Table("transformers tokenizer", "tokenizer",
+                            {"padding": "longest", **truncate, "pad_to_multiple_of": multiple})]
             snippet = (
                 "batch = tokenizer(texts, padding='longest', truncation=True"
                 + (f", max_length={new_max}" if new_max else "")
@@ -73,13 +76,12 @@ class PaddingWaste(Rule):
             fix=Fix(
                 summary=(
                     f"Pad per batch instead of to {longest_seen}"
-                    + (f", and cap max_length at {new_max} (p99 rounded up to {multiple})" if "max_length" in config else "")
+                    + (f", and cap max_length at {new_max} (p99 rounded up to {multiple})" if new_max else "")
                     + (", or pack examples" if packing else "")
                     + "."
                 ),
-                config=config,
                 snippet=snippet,
-                library=names.library if names.is_trainer else "transformers tokenizer",
+                **Table.main_and_also(tables),
             ),
             data={
                 "pad_fraction": round(frac, 4),

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from gpudoctor.analysis import Analysis
 from gpudoctor.rules import values
 from gpudoctor.rules.account import Claim, claim
-from gpudoctor.rules.base import Finding, Fix, Rule, pct, register
+from gpudoctor.rules.base import Finding, Fix, Rule, Table, pct, register
 from gpudoctor.rules.names import Names, names_for
 
 MIN_SHARE = 0.05
@@ -109,12 +109,16 @@ def worker_fix(d: DataWait) -> tuple[int, Fix, float]:
     names = d.names
     needed = d.workers_needed() or 2
     workers = values.workers_for(needed, d.free_cores)
-    cfg: dict[str, object] = {}
-    key = names.loader_key
-    cfg[key("dataloader_num_workers", "num_workers")] = workers
+    wanted = {("dataloader_num_workers", "num_workers"): workers}
     if workers:
-        cfg[key("dataloader_persistent_workers", "persistent_workers")] = True
-        cfg[key("dataloader_prefetch_factor", "prefetch_factor")] = 2
+        wanted |= {("dataloader_persistent_workers", "persistent_workers"): True,
+                   ("dataloader_prefetch_factor", "prefetch_factor"): 2}
+    # A Trainer builds its DataLoader itself: only the TrainingArguments fields it has can be set.
+    cfg: dict[str, object] = {
+        (field if names.is_trainer else arg): value
+        for (field, arg), value in wanted.items()
+        if not names.is_trainer or names.has(field)
+    }
     ratio = 1.0
     if d.load_s_per_batch and d.compute_s_per_batch and d.n_batches:
         old = d.compute_s_per_batch + d.wait_s / d.n_batches
@@ -136,7 +140,7 @@ def worker_fix(d: DataWait) -> tuple[int, Fix, float]:
         if workers
         else f"No core is free for DataLoader workers ({d.cores} cores); move the per-batch work offline."
     )
-    return workers, Fix(summary=summary, config=cfg, snippet=snippet, library=names.library), ratio
+    return workers, Fix(summary=summary, config=cfg, snippet=snippet, library=names.library, call=names.call), ratio
 
 
 @register
@@ -165,7 +169,6 @@ class TokenizationInLoop(Rule):
             "ds = datasets.load_from_disk('data/tokenized')\n"
             f"collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of={multiple})"
         )
-        config = {"datasets.map": {"batched": True, "num_proc": max(1, d.cores)}, **interim.config}
         return Finding(
             rule=self.name,
             title="Tokenizing inside the training loop",
@@ -181,9 +184,11 @@ class TokenizationInLoop(Rule):
             fix=Fix(
                 summary="Pre-tokenize once with datasets.map(batched=True, num_proc=N) and save_to_disk; "
                 f"until then, {interim.summary[0].lower()}{interim.summary[1:]}",
-                config=config,
+                config=interim.config,
                 snippet=snippet,
                 library=d.names.library,
+                call=d.names.call,
+                also=[Table("datasets.Dataset.map", "ds.map", {"batched": True, "num_proc": max(1, d.cores)})],
             ),
             data={"tokenize_in_loop_s": round(d.tokenize_in_loop_s, 3), "data_wait_s": round(d.wait_s, 3)},
         )
@@ -263,8 +268,10 @@ class IoBound(Rule):
                 summary="Copy the dataset to local NVMe and store it as Arrow (save_to_disk / load_from_disk, "
                 "memory-mapped) instead of many small files on network storage.",
                 config={d.names.loader_key("dataloader_num_workers", "num_workers"): max(2, d.free_cores)},
-                snippet="cp -r /mnt/shared/data /local_nvme/data\nds = datasets.load_from_disk('/local_nvme/data')",
+                snippet="# copy once: cp -r /mnt/shared/data /local_nvme/data\n"
+                "ds = datasets.load_from_disk('/local_nvme/data')",
                 library=d.names.library,
+                call=d.names.call,
             ),
             data={"iowait_pct": round(d.iowait_pct or 0.0, 1), "read_mib_s": read},
         )
@@ -295,8 +302,9 @@ class CpuSaturated(Rule):
                 summary="Do the per-example work (tokenizing, formatting, decoding) once offline and load the "
                 "result; keep workers at most the free cores, or rent a machine with more CPU per GPU.",
                 config={d.names.loader_key("dataloader_num_workers", "num_workers"): min(d.num_workers or 0, d.free_cores)},
-                snippet="ds = ds.map(preprocess, batched=True, num_proc=N)\nds.save_to_disk('data/ready')",
+                snippet=f"ds = ds.map(preprocess, batched=True, num_proc={max(1, d.cores)})\nds.save_to_disk('data/ready')",
                 library=d.names.library,
+                call=d.names.call,
             ),
             data={"cpu_total_pct": round(d.cpu_total_pct or 0.0, 1), "cores": d.cores},
         )

@@ -71,6 +71,7 @@ class LowGpuUtilization(Rule):
                 config={"torch_compile": True} if names_for(a.primary).has("torch_compile") else {},
                 snippet="model = torch.compile(model)",
                 library=names_for(a.primary).library,
+                call=names_for(a.primary).call,
             ),
             data={"gpu_busy": round(busy, 4), "explained_share": round(explained, 4)},
         )
@@ -112,6 +113,7 @@ class GpuMemoryUnderused(Rule):
                 config=config,
                 snippet=None,
                 library=names.library,
+                call=names.call,
             ),
             data={"mem_used_mib": used, "mem_total_mib": total, "batch_size": bs},
         )
@@ -141,6 +143,7 @@ class NoTf32(Rule):
                 config={"tf32": True} if names.has("tf32") else {},
                 snippet="torch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.allow_tf32 = True",
                 library=names.library,
+                call=names.call,
             ),
             data={"matmul_precision": cfg.get("matmul_precision")},
         )
@@ -167,6 +170,7 @@ class NoMixedPrecision(Rule):
                 config={"bf16": True} if names.has("bf16") else {},
                 snippet="with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = model(**batch).loss",
                 library=names.library,
+                call=names.call,
             ),
             data={"param_dtype": cfg.get("param_dtype")},
         )

@@ -29,14 +29,18 @@ class Names:
     def is_trainer(self) -> bool:
         return self.kind == "trainer"
 
+    @property
+    def call(self) -> str:
+        """How the call whose arguments the fix names is spelled in the user's code."""
+        return "TrainingArguments" if self.is_trainer else "DataLoader"
+
     def has(self, trainer_field: str) -> bool:
         return trainer_field in self.trainer_fields
 
     def loader_key(self, trainer_field: str, loader_arg: str) -> str:
-        """The key to use: a TrainingArguments field for Trainer runs, else the DataLoader arg."""
-        if self.is_trainer and self.has(trainer_field):
-            return trainer_field
-        return loader_arg
+        """The key to use: a TrainingArguments field for Trainer runs (the Trainer builds the
+        DataLoader, so a DataLoader argument cannot be passed there), else the DataLoader arg."""
+        return trainer_field if self.is_trainer else loader_arg
 
     def current(self, trainer_field: str, loader_arg: str | None = None) -> Any:
         if self.is_trainer and trainer_field in self.args:

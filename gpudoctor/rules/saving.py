@@ -77,6 +77,7 @@ class CheckpointOverhead(Rule):
                 config=config,
                 snippet=snippet,
                 library=names.library if names.is_trainer else "your training loop",
+                call=names.call if names.is_trainer else None,
             ),
             data={"saves": len(saves), "per_save_s": round(per_save_s, 3), "current_save_steps": current},
         )
@@ -115,6 +116,7 @@ class EvalOverhead(Rule):
                 config=config,
                 snippet=None,
                 library=names.library,
+                call=names.call,
             ),
             data={"eval_s": round(p.seconds("eval"), 3)},
         )

@@ -60,6 +60,7 @@ class StartupIdle(Rule):
                     "ds = datasets.load_from_disk('data/formatted')"
                 ),
                 library="datasets.Dataset.map",
+                call="ds.map",
             ),
             data={
                 "startup_s": round(startup_s, 3),
