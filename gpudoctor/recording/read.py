@@ -16,7 +16,12 @@ and ``gpudoctor report`` must still answer in seconds and a few hundred MB
   plain times and intervals (:class:`LoopData`) rather than dicts.
 
 Every reader tolerates truncated, garbled or binary lines: they are counted,
-never raised.
+never raised. A run folder may come from anyone (``attach`` lets the patient's user
+write ``events/``; ``report`` reads folders handed to it), so files are opened
+through :mod:`gpudoctor.safefs` (never through a link, never blocking on a FIFO,
+owned by the doctor's user or the folder's owner) and read in bounded blocks: a
+line over :data:`MAX_LINE_BYTES` is skipped while streaming, never held whole.
+Each such skip is a counted line in :attr:`ReadIssues.notes`.
 """
 
 from __future__ import annotations
@@ -27,9 +32,10 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from gpudoctor.recording.validate import clean_event, is_time
+from gpudoctor.safefs import open_read
 
 try:  # ~3x faster than the json module on these lines; what it rejects (NaN) falls back to json
     from orjson import loads as _fast_loads
@@ -39,6 +45,7 @@ except ImportError:  # pragma: no cover - orjson is a dependency, but stay usabl
 FULL_READ_BYTES = 16 * 2**20
 MAX_SAMPLE_ROWS = 1_999  # + the last row: 2,000, what the timeline draws
 _BLOCK_BYTES = 8 * 2**20
+MAX_LINE_BYTES = 4 * 2**20  # a hook's longest line (argv, settings) is a few kB
 _CHUNK_LINES = 2_000
 _BAD = object()
 
@@ -72,37 +79,108 @@ def parse_lines(lines: list[bytes]) -> list[Any]:
     return out
 
 
-def _line_blocks(path: Path) -> Iterator[list[bytes]]:
-    with open(path, "rb") as fh:
-        rest = b""
-        while True:
-            data = fh.read(_BLOCK_BYTES)
-            if not data:
-                break
-            lines = (rest + data).split(b"\n")
-            rest = lines.pop()
-            yield lines
-        if rest:
-            yield [rest]
+@dataclass
+class ReadIssues:
+    """What a reader refused: a file it would not open, lines over the cap. Never raised."""
+
+    name: str = ""
+    unsafe: str | None = None  # why the file was not read (a link, a FIFO, a stranger's file)
+    long_lines: int = 0
+    max_line: int = MAX_LINE_BYTES
+
+    @property
+    def bad(self) -> int:
+        """Counted with the unreadable lines: a refused file as one, each skipped line as one."""
+        return (self.unsafe is not None) + self.long_lines
+
+    @property
+    def notes(self) -> list[str]:
+        out = []
+        if self.unsafe is not None:
+            out.append(f"{self.name} skipped: {self.unsafe}; gpudoctor writes only regular files of its own")
+        if self.long_lines:
+            out.append(f"{self.name}: {self.long_lines} line(s) over the {self.max_line // 2**20} MiB line cap "
+                       "skipped (gpudoctor never writes one; the file is damaged or not gpudoctor's)")
+        return out
 
 
-def iter_chunks(path: Path) -> Iterator[list[Any]]:
+def _folder_owner(path: Path) -> int | None:
+    try:
+        return os.stat(path.parent).st_uid
+    except OSError:
+        return None
+
+
+def open_recording_file(path: Path, issues: ReadIssues) -> IO[bytes] | None:
+    """``path`` opened safely (owned by us or by its folder's owner), else None with the reason noted.
+
+    A missing file is None with nothing noted; a link, FIFO, device or stranger's file is noted.
+    """
+    issues.name = issues.name or f"{path.parent.name}/{path.name}"
+    try:
+        return open_read(path, owner=_folder_owner(path))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        issues.unsafe = _reason(path, exc)
+        return None
+
+
+def _reason(path: Path, exc: OSError) -> str:
+    text = str(exc) if exc.strerror is None else exc.strerror
+    return text.replace(str(path), "it")[:160]
+
+
+def _line_blocks(fh: IO[bytes], issues: ReadIssues) -> Iterator[list[bytes]]:
+    """Whole lines, a block at a time; a line over ``issues.max_line`` is dropped as it streams."""
+    rest = b""
+    skipping = False  # inside an over-long line: drop bytes until its newline
+    while True:
+        data = fh.read(_BLOCK_BYTES)
+        if not data:
+            break
+        if skipping:
+            cut = data.find(b"\n")
+            if cut < 0:
+                continue
+            data, skipping = data[cut + 1 :], False
+        lines = (rest + data).split(b"\n")
+        rest = lines.pop()
+        if len(rest) > issues.max_line:
+            rest, skipping = b"", True
+            issues.long_lines += 1
+        over = [line for line in lines if len(line) > issues.max_line]
+        if over:
+            issues.long_lines += len(over)
+            lines = [line for line in lines if len(line) <= issues.max_line]
+        yield lines
+    if rest:
+        yield [rest]
+
+
+def iter_chunks(path: Path, issues: ReadIssues | None = None) -> Iterator[list[Any]]:
     """The lines of ``path`` parsed, a block at a time (``_BAD`` for unreadable lines).
 
-    A missing file is empty; one that cannot be read (a folder, an I/O error) is one bad line.
+    A missing file is empty; one that cannot be read (a folder, an I/O error) is one bad line,
+    and so is one refused as unsafe (the reason in ``issues``).
     """
-    try:
-        for lines in _line_blocks(path):
-            yield parse_lines(lines)
-    except FileNotFoundError:
+    issues = issues if issues is not None else ReadIssues()
+    fh = open_recording_file(path, issues)
+    if fh is None:
+        if issues.unsafe is not None:
+            yield [_BAD]
         return
+    try:
+        with fh:
+            for lines in _line_blocks(fh, issues):
+                yield parse_lines(lines)
     except OSError:
         yield [_BAD]
 
 
-def iter_jsonl(path: Path) -> Iterator[Any]:
+def iter_jsonl(path: Path, issues: ReadIssues | None = None) -> Iterator[Any]:
     """Every line of ``path`` parsed (``_BAD`` for unreadable ones); nothing if it is missing."""
-    for objs in iter_chunks(path):
+    for objs in iter_chunks(path, issues):
         yield from objs
 
 
@@ -118,26 +196,34 @@ def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
     return rows, bad
 
 
-def _sampled_lines(path: Path, size: int, n: int) -> list[bytes]:
+def _sampled_lines(fh: IO[bytes], size: int, n: int, issues: ReadIssues) -> list[bytes]:
     """About ``n`` whole lines at evenly spaced offsets, in file order, plus the last ones."""
+    cap = issues.max_line
     lines: list[bytes] = []
     last_start = -1
-    with open(path, "rb") as fh:
-        for i in range(n):
-            offset = i * size // n
+    reached = 0  # a line start: where the last line read (or skipped) ended
+    for i in range(n):
+        offset = i * size // n
+        if offset <= reached:  # inside what was read already: a long line is never scanned twice
+            fh.seek(reached)
+        else:
             fh.seek(offset)
-            if offset:
-                fh.readline()  # the rest of the line we landed in
-            start = fh.tell()
-            if start <= last_start:
-                continue
-            line = fh.readline()
-            if line.endswith(b"\n"):
-                lines.append(line)
-                last_start = start
-        tail_offset = max(0, size - 2**20)
-        fh.seek(tail_offset)
-        parts = fh.read().split(b"\n")
+            _skip_line(fh, cap)  # the rest of the line we landed in
+        start = fh.tell()
+        if start <= last_start:
+            continue
+        line = fh.readline(cap + 1)
+        if len(line) > cap:
+            issues.long_lines += 1
+            _skip_line(fh, cap)
+            last_start = start
+        elif line.endswith(b"\n"):
+            lines.append(line)
+            last_start = start
+        reached = fh.tell()
+    tail_offset = max(0, size - 2**20)
+    fh.seek(tail_offset)
+    parts = fh.read(2**20).split(b"\n")
     whole = parts[1:-1] if tail_offset else parts[:-1]
     if whole and (not lines or lines[-1].rstrip(b"\n") != whole[-1]):
         lines.append(whole[-1])  # the last complete row: the run's last sampled moment
@@ -146,29 +232,51 @@ def _sampled_lines(path: Path, size: int, n: int) -> list[bytes]:
     return lines
 
 
+def _skip_line(fh: IO[bytes], cap: int) -> None:
+    """Read past the next newline, ``cap`` bytes at a time (never a whole long line in memory)."""
+    while True:
+        part = fh.readline(cap)
+        if not part or part.endswith(b"\n"):
+            return
+
+
 def read_samples(
-    path: Path, clean: Callable[[Any], dict[str, Any] | None], max_rows: int = MAX_SAMPLE_ROWS
+    path: Path, clean: Callable[[Any], dict[str, Any] | None], max_rows: int = MAX_SAMPLE_ROWS,
+    notes: list[str] | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """Rows of a sample file that pass ``clean`` (evenly downsampled if the file is large);
-    returns (rows, number of unreadable or invalid lines among those read)."""
-    try:
-        size = os.path.getsize(path)
-    except OSError:
-        return [], 0
-    if size <= FULL_READ_BYTES:
-        objs: Iterator[Any] = iter_jsonl(path)
-    else:
-        objs = parse_lines(_sampled_lines(path, size, max_rows))
+    returns (rows, number of unreadable or invalid lines among those read).
+
+    What was refused (an unsafe file, over-long lines) is also told in ``notes``, when given.
+    """
+    issues = ReadIssues()
     rows: list[dict[str, Any]] = []
     bad = 0
-    for obj in objs:
-        row = clean(obj) if obj is not _BAD else None
-        if row is None:
-            bad += 1
+    fh = open_recording_file(path, issues)
+    if fh is not None:
+        with fh:
+            for obj in _sample_objs(fh, max_rows, issues):
+                row = clean(obj) if obj is not _BAD else None
+                if row is None:
+                    bad += 1
+                else:
+                    rows.append(row)
+        rows.sort(key=lambda r: r["t"])
+    if notes is not None:
+        notes += issues.notes
+    return rows, bad + issues.bad
+
+
+def _sample_objs(fh: IO[bytes], max_rows: int, issues: ReadIssues) -> Iterator[Any]:
+    try:
+        size = os.fstat(fh.fileno()).st_size
+        if size <= FULL_READ_BYTES:
+            for lines in _line_blocks(fh, issues):
+                yield from parse_lines(lines)
         else:
-            rows.append(row)
-    rows.sort(key=lambda r: r["t"])
-    return rows, bad
+            yield from parse_lines(_sampled_lines(fh, size, max_rows, issues))
+    except OSError:
+        yield _BAD
 
 
 @dataclass
@@ -192,15 +300,17 @@ class EventLoad:
     bad: int = 0
     t_min: float | None = None
     t_max: float | None = None
+    notes: list[str] = field(default_factory=list)  # a refused file, over-long lines (ReadIssues)
 
 
-def read_events(path: Path) -> EventLoad:
+def read_events(path: Path, max_line: int = MAX_LINE_BYTES) -> EventLoad:
     """Load ``events/<pid>.jsonl``: valid events kept, bad ones counted, counters summed."""
     out = EventLoad()
+    issues = ReadIssues(max_line=max_line)
     steps, spans, span_s = out.loop.steps, out.loop.spans, out.loop.span_s
     events: list[dict[str, Any]] = []
     times: list[float] = []
-    for objs in iter_chunks(path):
+    for objs in iter_chunks(path, issues):
         for e in objs:
             # The kinds that make most of a long run, checked inline (what clean_event accepts).
             if type(e) is dict:
@@ -247,6 +357,8 @@ def read_events(path: Path) -> EventLoad:
     if times:
         out.t_min, out.t_max = min(times), max(times)
     out.events = _sum_counters(events)
+    out.bad += issues.long_lines  # a refused file is already one _BAD line
+    out.notes = issues.notes
     return out
 
 

@@ -1,0 +1,130 @@
+"""Untrusted run folders: planted FIFOs and links, a stranger's files, bombs of every size.
+
+A run folder handed to ``gpudoctor report`` (or an ``events/`` the patient's user can write
+under ``attach``) may hold anything. The readers must never block, never follow a link, and
+never hold more than a capped line in memory; each refusal is one counted note.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import tracemalloc
+from pathlib import Path
+
+from gpudoctor.recording.read import read_events, read_samples
+from gpudoctor.recording.validate import clean_host_row
+from tests.conftest import ROOT
+
+T0 = 1_700_000_000.0
+STEPS = "".join(json.dumps({"k": "step", "t": T0 + i, "dt": 0.1, "n": i}) + "\n" for i in range(5))
+
+
+def _as(user, *code: str, timeout: float = 30) -> None:
+    """Run Python ``code`` as ``user`` (the attacker planting things)."""
+    subprocess.run([user.python, "-c", "\n".join(code)], check=True, timeout=timeout, **user.popen_kwargs())
+
+
+def _load_in_child(folder: Path, timeout: float = 30) -> dict:
+    """Load ``folder``'s events and samples in a child with a deadline: a reader that blocks fails."""
+    code = textwrap.dedent(f"""
+        import json, sys
+        from pathlib import Path
+        from gpudoctor.recording.read import read_events, read_samples
+        from gpudoctor.recording.validate import clean_host_row
+        root = Path({str(folder)!r})
+        out = {{"events": {{}}, "notes": []}}
+        for p in sorted((root / "events").glob("*.jsonl")):
+            got = read_events(p)
+            out["events"][p.name] = [len(got.loop.steps), got.bad]
+            out["notes"] += getattr(got, "notes", [])  # (getattr: so the old readers show their hang)
+        notes = []
+        rows, bad = read_samples(root / "samples" / "host.jsonl", clean_host_row, notes=notes)
+        out["host"] = [len(rows), bad]
+        out["notes"] += notes
+        print(json.dumps(out))
+    """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_a_fifo_planted_in_events_is_skipped_not_waited_on(other_user, other_user_dir):
+    run = other_user_dir / "run"
+    _as(other_user,
+        "import os",
+        f"run = {str(run)!r}",
+        "os.makedirs(run + '/events'); os.makedirs(run + '/samples')",
+        f"open(run + '/events/100.jsonl', 'w').write({STEPS!r})",
+        "os.mkfifo(run + '/events/200.jsonl')",
+        "os.mkfifo(run + '/samples/host.jsonl')")
+    got = _load_in_child(run)  # before the fix: blocked forever opening the FIFO (TimeoutExpired)
+    assert got["events"] == {"100.jsonl": [5, 0], "200.jsonl": [0, 1]}  # the patient's own file is read
+    assert got["host"] == [0, 1]
+    notes = " ".join(got["notes"])
+    assert "events/200.jsonl skipped: it is not a regular file" in notes
+    assert "samples/host.jsonl skipped" in notes
+
+
+def test_links_and_strangers_files_in_events_are_not_read(tmp_path, other_user, other_user_dir):
+    secret = tmp_path / "secret.jsonl"  # root's: a link must not carry it into a report
+    secret.write_text(STEPS)
+    run = other_user_dir / "run"
+    _as(other_user,
+        "import os",
+        f"run = {str(run)!r}",
+        "os.makedirs(run + '/events')",
+        f"os.symlink({str(secret)!r}, run + '/events/300.jsonl')")
+    stranger = run / "events" / "400.jsonl"
+    stranger.write_text(STEPS)
+    os.chown(stranger, 4242, 4242)  # neither the doctor's user nor the folder's owner
+    got = _load_in_child(run)
+    assert got["events"] == {"300.jsonl": [0, 1], "400.jsonl": [0, 1]}
+    notes = " ".join(got["notes"])
+    assert "events/300.jsonl skipped: it is a symbolic link" in notes
+    assert "events/400.jsonl skipped: it is owned by uid 4242" in notes
+
+
+def _sparse_long_line(path: Path, size: int, after: str) -> None:
+    """A ``size``-byte line of NULs (sparse: no disk, no memory to write it), then ``after``."""
+    with open(path, "wb") as fh:
+        fh.truncate(size)
+        fh.seek(size)
+        fh.write(b"\n" + after.encode())
+
+
+def test_an_over_long_events_line_is_skipped_in_bounded_memory(tmp_path):
+    path = tmp_path / "events" / "1.jsonl"
+    path.parent.mkdir()
+    _sparse_long_line(path, 64 * 2**20, STEPS)
+    tracemalloc.start()
+    try:
+        got = read_events(path, max_line=2**20)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(got.loop.steps) == 5 and got.bad == 1  # the lines after it still count
+    assert got.notes == ["events/1.jsonl: 1 line(s) over the 1 MiB line cap skipped (gpudoctor never writes "
+                         "one; the file is damaged or not gpudoctor's)"]
+    assert peak < 40 * 2**20  # before: the whole 64 MiB line was held (and copied) while looking for its end
+
+
+def test_an_over_long_sample_line_is_skipped_in_a_downsampled_read(tmp_path):
+    path = tmp_path / "samples" / "host.jsonl"
+    path.parent.mkdir()
+    rows = "".join(json.dumps({"t": T0 + i, "cpu_total_pct": 5.0}) + "\n" for i in range(10))
+    _sparse_long_line(path, 40 * 2**20, rows)  # past the full-read size: read at sampled offsets
+    notes: list[str] = []
+    tracemalloc.start()
+    try:
+        got, bad = read_samples(path, clean_host_row, notes=notes)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert got and got[-1]["t"] == T0 + 9
+    assert bad >= 1 and "line cap" in notes[0]
+    assert peak < 32 * 2**20
