@@ -38,9 +38,13 @@ class Claim:
     """
 
     bucket: str
-    fraction: float
+    fraction: float  # the conservative figure: what the measurement supports for sure
     part: str = WHOLE
     part_share: float = 1.0
+    up_to: float | None = None  # the optimistic figure, when the gain depends on what was not measured
+
+    def optimistic(self) -> Claim:
+        return Claim(self.bucket, max(self.fraction, self.up_to or 0.0), self.part, self.part_share)
 
     def __post_init__(self) -> None:
         if self.bucket not in BUCKETS:
@@ -48,12 +52,14 @@ class Claim:
 
 
 def claim(bucket: str, removed_s: float, bucket_s: float, part: str = WHOLE,
-          part_s: float | None = None) -> Claim:
-    """A claim from seconds: ``removed_s`` out of ``part_s`` (default: the whole ``bucket_s``)."""
+          part_s: float | None = None, up_to_s: float | None = None) -> Claim:
+    """A claim from seconds: ``removed_s`` (at best ``up_to_s``) out of ``part_s`` (default:
+    the whole ``bucket_s``)."""
     of_s = bucket_s if part_s is None else part_s
     fraction = _unit(removed_s / of_s) if of_s > 0 else 0.0
+    up_to = _unit(up_to_s / of_s) if up_to_s is not None and of_s > 0 else None
     share = _unit(part_s / bucket_s) if part_s is not None and bucket_s > 0 else 1.0
-    return Claim(bucket, fraction, part, share if part else 1.0)
+    return Claim(bucket, fraction, part, share if part else 1.0, up_to if up_to != fraction else None)
 
 
 def removed_of_bucket(claims: Iterable[Claim]) -> float:

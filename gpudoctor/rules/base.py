@@ -60,7 +60,8 @@ class Finding:
     claims: list[Claim] = field(default_factory=list)
     severity: str = "low"  # settled from the claims; "info" findings claim nothing
     waste_fraction: float = 0.0  # share of wall time the claims give back, settled alone
-    predicted_speedup: float | None = None
+    predicted_speedup: float | None = None  # from the conservative claims: what the fix promises
+    speedup_up_to: float | None = None  # the optimistic end, when the gain depends on the unmeasured
     data: dict[str, Any] = field(default_factory=dict)
     per_launch_s: float | None = None  # seconds each launch repeats (priced per launch when priced)
 
@@ -84,6 +85,9 @@ class Finding:
                 "also": [t.to_dict() for t in self.fix.also],
             },
             "predicted_speedup": round(self.predicted_speedup, 3) if self.predicted_speedup else None,
+            "predicted_speedup_range": (
+                [round(self.predicted_speedup or 1.0, 3), round(self.speedup_up_to, 3)]
+                if self.speedup_up_to is not None else None),
             "claims": [{"bucket": c.bucket, "part": c.part or None, "part_share": round(c.part_share, 4),
                         "fraction": round(c.fraction, 4)} for c in self.claims],
         }
@@ -131,6 +135,9 @@ def settle_findings(shares: dict[str, float | None], findings: list[Finding]) ->
             continue
         f.waste_fraction = account.wasted_share(shares, f.claims)
         f.predicted_speedup = account.speedup(f.waste_fraction)
+        if any(c.up_to is not None for c in f.claims):
+            best = account.speedup(account.wasted_share(shares, [c.optimistic() for c in f.claims]))
+            f.speedup_up_to = best if best and best > (f.predicted_speedup or 1.0) + 5e-4 else None
         f.severity = severity_for(f.waste_fraction)
     return account.wasted_share(shares, (c for f in findings for c in f.claims))
 
