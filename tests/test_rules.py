@@ -6,7 +6,7 @@ import pytest
 
 from gpudoctor.recording.store import load_recording
 from gpudoctor.report import ReportOptions, build_report
-from tests.recording_builder import RecordingBuilder
+from tests.recording_builder import T0, RecordingBuilder
 
 
 def report_of(builder: RecordingBuilder, **options) -> dict:
@@ -185,3 +185,25 @@ def test_loading_a_prepared_dataset_is_not_charged_as_startup_waste(tmp_path):
     rows.append({"k": "span", "c": "format", "t0": 1_700_000_012.0, "dt": 8.0, "name": "datasets.Dataset.map"})
     f = next(f for f in report_of(b)["findings"] if f["rule"] == "startup_idle")
     assert f["data"]["format_s"] == 8.0 and f["data"]["data_load_s"] == 10.0
+
+
+def test_checkpoint_fix_also_claims_the_slow_steps_after_each_save(tmp_path):
+    """A save that slows the next step (page cache, fsync) costs more than its own seconds:
+    fewer saves give that back too, and only what lies beyond a normal step's spread is sure."""
+    b = RecordingBuilder(tmp_path, cores=8, duration_s=120.0)
+    rows = b.process()
+    b.training_loop(rows, start_s=2.0, steps=0, compute_s=0.08, wait_s=0.0)  # loader, first step
+    t = 2.0
+    for n in range(1, 1001):
+        rows.append({"k": "span", "c": "data_wait", "t0": T0 + t, "dt": 0.0005, "name": "DataLoader.__next__"})
+        t += 0.08 + 0.004 * (n % 5) + (0.3 if n % 100 == 1 and n > 1 else 0.0)  # 0.3 s slower after a save
+        rows.append({"k": "step", "t": T0 + t, "n": n, "dt": 0.001})
+        if n % 100 == 0:
+            rows.append({"k": "span", "c": "checkpoint", "t0": T0 + t, "dt": 1.5, "name": "torch.save"})
+            t += 1.5
+    b.host_rows(cpu_total_pct=20.0, cpu_proc_pct=100.0)
+    f = next(f for f in report_of(b)["findings"] if f["rule"] == "checkpoint_overhead")
+    slow = next(c for c in f["claims"] if c["part"] == "after_save")
+    assert 9 * 0.27 <= f["data"]["after_save_excess_s"] <= 9 * 0.31  # 9 saves with a step after them
+    assert slow["bucket"] == "compute" and slow["fraction"] > 0.8  # save_steps 100 -> 1000+: most saves go
+    assert f["predicted_speedup_range"] is not None
