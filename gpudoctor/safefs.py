@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import stat
-import tempfile
 from pathlib import Path
 from typing import IO, Any
 
@@ -97,25 +97,42 @@ def open_append(path: os.PathLike[str] | str, mode: int = 0o600, owner: int | No
     return os.fdopen(fd, "a", encoding="utf-8")
 
 
-def replace_file(path: os.PathLike[str] | str, data: bytes | str, mode: int = 0o600) -> None:
+def replace_file(path: os.PathLike[str] | str, data: bytes | str, mode: int = 0o600, *,
+                 dir_fd: int | None = None) -> None:
     """Write ``path`` atomically: a fresh temp file beside it (O_EXCL), then ``rename`` over it.
 
     ``rename`` replaces a planted symlink or file with ours instead of writing through it.
-    A failure leaves no half-written ``path`` and no temp file behind.
+    The folder is opened once and both steps go through that descriptor (``dir_fd``, when
+    given, is that folder and ``path`` a bare name), so a folder swapped for a link between
+    them cannot redirect the rename. A failure leaves no half-written ``path`` and no temp
+    file behind (a full disk leaves the old file, or none, never an empty one).
     """
-    target = Path(path)
+    name = os.fspath(path) if dir_fd is not None else Path(path).name
+    folder = dir_fd if dir_fd is not None else open_dir(Path(path).parent)
     raw = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    tmp = f".{name}.{secrets.token_hex(6)}.tmp"
     try:
-        with os.fdopen(fd, "wb") as fh:
-            os.fchmod(fh.fileno(), mode)
-            fh.write(raw)
-            fh.flush()
-        os.replace(tmp, target)
+        fd = os.open(tmp, _NEW_FLAGS, mode, dir_fd=folder)
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(raw)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=folder)
         raise
+    finally:
+        if dir_fd is None:
+            os.close(folder)
+
+
+def open_dir(path: os.PathLike[str] | str) -> int:
+    """A descriptor of folder ``path``, to create files in it by name (``dir_fd``); caller closes it."""
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
 
 def private_dir(path: os.PathLike[str] | str, what: str = "--out") -> Path:
@@ -126,14 +143,14 @@ def private_dir(path: os.PathLike[str] | str, what: str = "--out") -> Path:
     """
     folder = Path(path)
     try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        folder.mkdir(mode=0o700)
-        return folder
-    except FileExistsError:
-        pass
+        try:
+            folder.parent.mkdir(parents=True, exist_ok=True)  # FileExistsError here: a file above
+            folder.mkdir(mode=0o700)
+            return folder
+        except FileExistsError:
+            st = os.lstat(folder)
     except OSError as exc:
         raise UserError(f"cannot create {what} {folder}: {exc.strerror or exc}; choose a writable folder") from None
-    st = os.lstat(folder)
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         raise UserError(f"{what} {folder} exists and is not a folder (a link or a file); choose another path")
     if st.st_uid != os.geteuid():
