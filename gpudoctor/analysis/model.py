@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import copy
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpudoctor.analysis import trainings as tr
 from gpudoctor.analysis.process import ProcessView, build_process_view, padding_summary, quantiles
 from gpudoctor.analysis.sampled import load_stack_rows, sampled_events
 from gpudoctor.recording.store import Recording
@@ -45,6 +47,9 @@ class Analysis:
     host: HostStats
     gpu: GpuStats
     notes: list[str] = field(default_factory=list)
+    # Training processes that ran at the same time, one list per training, in order (a wrapper
+    # may run several in a row); each list sorted by rank. ``procs`` is all of them, in order.
+    trainings: list[list[ProcessView]] = field(default_factory=list)
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -59,18 +64,36 @@ class Analysis:
     def has_inprocess(self) -> bool:
         return bool(self.procs)
 
+    @property
+    def leads(self) -> list[ProcessView]:
+        """Each training's lowest rank: whose steps count (ranks of one training step together)."""
+        return [g[0] for g in self.trainings if g]
+
     def breakdown(self) -> dict[str, float | None]:
-        """Mean over training processes; null slices when no process was hooked."""
+        """Mean over training processes; null slices when no process was hooked.
+
+        Trainings in a row add up: each contributes its processes' mean seconds per slice.
+        """
         if not self.procs:
             return {k: None for k in BREAKDOWN_KEYS}
-        return {k: statistics.fmean(p.breakdown[k] for p in self.procs) for k in BREAKDOWN_KEYS}
+        if len(self.trainings) <= 1:
+            return {k: statistics.fmean(p.breakdown[k] for p in self.procs) for k in BREAKDOWN_KEYS}
+        return {k: self._over_trainings(lambda p, k=k: p.seconds(k)) for k in BREAKDOWN_KEYS}
+
+    def _over_trainings(self, seconds: Callable[[ProcessView], float]) -> float:
+        """Seconds per process, averaged within each training, summed over trainings, as a fraction."""
+        return sum(statistics.fmean(seconds(p) for p in g) for g in self.trainings if g) / self.duration_s
 
     def share(self, key: str) -> float:
         value = self.breakdown().get(key)
         return float(value) if value is not None else 0.0
 
     def shares(self) -> dict[str, float | None]:
-        tok = statistics.fmean(p.tokenize_s / p.wall_s for p in self.procs) if self.procs else None
+        tok = None
+        if len(self.trainings) > 1:
+            tok = self._over_trainings(lambda p: p.tokenize_s)
+        elif self.procs:
+            tok = statistics.fmean(p.tokenize_s / p.wall_s for p in self.procs)
         cpu = None
         if self.host.cpu_run_cores is not None and self.host.cores:
             cpu = min(1.0, self.host.cpu_run_cores / self.host.cores)
@@ -87,26 +110,32 @@ class Analysis:
         return copy.deepcopy(self._cache["steps"])
 
     def _steps(self) -> dict[str, Any]:
-        p = self.primary
-        if p is None:
+        leads = self.leads or self.procs[:1]
+        if not leads:
             return {"count": 0, "first_step_at_s": None, "step_time_s": {"p50": None, "p90": None}}
+        first = next((p.first_step for p in leads if p.first_step is not None), None)
         return {
-            "count": len(p.step_times),
-            "first_step_at_s": (p.first_step - self.start) if p.first_step is not None else None,
-            "step_time_s": quantiles(p.step_intervals_s()),
+            "count": sum(len(p.step_times) for p in leads),
+            "first_step_at_s": (first - self.start) if first is not None else None,
+            # within each training: the pause between two trainings is not a step
+            "step_time_s": quantiles([dt for p in leads for dt in p.step_intervals_s()]),
         }
 
 
 def analyze(rec: Recording) -> Analysis:
     start = float(rec.meta.get("start_time") or 0.0)
     end = float(rec.meta.get("end_time") or start)
-    procs = _training_processes(rec, start, end)
-    host = _host_stats(rec, procs)
-    gpu = _gpu_stats(rec, procs)
-    return Analysis(rec=rec, start=start, end=end, procs=procs, host=host, gpu=gpu, notes=list(rec.notes))
+    groups = _training_processes(rec, start, end)
+    procs = [p for g in groups for p in g]
+    leads = [g[0] for g in groups if g]
+    host = _host_stats(rec, leads)
+    gpu = _gpu_stats(rec, leads)
+    return Analysis(rec=rec, start=start, end=end, procs=procs, host=host, gpu=gpu, notes=list(rec.notes),
+                    trainings=groups)
 
 
-def _training_processes(rec: Recording, start: float, end: float) -> list[ProcessView]:
+def _training_processes(rec: Recording, start: float, end: float) -> list[list[ProcessView]]:
+    """The training processes (not DataLoader workers), grouped into trainings (see trainings.py)."""
     # Processes the hooks never reached (attach without a debugger) are seen through stack samples.
     events = {**sampled_events(load_stack_rows(rec.root), skip_pids=set(rec.events)), **rec.events}
     proc_info = {pid: next((e for e in rows if e.get("k") == "proc"), {}) for pid, rows in events.items()}
@@ -114,7 +143,7 @@ def _training_processes(rec: Recording, start: float, end: float) -> list[Proces
     for pid, info in proc_info.items():
         if info.get("is_worker"):
             workers.setdefault(int(info.get("ppid") or -1), []).append(events[pid])
-    views = []
+    lives: dict[int, tr.Lifetime] = {}
     for pid, rows in events.items():
         if proc_info[pid].get("is_worker"):
             continue
@@ -122,11 +151,15 @@ def _training_processes(rec: Recording, start: float, end: float) -> list[Proces
         trains = any(e.get("k") in ("step", "first_step") for e in rows) or any(
             e.get("k") == "span" and e.get("c") == "data_wait" for e in rows
         ) or (loop is not None and bool(loop.steps or loop.spans.get("data_wait")))
-        if not trains:
-            continue
-        views.append(build_process_view(pid, rows, start, end, workers.get(pid, []), loop))
-    views.sort(key=lambda v: (v.rank, v.pid))
-    return views
+        if trains:
+            lives[pid] = tr.lifetime(rows, loop, start, end)
+    groups = tr.group(lives)
+    out = []
+    for pids, (lo, hi) in zip(groups, tr.windows(groups, lives, start, end), strict=True):
+        views = [build_process_view(pid, events[pid], lo, hi, workers.get(pid, []), rec.loops.get(pid))
+                 for pid in pids]
+        out.append(sorted(views, key=lambda v: (v.rank, v.pid)))
+    return out
 
 
 def _in_window(rows: list[dict[str, Any]], lo: float, hi: float) -> list[dict[str, Any]]:
@@ -138,16 +171,17 @@ def _mean(values: list[float]) -> float | None:
     return statistics.fmean(vals) if vals else None
 
 
-def _loop_window(procs: list[ProcessView], start: float, end: float) -> tuple[float, float]:
-    p = procs[0] if procs else None
-    if p is None or p.first_step is None:
+def _loop_window(leads: list[ProcessView], start: float, end: float) -> tuple[float, float]:
+    """From the first training loop's first step to the last one's end (the whole run if none)."""
+    looped = [p for p in leads if p.first_step is not None]
+    if not looped:
         return start, end
-    return p.first_step, (p.loop_end or end)
+    return looped[0].first_step or start, (looped[-1].loop_end or end)
 
 
-def _host_stats(rec: Recording, procs: list[ProcessView]) -> HostStats:
+def _host_stats(rec: Recording, leads: list[ProcessView]) -> HostStats:
     cores = int((rec.meta.get("host") or {}).get("cpu_count") or 0)
-    lo, hi = _loop_window(procs, rec.start_time or 0.0, rec.end_time or 0.0)
+    lo, hi = _loop_window(leads, rec.start_time or 0.0, rec.end_time or 0.0)
     rows = _in_window(rec.host, lo, hi) or rec.host
     if not cores and rows and rows[0].get("cpu_percore_pct"):
         cores = len(rows[0]["cpu_percore_pct"])
@@ -165,12 +199,12 @@ def _host_stats(rec: Recording, procs: list[ProcessView]) -> HostStats:
     )
 
 
-def _gpu_stats(rec: Recording, procs: list[ProcessView]) -> GpuStats:
+def _gpu_stats(rec: Recording, leads: list[ProcessView]) -> GpuStats:
     described = (rec.meta.get("gpus") or [])
     if not rec.gpu and not described:
         return GpuStats(0, [], None, None, None, None, [])
     used = _gpus_used(rec)
-    lo, hi = _loop_window(procs, rec.start_time or 0.0, rec.end_time or 0.0)
+    lo, hi = _loop_window(leads, rec.start_time or 0.0, rec.end_time or 0.0)
     per_row = []
     loop_rows = []
     mem_used: list[float] = []

@@ -18,26 +18,35 @@ class StragglerRank(Rule):
     description = "One rank waits for data much longer than the others, and they all wait for it."
 
     def match(self, a: Analysis) -> Finding | None:
-        if len(a.procs) < 2:
+        # Only ranks of one job compare: processes that ran together (a training), each rank
+        # once. Trainings run one after another, or side by side without distinct ranks, are
+        # not ranks holding each other back.
+        found = None
+        for i, group in enumerate(a.trainings):
+            if len(group) < 2 or len({p.rank for p in group}) < len(group):
+                continue
+            waits = {p.rank: p.breakdown["data_wait"] for p in group}
+            worst = max(waits, key=lambda r: waits[r])
+            median = statistics.median(w for r, w in waits.items() if r != worst)
+            gap = (waits[worst] - median) * group[0].wall_s / a.duration_s  # as a share of the run
+            if gap >= 0.10 and (found is None or gap > found[0]):
+                found = (gap, i, group, waits, worst, median)
+        if found is None:
             return None
-        waits = {p.rank: p.breakdown["data_wait"] for p in a.procs}
-        worst = max(waits, key=lambda r: waits[r])
-        others = [w for r, w in waits.items() if r != worst]
-        gap = waits[worst] - statistics.median(others)
-        if gap < 0.10:
-            return None
+        gap, i, group, waits, worst, median = found
         # The others sit in the gradient sync while rank `worst` waits for data: their compute
-        # carries the gap (rank 0's own wait when it is the slow one).
-        bucket = "data_wait" if a.primary is not None and a.primary.rank == worst else "compute"
+        # carries the gap (the lead rank's own wait when it is the slow one).
+        bucket = "data_wait" if group[0].rank == worst else "compute"
         held = a.share(bucket)
+        which = f" (training {i + 1} of {len(a.trainings)} in this run)" if len(a.trainings) > 1 else ""
         return Finding(
             rule=self.name,
             title=f"Rank {worst} holds the other ranks back",
             claims=[Claim(bucket, 1.0, "loader" if bucket == "data_wait" else "rank_sync",
                           min(1.0, gap / held) if held > 0 else 0.0)],
             evidence=(
-                f"Rank {worst} waited for data {pct(waits[worst])} of wall time against a median of "
-                f"{pct(statistics.median(others))} on the other {len(others)} rank(s); in data-parallel "
+                f"Rank {worst} waited for data {pct(waits[worst])} of wall time{which} against a median of "
+                f"{pct(median)} on the other {len(waits) - 1} rank(s); in data-parallel "
                 "training every rank waits for the slowest at each gradient sync."
             ),
             fix=Fix(

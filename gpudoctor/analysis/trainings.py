@@ -1,0 +1,75 @@
+"""Which training processes ran together: one run folder may hold several trainings in a row.
+
+A wrapper that trains twice under one ``gpudoctor run``, or a launcher restarting its
+ranks, leaves training processes whose lives never overlapped. Measured over the whole
+recording, the first one's 'other' time would be the second's training and the second's
+'startup' the first's (issue 12, #7). So overlapping processes form one training, the
+trainings split the recording's wall time at each one's first process start, and each
+process is measured over its own training's window only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudoctor.recording.read import LoopData
+from gpudoctor.recording.validate import is_time
+
+Lifetime = tuple[float, float]
+
+
+def lifetime(rows: list[dict[str, Any]], loop: LoopData | None, start: float, end: float) -> Lifetime:
+    """(born, died) of one process: its start time (else first event) and exit (else last event)."""
+    born = died = None
+    times: list[float] = []
+    for e in rows:
+        kind = e.get("k")
+        if kind == "proc" and is_time(e.get("create_time")):
+            born = float(e["create_time"])
+        elif kind == "exit" and is_time(e.get("t")):
+            died = float(e["t"])
+        if is_time(e.get("t")):
+            times.append(float(e["t"]))
+        if is_time(e.get("t0")):
+            times.append(float(e["t0"]) + float(e.get("dt") or 0.0))
+    if loop is not None:
+        if loop.steps:
+            times += [min(loop.steps), max(loop.steps)]
+        for spans in loop.spans.values():
+            if spans:
+                times += [min(a for a, _ in spans), max(b for _, b in spans)]
+    if born is None:
+        born = min(times, default=start)
+    if died is None:
+        died = max(times, default=end)
+    return born, max(died, born)
+
+
+def group(lives: dict[int, Lifetime]) -> list[list[int]]:
+    """Pids in groups of overlapping lifetimes, in order of their first start."""
+    groups: list[list[int]] = []
+    group_end = float("-inf")
+    for pid in sorted(lives, key=lambda p: (lives[p][0], p)):
+        born, died = lives[pid]
+        if groups and born < group_end:
+            groups[-1].append(pid)
+            group_end = max(group_end, died)
+        else:
+            groups.append([pid])
+            group_end = died
+    return groups
+
+
+def windows(groups: list[list[int]], lives: dict[int, Lifetime], start: float, end: float) -> list[Lifetime]:
+    """Each training's share of [start, end]: from its first process start to the next one's.
+
+    One training gets the whole recording, as a run with a single training always did.
+    """
+    if not groups:
+        return []
+    bounds = [start]
+    for pids in groups[1:]:
+        born = min(lives[p][0] for p in pids)
+        bounds.append(min(max(born, bounds[-1]), end))
+    bounds.append(max(end, bounds[-1]))
+    return list(zip(bounds, bounds[1:], strict=False))
