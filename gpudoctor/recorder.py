@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor import __version__
+from gpudoctor.recording.claim import unique_folder
 from gpudoctor.recording.store import RunFolder
 from gpudoctor.redact import redact_argv
 
@@ -124,5 +125,7 @@ def host_info() -> dict[str, Any]:
 
 
 def default_out(mode: str) -> Path:
+    """Create and return a new ``reports/<mode>-<time>/`` (0700), unique even for two runs
+    started in the same second: a taken name gets ``-2``, ``-3``... (see :mod:`recording.claim`)."""
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("reports") / f"{mode}-{stamp}"
+    return unique_folder(Path("reports"), f"{mode}-{stamp}")

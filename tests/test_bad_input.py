@@ -87,7 +87,7 @@ def test_an_out_that_fills_up_stops_recording_not_training(tmp_path):
         pytest.skip("cannot mount a tiny tmpfs here (needs root) to fill up")
     try:
         proc = run_cli("run", "--out", str(mount / "run"), "--", sys.executable, TINY, "--seconds", "2")
-        assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr  # the training's code
         doctor, *hooks = reversed([ln for ln in proc.stderr.splitlines() if ln.startswith("gpudoctor: ")])
         assert "could not write to --out" in doctor and "training exited with 0" in doctor, proc.stderr
         assert all("stopped recording in pid" in ln for ln in hooks), proc.stderr  # the hooks said so too

@@ -60,6 +60,8 @@ class _Interrupts:
 def run(command: list[str], out: Path | None, interval_s: float, price: float | None, gpus: int | None,
         as_json: bool, nvml_binding: Any = None, mode: str = "run",
         extra_env: dict[str, str] | None = None) -> tuple[int, dict[str, Any] | None, Path]:
+    """Run ``command`` under the doctor; returns its exit code (never the doctor's trouble: a
+    recording or report that failed is said on stderr), the report (None if none) and the folder."""
     if not command:
         raise UserError("no command to run; usage: gpudoctor run [OPTIONS] -- python train.py")
     folder = RunFolder(out or default_out(mode)).create()
@@ -91,19 +93,17 @@ def run(command: list[str], out: Path | None, interval_s: float, price: float | 
     recorder.stop(status, code)
     try:
         report = _report(folder, price, gpus, as_json)
-    except UserError:
-        raise
     except OSError as exc:  # --out filled up or vanished: the training itself is not at fault
         error = recorder.write_error or exc
-        raise UserError(
-            f"could not write to --out {folder.root} ({error.strerror or error}): the recording stopped early "
-            f"and no report was written; the training exited with {code}. Free space or choose another --out",
-            code or 74,
-        ) from exc
-    except Exception as exc:  # the recording is safe on disk; say how to re-render it
-        print(f"gpudoctor: could not build the report ({exc!r}); the recording is kept in {folder.root}; "
-              f"re-render it with: gpudoctor report {folder.root} --debug", file=sys.stderr)
-        return (code or 70), None, folder.root
+        print(f"gpudoctor: could not write to --out {folder.root} ({error.strerror or error}): the recording "
+              f"stopped early and no report was written; the training exited with {code}. Free space or "
+              "choose another --out", file=sys.stderr)
+        return code, None, folder.root
+    except Exception as exc:  # UserError included: the recording is safe on disk; say how to re-render it
+        print(f"gpudoctor: could not build the report ({exc!r}); the training exited with {code}; the "
+              f"recording is kept in {folder.root}; re-render it with: gpudoctor report {folder.root} --debug",
+              file=sys.stderr)
+        return code, None, folder.root
     if recorder.write_error is not None:
         print(f"gpudoctor: warning: writing to {folder.root} failed ({recorder.write_error.strerror}); "
               "the report covers what was recorded before that", file=sys.stderr)

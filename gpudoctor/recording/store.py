@@ -3,7 +3,9 @@
 Writing is append-only JSON lines with a flush at least every ``flush_s``; the
 reader tolerates a truncated last line (the writer may have been killed mid
 line) and says so in ``Recording.notes`` instead of failing. Everything the
-doctor writes is private to its user: the run folder is 0700, files 0600.
+doctor writes is private to its user: the run folder is 0700, files 0600, and every
+file is new (``O_EXCL | O_NOFOLLOW``) or replaced by rename (:mod:`gpudoctor.safefs`), so
+a link planted in a folder handed to the doctor is never written through.
 """
 
 from __future__ import annotations
@@ -11,41 +13,51 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpudoctor import safefs
 from gpudoctor.errors import UserError
+from gpudoctor.recording import claim
 from gpudoctor.recording.read import LoopData, read_events, read_jsonl, read_samples  # noqa: F401 - read_jsonl re-exported
 from gpudoctor.recording.validate import clean_gpu_row, clean_host_row, clean_meta
 
 META_SCHEMA = "gpudoctor.run/1"
+MAX_META_BYTES = 4 * 2**20  # meta.json is a few kB; a folder handed over may hold anything
 
 
 class JsonlAppender:
     """Thread-safe JSON-lines appender that flushes at most every ``flush_s``.
 
     A writer killed with SIGKILL loses at most the lines of the last
-    ``flush_s`` seconds. A write that fails (disk full, folder gone) stops the
-    appender and is kept in ``error`` for the caller to report; it never
-    raises into the sampler that feeds it.
+    ``flush_s`` seconds. The file must be new (``O_EXCL | O_NOFOLLOW``): nothing planted
+    is ever appended to. A file that cannot be created or written (disk full, folder gone,
+    a name already taken) stops the appender and is kept in ``error`` for the caller to
+    report; it never raises into the sampler that feeds it.
     """
 
     def __init__(self, path: Path, flush_s: float = 0.5) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open_private(self.path, "a")
         self._lock = threading.Lock()
         self._flush_s = flush_s
         self._last_flush = time.monotonic()
         self.error: OSError | None = None
+        self._fh: Any = None
+        try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._fh = os.fdopen(safefs.create_new(self.path), "w", encoding="utf-8")
+        except OSError as exc:
+            self.error = exc
 
     def write(self, obj: dict[str, Any]) -> None:
         line = json.dumps(obj, separators=(",", ":"), default=_json_default)
         with self._lock:
-            if self._fh.closed:
+            if self._fh is None or self._fh.closed:
                 return
             now = time.monotonic()
             self._guard(lambda: self._fh.write(line + "\n"))
@@ -55,13 +67,13 @@ class JsonlAppender:
 
     def flush(self) -> None:
         with self._lock:
-            if not self._fh.closed:
+            if self._fh is not None and not self._fh.closed:
                 self._guard(self._fh.flush)
                 self._last_flush = time.monotonic()
 
     def close(self) -> None:
         with self._lock:
-            if not self._fh.closed:
+            if self._fh is not None and not self._fh.closed:
                 self._guard(self._fh.close)
 
     def _guard(self, op: Any) -> None:
@@ -73,12 +85,6 @@ class JsonlAppender:
                 self._fh.close()
 
 
-def open_private(path: Path, mode: str) -> Any:
-    """Open a text file for writing ("w" or "a") that only its owner can read (0600 when created)."""
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if mode == "a" else os.O_TRUNC)
-    return os.fdopen(os.open(path, flags, 0o600), mode, encoding="utf-8")
-
-
 def _json_default(obj: Any) -> Any:
     if hasattr(obj, "item"):
         return obj.item()
@@ -86,10 +92,14 @@ def _json_default(obj: Any) -> Any:
 
 
 class RunFolder:
-    """The on-disk home of one run; creates the layout and checks it is writable."""
+    """The on-disk home of one run; claims the folder and creates its layout.
+
+    ``previous``: where :meth:`create` moved an earlier recording found in the folder.
+    """
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        self.previous: Path | None = None
 
     @property
     def meta_path(self) -> Path:
@@ -104,38 +114,49 @@ class RunFolder:
         return self.root / "events"
 
     def create(self) -> RunFolder:
-        """Make the folder (0700 if new: command lines and paths are the user's business)."""
+        """Claim the folder for one recording, or refuse it in one line.
+
+        A new folder is made 0700; an existing one must be the doctor's user's own and
+        writable by nobody else (:func:`safefs.private_dir`), and not in use by another
+        doctor (:func:`claim.lock`). An earlier recording in it is moved to
+        ``previous-<time>/`` (said on stderr), so this run starts fresh and loses nothing.
+        """
+        safefs.private_dir(self.root, "--out")
+        claim.lock(self.root)
         try:
-            if not self.root.exists():
-                self.root.parent.mkdir(parents=True, exist_ok=True)
-                self.root.mkdir(mode=0o700)
+            self.previous = claim.set_aside(self.root)
             for sub in (self.samples_dir, self.events_dir):
-                sub.mkdir(mode=0o700, exist_ok=True)
-            probe = self.root / ".write-test"
-            probe.write_text("ok")
-            probe.unlink()
+                sub.mkdir(mode=0o700)
+            probe = self.root / f".write-test-{secrets.token_hex(4)}"
+            fd = safefs.create_new(probe)
+            try:
+                os.write(fd, b"ok")
+            finally:
+                os.close(fd)
+                probe.unlink()
         except OSError as exc:
             raise UserError(
                 f"cannot write to --out {self.root}: {exc.strerror or exc}; "
                 "choose a writable folder with --out"
             ) from None
+        if self.previous is not None:
+            print(f"gpudoctor: --out {self.root} held an earlier recording; moved it to {self.previous} "
+                  "(this run starts fresh)", file=sys.stderr)
         return self
 
     def write_meta(self, meta: dict[str, Any]) -> None:
-        """Replace meta.json atomically (write to a temp file, then rename)."""
+        """Replace meta.json atomically (a new temp file, then rename over it)."""
         meta = {"schema": META_SCHEMA, **meta}
-        tmp = self.meta_path.with_suffix(".json.tmp")
-        with open_private(tmp, "w") as fh:
-            fh.write(json.dumps(meta, indent=2, default=_json_default))
-        os.replace(tmp, self.meta_path)
+        safefs.replace_file(self.meta_path, json.dumps(meta, indent=2, default=_json_default))
 
     def read_meta(self) -> dict[str, Any]:
         """meta.json as a dict; ``{}`` if missing, ``{"_unreadable": True}`` if it is not a JSON object."""
-        try:
-            meta = json.loads(self.meta_path.read_bytes())
+        try:  # a folder handed over may hold a link or a FIFO here: never followed, never waited on
+            owner = os.stat(self.root).st_uid
+            meta = json.loads(safefs.read_bytes(self.meta_path, owner=owner, limit=MAX_META_BYTES))
         except FileNotFoundError:
             return {}
-        except (OSError, ValueError, RecursionError):  # truncated, binary, a folder, nested too deep
+        except (OSError, ValueError, RecursionError):  # truncated, binary, a link, too big, too deep
             return {"_unreadable": True}
         return meta if isinstance(meta, dict) else {"_unreadable": True}
 
