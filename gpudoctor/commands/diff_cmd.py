@@ -29,8 +29,7 @@ def main(args: Any) -> int:
     if out is None:
         print(text)
     else:
-        try:
-            out.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise UserError(f"cannot write {out}: {exc.strerror}; choose a writable path") from None
+        from gpudoctor.render.output import write_output
+
+        write_output(out, text)
     return 0

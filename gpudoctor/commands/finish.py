@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,20 +12,14 @@ from gpudoctor.report import ReportOptions, build_report
 
 
 def write_report(folder: Path, options: ReportOptions, *, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Analyse the folder's recording and write report.json/html/md next to it."""
+    """Analyse the folder's recording and write report.json/html/md next to it (0600, by rename)."""
     from gpudoctor.render import write_all
 
     report = build_report(load_recording(folder), options)
     if extra:
         report.update(extra)
-    make_private(write_all(report, folder))
+    write_all(report, folder)
     return report
-
-
-def make_private(paths: list[Path]) -> None:
-    """Reports quote command lines and paths: readable by their owner only, like the recording."""
-    for path in paths:
-        os.chmod(path, 0o600)
 
 
 def print_summary(report: dict[str, Any], folder: Path, as_json: bool) -> None:

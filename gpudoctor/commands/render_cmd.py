@@ -21,22 +21,16 @@ def main(args: Any) -> int:
 
 
 def _write(report: dict[str, Any], args: Any) -> None:
-    from gpudoctor.commands.finish import make_private
     from gpudoctor.render import renderer_for, write_all
+    from gpudoctor.render.output import write_output
 
     if args.output is None:
         folder = args.input if args.input.is_dir() else args.input.parent
         try:
             paths = write_all(report, folder)
-            make_private(paths)
         except OSError as exc:
-            raise UserError(f"cannot write the report into {folder}: {exc.strerror}; pass -o OUT") from None
+            raise UserError(f"cannot write the report into {folder}: {exc.strerror or exc}; pass -o OUT") from None
         print("\n".join(str(p) for p in paths), file=sys.stderr)
     else:
-        renderer = renderer_for(args.output)
-        try:
-            args.output.parent.mkdir(parents=True, exist_ok=True)
-            args.output.write_text(renderer.render(report), encoding="utf-8")
-        except OSError as exc:
-            raise UserError(f"cannot write {args.output}: {exc.strerror}; choose a writable path") from None
+        write_output(args.output, renderer_for(args.output).render(report))
         print(str(args.output), file=sys.stderr)

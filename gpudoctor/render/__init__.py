@@ -8,9 +8,11 @@ keep the CLI fast.
 from __future__ import annotations
 
 import importlib
+import os
 from pathlib import Path
 from typing import Any
 
+from gpudoctor import safefs
 from gpudoctor.errors import UserError
 from gpudoctor.render.base import Renderer
 
@@ -46,12 +48,19 @@ def renderer_for(path_or_ext: str | Path) -> Renderer:
 
 
 def write_all(report: dict[str, Any], folder: str | Path) -> list[Path]:
-    """Write ``report.json``, ``report.html`` and ``report.md`` into ``folder``."""
+    """Write ``report.json``, ``report.html`` and ``report.md`` into ``folder``, 0600.
+
+    The folder may be someone else's (``gpudoctor report FOLDER``): it is opened once and each
+    file replaced by rename through that descriptor, so a planted ``report.md -> ~/.bashrc``
+    is replaced, never written through (:func:`gpudoctor.safefs.replace_file`).
+    """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    written = []
-    for ext in ("json", "html", "md"):
-        path = folder / f"report.{ext}"
-        path.write_text(renderer_for(ext).render(report), encoding="utf-8")
-        written.append(path)
-    return written
+    texts = {f"report.{ext}": renderer_for(ext).render(report) for ext in ("json", "html", "md")}
+    fd = safefs.open_dir(folder)
+    try:
+        for name, text in texts.items():
+            safefs.replace_file(name, text, dir_fd=fd)
+    finally:
+        os.close(fd)
+    return [folder / name for name in texts]
