@@ -207,3 +207,19 @@ def test_checkpoint_fix_also_claims_the_slow_steps_after_each_save(tmp_path):
     assert 9 * 0.27 <= f["data"]["after_save_excess_s"] <= 9 * 0.31  # 9 saves with a step after them
     assert slow["bucket"] == "compute" and slow["fraction"] > 0.8  # save_steps 100 -> 1000+: most saves go
     assert f["predicted_speedup_range"] is not None
+
+
+@pytest.mark.parametrize(("map_cpu_pct", "num_proc"), [(100.0, 7), (30.0, None)])
+def test_startup_proposes_num_proc_only_for_a_cpu_bound_map(tmp_path, map_cpu_pct, num_proc):
+    """A map that kept a core busy splits over the idle cores; one that waited (I/O, a lock)
+    would only wait in more processes. No GPU seen: the title speaks of training, not GPUs."""
+    b = RecordingBuilder(tmp_path, cores=8, duration_s=100.0)
+    rows = b.process()
+    rows.append({"k": "span", "c": "format", "t0": T0 + 1.0, "dt": 30.0, "name": "datasets.Dataset.map"})
+    b.training_loop(rows, start_s=32.0, steps=600, compute_s=0.1, wait_s=0.001, fetch_s=0.001)
+    b.host_rows(cpu_total_pct=20.0, cpu_proc_pct=map_cpu_pct)
+    f = next(f for f in report_of(b)["findings"] if f["rule"] == "startup_idle")
+    assert f["title"] == "Training waits while the data is prepared"
+    assert f["fix"]["config"].get("num_proc") == num_proc
+    if num_proc is None:
+        assert "not CPU-bound" in f["fix"]["summary"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis import timeline as tl
 from gpudoctor.rules.account import claim
@@ -9,6 +11,7 @@ from gpudoctor.rules.base import Finding, Fix, Rule, pct, register
 
 MIN_RECOVERABLE_SHARE = 0.05
 LONG_STARTUP_S = 60.0
+CPU_BOUND_CORES = 0.8  # a map that keeps most of a core busy is limited by the CPU
 
 
 @register
@@ -37,9 +40,24 @@ class StartupIdle(Rule):
         names = sorted(p.span_names.get("format", {}).items(), key=lambda kv: -kv[1])
         what = ", ".join(f"{n} {s:.1f} s" for n, s in names[:3]) or "tokenizer calls"
         cores = a.host.cores or 1
+        prep_spans = tl.clip(tl.merge(p.spans.get("format", [])), p.start, first)
+        used, others = _cores_during(a, prep_spans)
+        parallel = _parallel_map(used, others, cores)
+        map_args: dict[str, object] = {"batched": True}
+        if parallel:
+            map_args["num_proc"] = parallel
+            why = (f"it kept {used:.1f} core(s) busy, so {parallel} processes split it" if used is not None
+                   else f"{parallel} processes split it")
+        elif used is not None:
+            why = (f"it kept only {used:.1f} core(s) busy (not CPU-bound: more processes would wait too)"
+                   if used < CPU_BOUND_CORES else
+                   f"other programs kept {others:.1f} of {cores} cores busy: more processes would compete")
+        else:
+            why = "its CPU use was not measured, so no process count is proposed"
+        gpu_seen = a.gpu.count > 0 or a.gpu.busy_fraction is not None
         return Finding(
             rule=self.name,
-            title="GPUs idle while the data is prepared",
+            title=("GPUs idle" if gpu_seen else "Training waits") + " while the data is prepared",
             claims=[claim("startup", recoverable_s, startup_s)],
             per_launch_s=recoverable_s,
             evidence=(
@@ -49,12 +67,13 @@ class StartupIdle(Rule):
                 f"{other_s:.1f} s in imports and other setup."
             ),
             fix=Fix(
-                summary="Format and tokenize once before the GPUs are rented (batched, in parallel), save with "
-                "save_to_disk, and only load_from_disk in the training script.",
-                config={"batched": True, "num_proc": cores},
+                summary=("Format and tokenize once before " + ("the GPUs are rented" if gpu_seen else "training")
+                         + ", save with save_to_disk, and only load_from_disk in the training script"
+                         + f" (the map: batched{', num_proc=' + str(parallel) if parallel else ''}; {why})."),
+                config=map_args,
                 snippet=(
-                    "# prepare_data.py — run once on a CPU machine\n"
-                    f"ds = ds.map(format_fn, batched=True, num_proc={cores})\n"
+                    "# prepare_data.py: run once, before training\n"
+                    f"ds = ds.map(format_fn, batched=True{', num_proc=' + str(parallel) if parallel else ''})\n"
                     "ds.save_to_disk('data/formatted')\n"
                     "# train.py\n"
                     "ds = datasets.load_from_disk('data/formatted')"
@@ -68,5 +87,26 @@ class StartupIdle(Rule):
                 "model_load_s": round(load_s, 3),
                 "data_load_s": round(data_load_s, 3),
                 "recoverable_s_per_launch": round(recoverable_s, 3),
+                "prep_cores_used": round(used, 2) if used is not None else None,
             },
         )
+
+
+def _cores_during(a: Analysis, spans: list[tuple[float, float]]) -> tuple[float | None, float]:
+    """(cores the run kept busy, cores other programs kept busy) in the host samples inside ``spans``."""
+    rows = [r for r in a.rec.host if any(lo <= r.get("t", -1.0) <= hi for lo, hi in spans)]
+    run = [r["cpu_proc_pct"] / 100.0 for r in rows if isinstance(r.get("cpu_proc_pct"), (int, float))]
+    if not run:
+        return None, 0.0
+    used = statistics.fmean(run)
+    total = [r["cpu_total_pct"] / 100.0 * (a.host.cores or 1) for r in rows
+             if isinstance(r.get("cpu_total_pct"), (int, float))]
+    return used, max(0.0, (statistics.fmean(total) if total else used) - used)
+
+
+def _parallel_map(used: float | None, others: float, cores: int) -> int | None:
+    """``num_proc`` for the map only when it was CPU-bound and idle cores would take a share."""
+    if used is None or used < CPU_BOUND_CORES:
+        return None
+    free = int(cores - others + 0.25)
+    return free if free >= 2 else None
