@@ -7,8 +7,10 @@ needs only when it runs. Errors are one line: ``gpudoctor: <problem>; <fix>``.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from gpudoctor import __version__
@@ -20,22 +22,93 @@ class _Parser(argparse.ArgumentParser):
         raise UserError(f"{message}; see '{self.prog} --help'")
 
 
-def _positive_float(text: str) -> float:
+MIN_INTERVAL_S = 0.01  # 100 Hz: below it the samplers would spin a core, not measure better
+PID_MAX = 2**22  # the kernel's highest pid_max
+
+
+def _number(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    """A finite number >= 0 (a price: 0 is a free GPU)."""
+    value = _number(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
+    return value
+
+
+def _positive(text: str) -> float:
+    """A finite number > 0 (seconds, rates: 0 would mean never, or divide by zero)."""
+    value = _number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+    return value
+
+
+def _interval(text: str) -> float:
+    """A sampling period: refused here, before any child starts, when it would spin."""
+    value = _number(text)
+    if value < MIN_INTERVAL_S:
+        raise argparse.ArgumentTypeError(f"{text!r} is below the {MIN_INTERVAL_S} s minimum sampling period")
+    return value
+
+
+def _bounded(low: float, high: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        value = _number(text)
+        if not low < value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} must be > {low:g} and <= {high:g}")
+        return value
+
+    return parse
+
+
+def _count(text: str) -> int:
+    """An integer >= 1 (GPUs, steps)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
+    return value
+
+
+def _pid(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 0 < value <= PID_MAX:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a process id (a whole number from 1 to {PID_MAX})")
+    return value
+
+
+def _waste(text: str) -> float:
+    """``--max-waste``: ``0.2`` or ``20%``; a bare number above 1 is refused, never read as a percentage."""
+    percent = text.strip().endswith("%")
+    value = _number(text.strip().removesuffix("%")) / (100 if percent else 1)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
+    if value > 1:
+        hint = "at most 100%" if percent else f"write {text.strip()}% for a percentage, or a fraction such as 0.2"
+        raise argparse.ArgumentTypeError(f"{text!r} is above 1 (all of the wall time); {hint}")
     return value
 
 
 def _common(p: argparse.ArgumentParser, out: bool = True) -> None:
     if out:
         p.add_argument("--out", type=Path, default=None, help="run folder (default reports/<mode>-<timestamp>/)")
-    p.add_argument("--price-per-gpu-hour", type=_positive_float, default=None, metavar="USD",
+    p.add_argument("--price-per-gpu-hour", type=_non_negative, default=None, metavar="USD",
                    help="price of one GPU-hour (else GPUDOCTOR_PRICE_PER_GPU_HOUR, else a table by GPU name)")
-    p.add_argument("--gpus", type=int, default=None, metavar="N", help="GPUs you pay for (default: those seen)")
+    p.add_argument("--gpus", type=_count, default=None, metavar="N", help="GPUs you pay for (default: those seen)")
     p.add_argument("--json", action="store_true", help="print the JSON report on stdout")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
 
@@ -48,19 +121,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="profile a training command until it exits",
                        description="Profile CMD (e.g. python train.py) with no code changes.")
     _common(p)
-    p.add_argument("--interval", type=_positive_float, default=0.1, help="sampling period in seconds (default 0.1)")
+    p.add_argument("--interval", type=_interval, default=0.1, help="sampling period in seconds (default 0.1)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
 
     p = sub.add_parser("attach", help="profile a running training process",
                        description="Profile a running training process (its ranks and DataLoader workers) "
                        "until it exits, --duration passes, or Ctrl-C; then write the report.")
-    p.add_argument("pid", type=int, help="the training process, its launcher (torchrun) or a wrapper around it")
+    p.add_argument("pid", type=_pid, help="the training process, its launcher (torchrun) or a wrapper around it")
     _common(p)
-    p.add_argument("--duration", type=_positive_float, default=None, metavar="S",
+    p.add_argument("--duration", type=_positive, default=None, metavar="S",
                    help="detach after S seconds (default: when the process exits or on Ctrl-C)")
-    p.add_argument("--interval", type=_positive_float, default=0.5,
+    p.add_argument("--interval", type=_interval, default=0.5,
                    help="host/GPU sampling period in seconds (default 0.5: the patient's CPU is not ours)")
-    p.add_argument("--sample-rate", type=_positive_float, default=20.0, metavar="HZ",
+    p.add_argument("--sample-rate", type=_bounded(0, 1000), default=20.0, metavar="HZ",
                    help="py-spy stack samples per second (default 20)")
     p.add_argument("--no-inject", action="store_true",
                    help="do not load the in-process hooks (no debugger); estimate from stack samples only")
@@ -69,9 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config", type=Path)
     _common(p)
     p.add_argument("--target", default=None, help="predict the full run on this GPU (e.g. h100)")
-    p.add_argument("--max-steps", type=int, default=None)
-    p.add_argument("--max-seconds", type=_positive_float, default=None)
-    p.add_argument("--mfu", type=_positive_float, default=None,
+    p.add_argument("--max-steps", type=_count, default=None)
+    p.add_argument("--max-seconds", type=_positive, default=None)
+    p.add_argument("--mfu", type=_bounded(0, 1), default=None,
                    help="assumed model FLOPs utilization for predictions (default hardware.mfu, 0.4)")
 
     from gpudoctor.sweep.cli_args import DESCRIPTION, add_arguments
@@ -94,7 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("check", help="exit 1 when the run wastes more than F (a CI gate)")
     p.add_argument("input", type=Path)
-    p.add_argument("--max-waste", type=_positive_float, required=True, metavar="F")
+    p.add_argument("--max-waste", type=_waste, required=True, metavar="F",
+                   help="the most wasted wall time allowed: a fraction (0.2) or a percentage (20%%)")
     p.add_argument("--debug", action="store_true")
     return parser
 

@@ -17,8 +17,10 @@ from pathlib import Path
 
 from gpudoctor.recording.read import read_events, read_samples
 from gpudoctor.recording.validate import clean_host_row
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_cli
+from tests.test_bad_input import assert_one_line_error
 
+SAMPLE_REPORT = ROOT / "tests" / "data" / "report_sample.json"
 T0 = 1_700_000_000.0
 STEPS = "".join(json.dumps({"k": "step", "t": T0 + i, "dt": 0.1, "n": i}) + "\n" for i in range(5))
 
@@ -128,3 +130,30 @@ def test_an_over_long_sample_line_is_skipped_in_a_downsampled_read(tmp_path):
     assert got and got[-1]["t"] == T0 + 9
     assert bad >= 1 and "line cap" in notes[0]
     assert peak < 32 * 2**20
+
+
+def test_a_report_json_over_the_cap_is_refused_before_it_is_read(tmp_path):
+    from gpudoctor.commands.load import MAX_REPORT_BYTES
+
+    big = tmp_path / "report.json"
+    with open(big, "wb") as fh:  # sparse: just over the cap, costs no disk and no memory to write
+        fh.write(b'{"schema": "gpudoctor.report/1", "pad": "')
+        fh.truncate(MAX_REPORT_BYTES + 1)
+    out = tmp_path / "out.md"
+    proc = run_cli("report", str(big), "-o", str(out))
+    line = assert_one_line_error(proc, 2)
+    assert f"over the {MAX_REPORT_BYTES // 2**20} MiB cap" in line and "gpudoctor report FOLDER" in line
+    assert not out.exists()
+
+
+def test_a_fifo_or_link_as_report_json_is_refused_without_waiting(tmp_path, other_user, other_user_dir):
+    secret = tmp_path / "secret.json"
+    secret.write_text(SAMPLE_REPORT.read_text())  # root's: readable by root only
+    _as(other_user,
+        "import os",
+        f"d = {str(other_user_dir)!r}",
+        "os.makedirs(d + '/fifo'); os.mkfifo(d + '/fifo/report.json')",
+        f"os.makedirs(d + '/link'); os.symlink({str(secret)!r}, d + '/link/report.json')")
+    for folder, says in (("fifo", "not a regular file"), ("link", "symbolic link")):
+        proc = run_cli("check", str(other_user_dir / folder), "--max-waste", "0.5", timeout=30)
+        assert says in assert_one_line_error(proc, 2)  # before: the FIFO hung, the link was read

@@ -1,4 +1,10 @@
-"""``gpudoctor check IN --max-waste F``: a CI gate on the wasted fraction."""
+"""``gpudoctor check IN --max-waste F``: a CI gate on the wasted fraction.
+
+``--max-waste`` is parsed in :mod:`gpudoctor.cli` (``0.2`` or ``20%``, never a bare 20);
+the report's figures are range-checked on load (:func:`load.shape_problem`), so a
+forged ``wasted_fraction`` of -3 is an invalid report, not a pass. The rule name
+printed comes from the file: it is made terminal-safe first.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import sys
 from typing import Any
 
 from gpudoctor.commands.load import load_report, malformed_report_guard
+from gpudoctor.termtext import terminal_safe
 
 
 def main(args: Any) -> int:
@@ -18,7 +25,7 @@ def _gate(report: dict[str, Any], max_waste: float) -> int:
     wasted = float(report["cost"].get("wasted_fraction") or 0.0)
     worst = next((f for f in report["findings"] if f["severity"] != "info"), None)
     if wasted > max_waste:
-        top = f"; top: {worst['rule']} ({100 * worst['waste_fraction']:.0f}%)" if worst else ""
+        top = f"; top: {terminal_safe(worst['rule'])} ({100 * worst['waste_fraction']:.0f}%)" if worst else ""
         print(f"gpudoctor: FAIL: {100 * wasted:.1f}% of wall time wasted > {100 * max_waste:.1f}% allowed{top}",
               file=sys.stderr)
         return 1
