@@ -8,6 +8,7 @@ would have written there.
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +35,13 @@ class RecordingBuilder:
 
     def training_loop(self, rows: list[dict[str, Any]], *, start_s: float, steps: int, compute_s: float,
                       wait_s: float, fetch_s: float | None = None, num_workers: int = 0, batch_size: int = 8,
-                      save_every: int = 0, save_s: float = 0.0, trainer_args: dict[str, Any] | None = None) -> float:
-        """Steps of (wait for batch, compute, optional save); returns the end time offset."""
+                      save_every: int = 0, save_s: float = 0.0, trainer_args: dict[str, Any] | None = None,
+                      jitter_s: float = 0.0, seed: int = 0) -> float:
+        """Steps of (wait for batch, compute, optional save); returns the end time offset.
+
+        ``jitter_s`` adds a seeded uniform +-jitter_s to each step's compute, as a real loop has.
+        """
+        rng = random.Random(seed)
         rows.append({"k": "loader", "t": T0 + start_s, "id": 1, "num_workers": num_workers, "batch_size": batch_size,
                      "pin_memory": False, "prefetch_factor": None, "persistent_workers": False,
                      "params": ["dataset", "batch_size", "num_workers", "pin_memory", "prefetch_factor",
@@ -47,7 +53,7 @@ class RecordingBuilder:
         t = start_s
         for n in range(1, steps + 1):
             rows.append({"k": "span", "c": "data_wait", "t0": T0 + t, "dt": wait_s, "name": "DataLoader.__next__"})
-            t += wait_s + compute_s
+            t += wait_s + compute_s + (rng.uniform(-jitter_s, jitter_s) if jitter_s else 0.0)
             rows.append({"k": "step", "t": T0 + t, "n": n, "dt": 0.001})
             if save_every and n % save_every == 0:
                 rows.append({"k": "span", "c": "checkpoint", "t0": T0 + t, "dt": save_s, "name": "torch.save"})
@@ -55,6 +61,14 @@ class RecordingBuilder:
         if fetch_s is not None:
             rows.append({"k": "counter", "t": T0 + t, "name": "fetch", "calls": steps, "s": fetch_s * steps})
         return t
+
+    def tokenizer_counters(self, rows: list[dict[str, Any]], *, start_s: float, end_s: float, total_s: float,
+                           every_s: float = 0.5) -> None:
+        """Tokenizer time on this process, flushed every ``every_s`` as the hooks do."""
+        flushes = max(1, int((end_s - start_s) / every_s))
+        for i in range(1, flushes + 1):
+            rows.append({"k": "counter", "t": T0 + start_s + i * (end_s - start_s) / flushes, "name": "tokenize",
+                         "calls": 10, "s": total_s / flushes})
 
     def host_rows(self, *, cpu_total_pct: float, cpu_proc_pct: float, iowait_pct: float = 0.0) -> None:
         for i in range(int(self.duration_s * 10)):
