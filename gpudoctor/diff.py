@@ -1,29 +1,85 @@
 """Before/after comparison of two reports, for a pull request.
 
-:func:`diff_reports` is a pure function of two report dicts; the renderers
-turn its result into Markdown (a PR comment) or one self-contained HTML page.
-A figure missing on either side gives a null delta, never a made-up one.
+:func:`diff_reports` is a pure function of two report dicts; the renderers turn
+its result into Markdown (a PR comment) or one self-contained HTML page. A
+figure missing on either side gives a null delta, never a made-up one.
+
+Two runs have different wall times, so shares of wall time are not compared:
+every conclusion comes from **seconds per training step** (p50 step time,
+steps/s, and each breakdown bucket's seconds divided by the steps) and, for
+startup, **seconds per launch**. A change counts only beyond the noise the two
+runs show in their own step times (:mod:`gpudoctor.step_noise`); inside it, the
+change is ``"within_noise"`` and drawn neutral. Startup is one launch per run, so
+its own noise cannot be observed: it is held to the same *relative* noise as the
+steps (``threshold_s_per_step`` / before p50, times the startup seconds).
+
+A finding that is no longer reported is ``resolved`` only when the seconds it
+claimed (its ``claims`` on the breakdown's buckets, or :data:`RULE_BUCKETS` for
+reports from before claims) fell beyond the noise. When they did not and
+another finding now claims the same bucket, the waste was ``moved`` (relabelled),
+not removed; with nothing in its place it is ``gone`` (no longer reported, not
+confirmed by the seconds). When they fell beyond the noise but more than the
+noise of them is left, it is ``partial``.
+
+JSON (``schema`` ``gpudoctor.diff/2``), besides ``before``/``after``/``notes``/``summary``:
+
+* ``noise``: ``{"before", "after"}`` each ``{"method", "steps", "spread_s",
+  "drift_s", "noise_s"}``; ``threshold_s_per_step``, ``relative`` (that over the
+  before p50) and ``threshold_s_per_launch`` (startup); null: unobservable.
+* ``steps``: ``{"before", "after", "delta"}`` step counts.
+* ``step_time_p50_s`` and ``throughput_steps_per_s``: ``{"before", "after",
+  "delta", "verdict"}`` (throughput adds ``ratio`` = after/before steps/s).
+  ``verdict`` is ``"better"``, ``"worse"``, ``"within_noise"`` or ``"unavailable"``.
+* ``seconds``: per bucket ``{"unit": "s/step" | "s/launch", "before", "after",
+  "delta", "verdict"}``; ``breakdown`` keeps the shares of each run's wall time
+  (shown, never judged).
+* ``findings``: lists ``resolved``, ``partial``, ``moved``, ``gone``, ``new``, ``still_present``
+  of entries ``{"rule", "title", "severity", "severity_before", "severity_after",
+  "bucket", "unit", "waste_s", "bucket_s", "verdict", "moved_to", "speedup",
+  "waste_fraction", "waste_usd_per_hour"}``: ``waste_s`` is the finding's seconds
+  per step (per launch for startup) as ``{"before", "after", "delta"}`` (for a
+  finding no longer reported, ``after`` is what its bucket's fall does not
+  account for); ``bucket_s`` the seconds of the bucket it lives in, with its
+  ``verdict``; ``moved_to`` the rules now claiming that bucket; ``speedup`` is
+  ``{"predicted", "achieved", "basis"}`` where the before-run predicted one and the
+  after-run applied the fix (finding gone, or its bucket fell), else null.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from gpudoctor import step_noise
 from gpudoctor.render.base import (
-    SEVERITY_COLORS,
-    SLICE_COLORS,
+    UNAVAILABLE,
     breakdown_items,
     command_text,
-    fmt_duration,
-    fmt_pct,
-    fmt_step_time,
     fmt_usd,
     gpus_text,
     num,
 )
 from gpudoctor.render.charts import SPAN_LABELS
+from gpudoctor.rules.account import BUCKETS, Claim, removed_of_bucket
 
-DIFF_SCHEMA = "gpudoctor.diff/1"
+DIFF_SCHEMA = "gpudoctor.diff/2"
+PER_LAUNCH = frozenset({"startup"})  # paid once per launch, not per step
+# Where a finding lives, for reports written before findings carried ``claims``.
+RULE_BUCKETS = {
+    "tokenization_in_loop": "data_wait",
+    "data_stall": "data_wait",
+    "io_bound": "data_wait",
+    "cpu_saturated": "data_wait",
+    "startup_idle": "startup",
+    "checkpoint_overhead": "checkpoint",
+    "eval_overhead": "eval",
+    "padding_waste": "compute",
+    "low_gpu_utilization": "compute",
+    "gpu_memory_underused": "compute",
+    "no_tf32": "compute",
+    "no_mixed_precision": "compute",
+    "straggler_rank": "compute",
+}
+STATUSES = ("resolved", "partial", "moved", "gone", "new", "still_present")
 
 
 def change(before: Any, after: Any) -> dict[str, float | None]:
@@ -32,22 +88,133 @@ def change(before: Any, after: Any) -> dict[str, float | None]:
     return {"before": b, "after": a, "delta": None if a is None or b is None else a - b}
 
 
-def _p50(report: dict[str, Any]) -> float | None:
-    return num(((report.get("steps") or {}).get("step_time_s") or {}).get("p50"))
+def verdict(delta: float | None, threshold: float | None, lower_is_better: bool = True) -> str:
+    """``better``/``worse`` only beyond the noise threshold; ``within_noise`` inside it."""
+    if delta is None or threshold is None:
+        return "unavailable"
+    if abs(delta) <= threshold:
+        return "within_noise"
+    return "better" if (delta < 0) == lower_is_better else "worse"
 
 
-def throughput(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float | None]:
-    """Steps per second (1 / p50 step time) and the after/before ratio."""
-    b, a = _p50(before), _p50(after)
-    out = change(1 / b if b else None, 1 / a if a else None)
-    out["ratio"] = b / a if a and b else None
-    return out
+def unit_of(bucket: str | None) -> str | None:
+    if bucket is None:
+        return None
+    return "s/launch" if bucket in PER_LAUNCH else "s/step"
+
+
+class RunSeconds:
+    """One report's figures in seconds: per step, or per launch for startup."""
+
+    def __init__(self, report: dict[str, Any]) -> None:
+        self.report = report
+        self.duration_s = num((report.get("run") or {}).get("duration_s"))
+        steps = report.get("steps") or {}
+        count = num(steps.get("count"))
+        self.steps = int(count) if count is not None and count > 0 else None
+        self.p50_s = num((steps.get("step_time_s") or {}).get("p50"))
+        self.shares = dict(breakdown_items(report.get("breakdown")))
+        self.noise = step_noise.estimate(report)
+
+    def per_unit(self, bucket: str, wall_s: float | None) -> float | None:
+        """Seconds of the whole run in ``bucket`` -> seconds per step (per launch for startup)."""
+        if wall_s is None:
+            return None
+        if bucket in PER_LAUNCH:
+            return wall_s
+        return wall_s / self.steps if self.steps else None
+
+    def bucket_s(self, bucket: str) -> float | None:
+        share = self.shares.get(bucket)
+        if share is None or self.duration_s is None:
+            return None
+        return self.per_unit(bucket, share * self.duration_s)
+
+    def loop_s(self) -> float | None:
+        """Seconds per training step, every bucket but startup (checkpoints and eval included)."""
+        parts = [self.bucket_s(k) for k in self.shares if k not in PER_LAUNCH]
+        return None if not parts or any(p is None for p in parts) else sum(p for p in parts if p)
+
+    def waste_wall_s(self, finding: dict[str, Any]) -> dict[str, float]:
+        """Seconds of this run each bucket gives back when the finding's fix is applied alone."""
+        if self.duration_s is None:
+            return {}
+        by_bucket: dict[str, list[Claim]] = {}
+        for c in finding.get("claims") or []:
+            if not isinstance(c, dict) or c.get("bucket") not in BUCKETS:
+                continue
+            share = num(c.get("part_share"))
+            by_bucket.setdefault(c["bucket"], []).append(
+                Claim(c["bucket"], num(c.get("fraction")) or 0.0, str(c.get("part") or ""),
+                      1.0 if share is None else share)
+            )
+        if by_bucket:
+            return {b: removed_of_bucket(cs) * (self.shares.get(b) or 0.0) * self.duration_s
+                    for b, cs in by_bucket.items()}
+        bucket = RULE_BUCKETS.get(str(finding.get("rule")))
+        waste = num(finding.get("waste_fraction"))
+        if bucket is None or not waste or finding.get("claims"):
+            return {}
+        share = self.shares.get(bucket)
+        return {bucket: (waste if share is None else min(waste, share)) * self.duration_s}
+
+
+class Noise:
+    """The smallest change that is not noise, per step and (in proportion) per launch."""
+
+    def __init__(self, rb: RunSeconds, ra: RunSeconds) -> None:
+        self.per_step = step_noise.threshold(rb.noise, ra.noise)
+        self.relative = self.per_step / rb.p50_s if self.per_step is not None and rb.p50_s else None
+        startup = [s for s in (rb.bucket_s("startup"), ra.bucket_s("startup")) if s is not None]
+        self.per_launch = self.relative * max(startup) if self.relative is not None and startup else None
+
+    def of(self, bucket: str | None) -> float | None:
+        return self.per_launch if bucket in PER_LAUNCH else self.per_step
+
+    def to_dict(self, rb: RunSeconds, ra: RunSeconds) -> dict[str, Any]:
+        return {"before": rb.noise.to_dict(), "after": ra.noise.to_dict(),
+                "threshold_s_per_step": self.per_step, "relative": self.relative,
+                "threshold_s_per_launch": self.per_launch}
+
+
+def _home(wall: dict[str, float]) -> str | None:
+    """The bucket holding most of a finding's seconds."""
+    positive = {b: s for b, s in wall.items() if s > 0}
+    return max(positive, key=lambda b: positive[b]) if positive else None
+
+
+def _same_unit(wall: dict[str, float], bucket: str | None) -> list[str]:
+    return [b for b, s in wall.items() if s > 0 and unit_of(b) == unit_of(bucket)]
+
+
+def _waste_s(run: RunSeconds, wall: dict[str, float], bucket: str | None) -> float | None:
+    if bucket is None:
+        return 0.0
+    parts = [run.per_unit(b, wall[b]) for b in _same_unit(wall, bucket)]
+    return None if any(p is None for p in parts) else sum(p for p in parts if p is not None)
+
+
+def achieved_speedup(b: RunSeconds, a: RunSeconds, bucket: str | None) -> tuple[float | None, str]:
+    """What the after-run achieved: the ratio of seconds per training step, or for a startup fix
+    the before run's wall against that wall less the startup seconds saved."""
+    if bucket in PER_LAUNCH:
+        sb, sa = b.bucket_s("startup"), a.bucket_s("startup")
+        basis = "wall time of the before run, less the startup saved"
+        if b.duration_s is None or sb is None or sa is None or b.duration_s - (sb - sa) <= 0:
+            return None, basis
+        return b.duration_s / (b.duration_s - (sb - sa)), basis
+    lb, la = b.loop_s(), a.loop_s()
+    if lb and la:
+        return lb / la, "seconds per step after startup, before / after"
+    return (b.p50_s / a.p50_s if b.p50_s and a.p50_s else None), "p50 step time, before / after"
 
 
 def _by_rule(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The largest-waste finding of each rule (a rule may fire once per rank)."""
+    """The largest-waste finding of each rule (a rule may fire once per rank); no info findings."""
     rules: dict[str, dict[str, Any]] = {}
     for finding in report.get("findings") or []:
+        if not isinstance(finding, dict) or finding.get("severity") == "info":
+            continue
         rule = str(finding.get("rule") or "unknown")
         seen = rules.get(rule)
         if seen is None or (num(finding.get("waste_fraction")) or 0) > (
@@ -57,37 +224,92 @@ def _by_rule(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return rules
 
 
-def _finding_summary(finding: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "rule": str(finding.get("rule") or "unknown"),
-        "title": str(finding.get("title") or finding.get("rule") or ""),
-        "severity": str(finding.get("severity") or "info"),
-        "waste_fraction": num(finding.get("waste_fraction")),
-        "waste_usd_per_hour": num(finding.get("waste_usd_per_hour")),
-    }
-
-
 def diff_findings(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """Findings by rule: ``resolved`` (only before), ``new`` (only after), ``still_present``."""
-    b, a = _by_rule(before), _by_rule(after)
-    still = []
-    for rule in (r for r in a if r in b):
-        entry = {
+    """Findings by what happened to their seconds: resolved, partial, moved, gone, new, still_present."""
+    rb, ra = RunSeconds(before), RunSeconds(after)
+    noise = Noise(rb, ra)
+    fb, fa = _by_rule(before), _by_rule(after)
+    wall_b = {r: rb.waste_wall_s(f) for r, f in fb.items()}
+    wall_a = {r: ra.waste_wall_s(f) for r, f in fa.items()}
+    out: dict[str, list[dict[str, Any]]] = {k: [] for k in STATUSES}
+    targets: set[str] = set()
+
+    def entry(rule: str, bucket: str | None, wb: float | None, wa: float | None) -> dict[str, Any]:
+        f = fa.get(rule) or fb[rule]
+        sev_b = str(fb[rule].get("severity") or "low") if rule in fb else None
+        sev_a = str(fa[rule].get("severity") or "low") if rule in fa else None
+        bs = change(rb.bucket_s(bucket), ra.bucket_s(bucket)) if bucket else change(None, None)
+        return {
             "rule": rule,
-            "title": _finding_summary(a[rule])["title"],
-            "severity_before": str(b[rule].get("severity") or "info"),
-            "severity_after": str(a[rule].get("severity") or "info"),
-            "waste_fraction": change(b[rule].get("waste_fraction"), a[rule].get("waste_fraction")),
-            "waste_usd_per_hour": change(
-                b[rule].get("waste_usd_per_hour"), a[rule].get("waste_usd_per_hour")
-            ),
+            "title": str(f.get("title") or rule),
+            "severity": sev_a or sev_b,
+            "severity_before": sev_b,
+            "severity_after": sev_a,
+            "bucket": bucket,
+            "unit": unit_of(bucket),
+            "waste_s": change(wb, wa),
+            "bucket_s": {**bs, "verdict": verdict(bs["delta"], noise.of(bucket))},
+            "verdict": verdict(None if wb is None or wa is None else wa - wb, noise.of(bucket)),
+            "moved_to": [],
+            "speedup": None,
+            "waste_fraction": change((fb.get(rule) or {}).get("waste_fraction"),
+                                     (fa.get(rule) or {}).get("waste_fraction")),
+            "waste_usd_per_hour": change((fb.get(rule) or {}).get("waste_usd_per_hour"),
+                                         (fa.get(rule) or {}).get("waste_usd_per_hour")),
         }
-        still.append(entry)
-    return {
-        "resolved": [_finding_summary(b[r]) for r in b if r not in a],
-        "new": [_finding_summary(a[r]) for r in a if r not in b],
-        "still_present": still,
-    }
+
+    def with_speedup(e: dict[str, Any]) -> dict[str, Any]:
+        predicted = num(fb[e["rule"]].get("predicted_speedup"))
+        if predicted is not None:
+            achieved, basis = achieved_speedup(rb, ra, e["bucket"])
+            e["speedup"] = {"predicted": predicted, "achieved": achieved, "basis": basis}
+        return e
+
+    for rule in fb:
+        bucket = _home(wall_b[rule])
+        wb = _waste_s(rb, wall_b[rule], bucket)
+        if rule in fa:
+            e = entry(rule, bucket, wb, _waste_s(ra, wall_a[rule], bucket))
+            out["still_present"].append(with_speedup(e) if e["bucket_s"]["verdict"] == "better" else e)
+            continue
+        removed, t = _removed_s(rb, ra, wall_b[rule], bucket), noise.of(bucket)
+        left = None if removed is None or wb is None else wb - removed
+        e = with_speedup(entry(rule, bucket, wb, left))
+        if removed is not None and left is not None and t is not None and removed > t and left <= t:
+            out["resolved"].append(e)
+            continue
+        e["moved_to"] = [
+            r for r in fa
+            if bucket is not None and wall_a[r].get(bucket, 0.0) > 0
+            and (r not in fb or _grew(rb, ra, wall_b[r], wall_a[r], bucket, t))
+        ]
+        targets.update(e["moved_to"])
+        fell = removed is not None and t is not None and removed > t
+        out["partial" if fell else "moved" if e["moved_to"] else "gone"].append(e)
+    for rule in fa:
+        if rule not in fb and rule not in targets:
+            bucket = _home(wall_a[rule])
+            out["new"].append(entry(rule, bucket, None, _waste_s(ra, wall_a[rule], bucket)))
+    return out
+
+
+def _removed_s(b: RunSeconds, a: RunSeconds, wall: dict[str, float], bucket: str | None) -> float | None:
+    """How much of a finding's seconds its buckets' fall accounts for (0 when they did not fall)."""
+    if bucket is None:
+        return 0.0
+    removed = 0.0
+    for key in _same_unit(wall, bucket):
+        sb, sa, mine = b.bucket_s(key), a.bucket_s(key), b.per_unit(key, wall[key])
+        if sb is None or sa is None or mine is None:
+            return None
+        removed += min(mine, max(0.0, sb - sa))
+    return removed
+
+
+def _grew(b: RunSeconds, a: RunSeconds, wall_b: dict[str, float], wall_a: dict[str, float],
+          bucket: str, threshold_s: float | None) -> bool:
+    wb, wa = _waste_s(b, wall_b, bucket), _waste_s(a, wall_a, bucket)
+    return verdict(None if wb is None or wa is None else wa - wb, threshold_s) == "worse"
 
 
 def _side(report: dict[str, Any]) -> dict[str, Any]:
@@ -102,35 +324,55 @@ def _side(report: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def throughput(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float | None]:
+    """Steps per second (1 / p50 step time) and the after/before ratio."""
+    b, a = RunSeconds(before).p50_s, RunSeconds(after).p50_s
+    out = change(1 / b if b else None, 1 / a if a else None)
+    out["ratio"] = b / a if a and b else None
+    return out
+
+
 def diff_reports(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """Everything that changed between two runs, as plain numbers and rule names."""
-    b_run, a_run = before.get("run") or {}, after.get("run") or {}
+    """Everything that changed between two runs, in seconds per step and rule names."""
+    rb, ra = RunSeconds(before), RunSeconds(after)
+    noise = Noise(rb, ra)
     b_cost, a_cost = before.get("cost") or {}, after.get("cost") or {}
-    b_bd, a_bd = (
-        dict(breakdown_items(before.get("breakdown"))),
-        dict(breakdown_items(after.get("breakdown"))),
-    )
+    step = change(rb.p50_s, ra.p50_s)
+    step["verdict"] = verdict(step["delta"], noise.per_step)
+    rate: dict[str, Any] = throughput(before, after)
+    rate["verdict"] = step["verdict"]
+    keys = list(dict.fromkeys([*rb.shares, *ra.shares]))
+    seconds = {}
+    for key in keys:
+        c = change(rb.bucket_s(key), ra.bucket_s(key))
+        seconds[key] = {"unit": unit_of(key), **c, "verdict": verdict(c["delta"], noise.of(key))}
     d = {
         "schema": DIFF_SCHEMA,
         "before": _side(before),
         "after": _side(after),
-        "duration_s": change(b_run.get("duration_s"), a_run.get("duration_s")),
-        "step_time_p50_s": change(_p50(before), _p50(after)),
-        "throughput_steps_per_s": throughput(before, after),
-        "breakdown": {k: change(b_bd.get(k), a_bd.get(k)) for k in dict.fromkeys([*b_bd, *a_bd])},
+        "noise": noise.to_dict(rb, ra),
+        "duration_s": change(rb.duration_s, ra.duration_s),
+        "steps": change(rb.steps, ra.steps),
+        "step_time_p50_s": step,
+        "throughput_steps_per_s": rate,
+        "seconds": seconds,
+        "breakdown": {k: change(rb.shares.get(k), ra.shares.get(k)) for k in keys},
         "wasted_fraction": change(b_cost.get("wasted_fraction"), a_cost.get("wasted_fraction")),
         "wasted_usd_per_hour": change(
             b_cost.get("wasted_usd_per_hour"), a_cost.get("wasted_usd_per_hour")
         ),
         "findings": diff_findings(before, after),
-        "notes": comparability_notes(before, after),
+        "notes": comparability_notes(before, after, rb, ra),
     }
+    d["notes"] += shared_fall_notes(d["findings"])
     d["summary"] = summary_line(d)
     return d
 
 
-def comparability_notes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+def comparability_notes(before: dict[str, Any], after: dict[str, Any],
+                        rb: RunSeconds | None = None, ra: RunSeconds | None = None) -> list[str]:
     """Warnings that make the comparison less than like for like."""
+    rb, ra = rb or RunSeconds(before), ra or RunSeconds(after)
     notes = []
     b_gpus, a_gpus = gpus_text(before.get("run") or {}), gpus_text(after.get("run") or {})
     if b_gpus != a_gpus:
@@ -139,162 +381,102 @@ def comparability_notes(before: dict[str, Any], after: dict[str, Any]) -> list[s
         status = (report.get("run") or {}).get("status")
         if status not in (None, "finished"):
             notes.append(f"The {label} run is {status}; its figures cover only what was recorded.")
+    for label, run in (("before", rb), ("after", ra)):
+        if run.noise.method == "unavailable":
+            notes.append(f"The {label} run has no step times: its noise, and every change measured "
+                         "against it, is unavailable.")
+        elif run.noise.method == "p50_p90":
+            notes.append(f"The {label} report holds no step timestamps: its noise comes from the p50 "
+                         "and p90 step times only, without the drift over the run.")
+    if any(run.shares.get("startup") for run in (rb, ra)):
+        notes.append("Startup is one launch per run: its own noise cannot be observed, so it is "
+                     "held to the steps' relative noise.")
     return notes
 
 
+def shared_fall_notes(found: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """Where two findings no longer reported claimed the same bucket, its fall is credited to each
+    (up to its own seconds): which fix removed which seconds is not observable."""
+    by_bucket: dict[str, list[str]] = {}
+    for f in found["resolved"] + found["partial"]:
+        if f["bucket"]:
+            by_bucket.setdefault(f["bucket"], []).append(f["rule"])
+    return [
+        f"{', '.join(rules)} all lived in {SPAN_LABELS.get(b, b)}: its fall is credited to each, "
+        "as which fix removed which seconds cannot be told apart."
+        for b, rules in by_bucket.items() if len(rules) > 1
+    ]
+
+
 def summary_line(d: dict[str, Any]) -> str:
-    """One line: speed change, resolved/new rules, wasted $/hour change."""
+    """One line of conclusions, all from seconds: speed, resolved/relabelled/new rules."""
     parts = []
+    step, t = d["step_time_p50_s"], d["noise"]["threshold_s_per_step"]
     ratio = d["throughput_steps_per_s"].get("ratio")
-    if ratio:
+    if step["verdict"] in ("better", "worse") and ratio:
         parts.append(
             f"steps {ratio:.2f}× as fast" if ratio >= 1 else f"steps {1 / ratio:.2f}× slower"
         )
+    elif step["verdict"] == "within_noise":
+        parts.append(
+            f"step time unchanged within noise ({fmt_seconds(step['before'])} → "
+            f"{fmt_seconds(step['after'])}, noise ±{fmt_seconds(t)})"
+        )
+    else:
+        parts.append("step time unavailable")
     found = d["findings"]
     if found["resolved"]:
         parts.append("resolved " + ", ".join(f["rule"] for f in found["resolved"]))
+    if found["partial"]:
+        parts.append("partly resolved " + ", ".join(f["rule"] for f in found["partial"]))
+    for f in found["moved"]:
+        parts.append(f"relabelled: {f['rule']} → {', '.join(f['moved_to'])}, " + bucket_text(f))
+    if found["gone"]:
+        parts.append("no longer reported, not confirmed by seconds: "
+                     + ", ".join(f["rule"] for f in found["gone"]))
     if found["new"]:
         parts.append("new " + ", ".join(f["rule"] for f in found["new"]))
     usd = d["wasted_usd_per_hour"]
     if usd["before"] is not None and usd["after"] is not None:
         parts.append(f"wasted {fmt_usd(usd['before'])}/h → {fmt_usd(usd['after'])}/h")
-    else:
-        wf = d["wasted_fraction"]
-        parts.append(f"wasted {fmt_pct(wf['before'])} → {fmt_pct(wf['after'])} of wall time")
     return "; ".join(parts)
 
 
-# ---- rendering -------------------------------------------------------------
+# ---- words shared by the summary and the pages ------------------------------
 
 
-def fmt_delta(value: float | None, kind: str) -> str:
-    """A signed change: percentage points, seconds, dollars or steps/s."""
-    if value is None:
-        return "unavailable"
-    sign = "+" if value > 0 else "−" if value < 0 else "±"
-    v = abs(value)
-    if kind == "pct":
-        return f"{sign}{v * 100:.1f} pp"
-    if kind == "usd":
-        return sign + fmt_usd(v)
-    if kind == "step":
-        return sign + fmt_step_time(v)
-    if kind == "duration":
-        return sign + fmt_duration(v)
-    return f"{sign}{v:.2f}"
+def fmt_number(value: Any) -> str:
+    """Three significant figures, whole numbers from 100 up; None -> ``"unavailable"``."""
+    v = num(value)
+    if v is None:
+        return UNAVAILABLE
+    return f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}" if abs(v) >= 1e-4 or v == 0 else f"{v:.1e}"
 
 
-def _better(value: float | None, lower_is_better: bool) -> str:
-    """CSS class for a change: green when it helps, red when it hurts."""
-    if not value:
-        return ""
-    return "delta-good" if (value < 0) == lower_is_better else "delta-bad"
+def fmt_seconds(value: Any, unit: str | None = "s") -> str:
+    """``0.0404`` -> ``"0.0404 s"`` (or ``"0.0404 s/step"`` with that unit)."""
+    text = fmt_number(value)
+    return text if text == UNAVAILABLE else f"{text} {unit or 's'}"
 
 
-def overview_rows(d: dict[str, Any]) -> list[dict[str, str]]:
-    """Headline metrics: label, before, after, change, and whether it helps."""
-    spec = [
-        ("duration", d["duration_s"], fmt_duration, "duration", None),
-        ("step time p50", d["step_time_p50_s"], fmt_step_time, "step", True),
-        ("throughput (steps/s)", d["throughput_steps_per_s"], _rate, "num", False),
-        ("wasted fraction", d["wasted_fraction"], fmt_pct, "pct", True),
-        ("wasted $/hour", d["wasted_usd_per_hour"], lambda v: fmt_usd(v, "no price"), "usd", True),
-    ]
-    rows = []
-    for label, c, fmt, kind, lower in spec:
-        rows.append(
-            {
-                "label": label,
-                "before": fmt(c["before"]),
-                "after": fmt(c["after"]),
-                "delta": fmt_delta(c["delta"], kind),
-                "class": "" if lower is None else _better(c["delta"], lower),
-            }
-        )
-    ratio = d["throughput_steps_per_s"].get("ratio")
-    if ratio:
-        rows[2]["delta"] += f" ({ratio:.2f}×)"
-    return rows
-
-
-def _rate(value: float | None) -> str:
-    return "unavailable" if value is None else f"{value:.2f}"
-
-
-def breakdown_rows(d: dict[str, Any]) -> list[dict[str, str]]:
-    """Each slice before/after/change; a smaller share is better except compute."""
-    rows = []
-    for key, c in d["breakdown"].items():
-        rows.append(
-            {
-                "key": key,
-                "label": SPAN_LABELS.get(key, key),
-                "color": SLICE_COLORS.get(key, "#777777"),
-                "before": fmt_pct(c["before"]),
-                "after": fmt_pct(c["after"]),
-                "delta": fmt_delta(c["delta"], "pct"),
-                "class": _better(c["delta"], key != "compute"),
-            }
-        )
-    return rows
+def bucket_text(f: dict[str, Any]) -> str:
+    """``"data wait 0.04 → 0.04 s/step"``: the bucket a finding lives in, before and after."""
+    if not f.get("bucket"):
+        return "no breakdown seconds claimed"
+    b = f["bucket_s"]
+    label = SPAN_LABELS.get(f["bucket"], f["bucket"])
+    return f"{label} {fmt_number(b['before'])} → {fmt_seconds(b['after'], f['unit'])}"
 
 
 def render_diff_markdown(d: dict[str, Any]) -> str:
-    """The comparison as a GitHub pull-request comment."""
-    from gpudoctor.render.markdown import md_code, md_text, table
+    """The comparison as a GitHub pull-request comment (see :mod:`gpudoctor.diff_pages`)."""
+    from gpudoctor.diff_pages import markdown_page
 
-    def rows(items: list[dict[str, str]], first: str) -> list[list[str]]:
-        return [[md_text(r[first]), r["before"], r["after"], r["delta"]] for r in items]
-
-    parts = [
-        "### gpudoctor diff: " + md_text(d.get("summary") or "no change measured"),
-        f"Before: {md_code(d['before']['command'] or '(unknown)')}  \nAfter: {md_code(d['after']['command'] or '(unknown)')}",
-        table(["", "before", "after", "change"], rows(overview_rows(d), "label"), right={1, 2, 3}),
-        "#### Where the time went\n\n"
-        + table(
-            ["slice", "before", "after", "change"],
-            rows(breakdown_rows(d), "label"),
-            right={1, 2, 3},
-        ),
-        "#### Findings\n\n" + _findings_markdown(d["findings"], md_code, md_text),
-    ]
-    if d.get("notes"):
-        parts.append("\n".join("- " + md_text(n) for n in d["notes"]))
-    return "\n\n".join(parts) + "\n"
-
-
-def _findings_markdown(found: dict[str, list[dict[str, Any]]], md_code: Any, md_text: Any) -> str:
-    lines = []
-    for f in found["resolved"]:
-        lines.append(
-            f"- ✅ resolved {md_code(f['rule'])}: {md_text(f['title'])} (was {fmt_pct(f['waste_fraction'])})"
-        )
-    for f in found["new"]:
-        lines.append(
-            f"- 🆕 new {md_code(f['rule'])} ({md_text(f['severity'])}): {md_text(f['title'])} ({fmt_pct(f['waste_fraction'])})"
-        )
-    for f in found["still_present"]:
-        w = f["waste_fraction"]
-        lines.append(
-            f"- ⏳ still present {md_code(f['rule'])}: waste {fmt_pct(w['before'])} → {fmt_pct(w['after'])}"
-            f" ({fmt_delta(w['delta'], 'pct')})"
-        )
-    return "\n".join(lines) or "No findings in either run."
+    return markdown_page(d)
 
 
 def render_diff_html(d: dict[str, Any]) -> str:
-    """The comparison as one self-contained, escaped HTML page."""
-    from gpudoctor.render import charts
-    from gpudoctor.render.html import markup, render_template
+    """The comparison as one self-contained, escaped HTML page (see :mod:`gpudoctor.diff_pages`)."""
+    from gpudoctor.diff_pages import html_page
 
-    view = {
-        "d": d,
-        "overview": overview_rows(d),
-        "breakdown": breakdown_rows(d),
-        "bar_before": markup(charts.breakdown_bar_svg(d["before"]["breakdown"], height=26)),
-        "bar_after": markup(charts.breakdown_bar_svg(d["after"]["breakdown"], height=26)),
-        "severity_colors": SEVERITY_COLORS,
-        "fmt_pct": fmt_pct,
-        "fmt_delta": fmt_delta,
-    }
-    return render_template("diff.html.j2", view)
+    return html_page(d)

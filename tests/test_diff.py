@@ -57,29 +57,45 @@ def after(before: dict) -> dict:
     return r
 
 
-def test_findings_are_classified_by_rule(before: dict, after: dict) -> None:
+def test_findings_are_classified_by_their_seconds(before: dict, after: dict) -> None:
     found = diff_reports(before, after)["findings"]
+    # data wait fell 0.50 -> 0.03 s/step and startup 149 -> 60 s/launch: beyond the noise
     assert [f["rule"] for f in found["resolved"]] == [
         "data_stall",
         "tokenization_in_loop",
         "startup_idle",
-        "outdated_libraries",
     ]
     assert [f["rule"] for f in found["new"]] == ["cpu_saturated"]
+    assert found["moved"] == [] and found["gone"] == [] and found["partial"] == []
     still = {f["rule"]: f for f in found["still_present"]}
     assert set(still) == {"padding_waste", "checkpoint_overhead"}
     assert still["padding_waste"]["waste_fraction"]["delta"] == pytest.approx(0.04)
+    # these reports predate claims: the rule-name table puts each finding in its bucket
+    buckets = {f["rule"]: f["bucket"] for f in found["resolved"] + found["still_present"]}
+    assert buckets == {
+        "data_stall": "data_wait",
+        "tokenization_in_loop": "data_wait",
+        "startup_idle": "startup",
+        "padding_waste": "compute",
+        "checkpoint_overhead": "checkpoint",
+    }
+    assert found["resolved"][2]["unit"] == "s/launch"
 
 
 def test_deltas_are_after_minus_before(before: dict, after: dict) -> None:
     d = diff_reports(before, after)
     assert d["duration_s"]["delta"] == pytest.approx(1200.0 - 1843.2)
-    assert d["step_time_p50_s"] == pytest.approx({"before": 1.02, "after": 0.51, "delta": -0.51})
+    step = d["step_time_p50_s"]
+    assert (step["before"], step["after"], step["delta"]) == pytest.approx((1.02, 0.51, -0.51))
+    assert step["verdict"] == "better"
     assert d["throughput_steps_per_s"]["ratio"] == pytest.approx(2.0)
     assert d["breakdown"]["data_wait"]["delta"] == pytest.approx(0.04 - 0.412)
-    assert d["breakdown"]["compute"] == pytest.approx(
-        {"before": 0.421, "after": 0.83, "delta": 0.409}
-    )
+    data_wait = d["seconds"]["data_wait"]
+    assert data_wait["unit"] == "s/step"
+    assert data_wait["before"] == pytest.approx(0.412 * 1843.2 / 1520)
+    assert data_wait["after"] == pytest.approx(0.04 * 1200.0 / 1520)
+    assert d["seconds"]["startup"]["unit"] == "s/launch"
+    assert d["seconds"]["startup"]["before"] == pytest.approx(0.081 * 1843.2)
     assert d["wasted_usd_per_hour"]["delta"] == pytest.approx(0.6 - 1.3)
 
 
@@ -96,6 +112,7 @@ def test_identical_runs_have_nothing_resolved_or_new(before: dict) -> None:
     d = diff_reports(before, copy.deepcopy(before))
     assert d["findings"]["resolved"] == [] and d["findings"]["new"] == []
     assert all(c["delta"] == 0 for c in d["breakdown"].values())
+    assert {c["verdict"] for c in d["seconds"].values()} == {"within_noise"}
 
 
 def test_different_hardware_is_noted(before: dict, after: dict) -> None:
@@ -107,9 +124,10 @@ def test_different_hardware_is_noted(before: dict, after: dict) -> None:
 def test_markdown_diff_reads_as_a_pr_comment(before: dict, after: dict) -> None:
     md = render_diff_markdown(diff_reports(before, after))
     assert md.startswith("### gpudoctor diff: steps 2.00× as fast")
-    assert "| data wait | 41.2% | 4.0% | −37.2 pp |" in md
+    assert "| data wait | 0.5 s/step (41.2%) | 0.0316 s/step (4.0%) | −0.468 s/step |" in md
     assert "resolved `data_stall`" in md and "new `cpu_saturated`" in md
     assert "still present `padding_waste`" in md
+    assert "| `data_stall` | resolved | 1.71× | 1.49× |" in md  # 0.919 × 1843.2 s / 0.95 × 1200 s
 
 
 def test_diff_renderers_escape_run_strings(before: dict, after: dict) -> None:
@@ -128,4 +146,5 @@ def test_diff_renderers_escape_run_strings(before: dict, after: dict) -> None:
 def test_html_diff_shows_both_bars_and_the_changes(before: dict, after: dict) -> None:
     html = render_diff_html(diff_reports(before, after))
     assert html.count('<svg class="bar"') == 2
-    assert "resolved" in html and "cpu_saturated" in html and "−37.2 pp" in html
+    assert "resolved" in html and "cpu_saturated" in html and "−0.468 s/step" in html
+    assert "Predicted vs achieved" in html
