@@ -1,7 +1,8 @@
 """What the run costs, and what its waste costs.
 
 Price per GPU-hour, in order: ``--price-per-gpu-hour``, ``GPUDOCTOR_PRICE_PER_GPU_HOUR``,
-then the built-in table keyed by the name NVML reports. Without a GPU and
+then the built-in table keyed by the name NVML reports (:mod:`gpudoctor.hardware`,
+the same table replay and sweep price a target GPU with). Without a GPU and
 without a stated price there are no dollars: we say so rather than guess.
 """
 
@@ -11,27 +12,10 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-# Approximate on-demand price per GPU-hour in USD, matched by substring of the
-# NVML device name (first match wins, so specific names come first).
-# Source: prices the users in shared/seeds paid (H100 $2.50, A100 80GB $3.80 for
-# the 4-GPU node = $0.95/GPU) and typical 2026 marketplace/cloud list prices.
-PRICE_TABLE_DATE = "2026-11"
+from gpudoctor.hardware import PRICE_DATE, price_per_gpu_hour
+
+PRICE_TABLE_DATE = PRICE_DATE
 PRICE_TABLE_SOURCE = f"gpudoctor built-in table ({PRICE_TABLE_DATE}, approximate on-demand prices)"
-PRICE_TABLE: list[tuple[str, float]] = [
-    ("H200", 3.50),
-    ("H100", 2.50),
-    ("A100-SXM4-80GB", 1.80),
-    ("A100 80GB", 1.80),
-    ("A100", 1.30),
-    ("L40S", 1.00),
-    ("L4", 0.70),
-    ("A10G", 1.00),
-    ("A10", 0.75),
-    ("RTX 4090", 0.70),
-    ("RTX 3090", 0.30),
-    ("V100", 0.90),
-    ("T4", 0.35),
-]
 
 
 @dataclass
@@ -48,12 +32,8 @@ class Price:
 
 
 def table_price(gpu_name: str | None) -> float | None:
-    if not gpu_name:
-        return None
-    for key, price in PRICE_TABLE:
-        if key.lower() in gpu_name.lower():
-            return price
-    return None
+    """The built-in price for an NVML name, from the one GPU table (:mod:`gpudoctor.hardware`)."""
+    return price_per_gpu_hour(gpu_name)
 
 
 def resolve_price(cli_price: float | None, cli_gpus: int | None, gpu_names: list[str]) -> Price:
@@ -69,27 +49,33 @@ def resolve_price(cli_price: float | None, cli_gpus: int | None, gpu_names: list
             from gpudoctor.errors import UserError
 
             raise UserError(
-                f"GPUDOCTOR_PRICE_PER_GPU_HOUR={env!r} is not a number; set it to USD per GPU-hour, e.g. 2.50"
+                f"GPUDOCTOR_PRICE_PER_GPU_HOUR={env!r} is not a number; "
+                "set it to USD per GPU-hour, e.g. 2.50"
             ) from None
     if seen:
         price = table_price(gpu_names[0])
         if price is not None:
             return Price(price, gpus, f"{PRICE_TABLE_SOURCE} for {gpu_names[0]}")
         return Price(None, gpus, f"no price known for {gpu_names[0]}: pass --price-per-gpu-hour")
-    return Price(None, gpus, "no GPU seen and no price given: pass --price-per-gpu-hour for dollars")
+    return Price(
+        None, gpus, "no GPU seen and no price given: pass --price-per-gpu-hour for dollars"
+    )
 
 
-def cost_section(price: Price, wasted_fraction: float, duration_s: float, projected_run_s: float | None) -> dict[str, Any]:
+def cost_section(
+    price: Price, wasted_fraction: float, duration_s: float, projected_run_s: float | None
+) -> dict[str, Any]:
     per_hour = price.usd_per_hour
     wasted = per_hour * wasted_fraction if per_hour is not None else None
+    run_h = projected_run_s / 3600 if projected_run_s else None
     section: dict[str, Any] = {
         "usd_per_hour": _r(per_hour),
         "wasted_usd_per_hour": _r(wasted),
         "wasted_fraction": round(wasted_fraction, 4),
         "wasted_usd_so_far": _r(wasted * duration_s / 3600) if wasted is not None else None,
-        "projected_run_hours": _r(projected_run_s / 3600) if projected_run_s else None,
-        "projected_run_usd": _r(per_hour * projected_run_s / 3600) if per_hour is not None and projected_run_s else None,
-        "projected_wasted_usd": _r(wasted * projected_run_s / 3600) if wasted is not None and projected_run_s else None,
+        "projected_run_hours": _r(run_h),
+        "projected_run_usd": _r(per_hour * run_h) if per_hour is not None and run_h else None,
+        "projected_wasted_usd": _r(wasted * run_h) if wasted is not None and run_h else None,
         "price_source": price.source,
     }
     return section

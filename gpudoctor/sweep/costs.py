@@ -1,7 +1,7 @@
 """Dollars per point: per million non-pad tokens, and for the whole run.
 
 Where the trial trained on a GPU, its measured rate is priced (the given price,
-the config's, or the GPU table's typical one). On a CPU box the measured rate is
+the config's, or the one GPU table's, :mod:`gpudoctor.hardware`). On a CPU box the measured rate is
 not the target's, so with a target GPU the point goes through preflight, which
 scales the trial's own measurements to that GPU. With neither, the figures are
 null: a price is never invented.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoctor.replay import gpus
+from gpudoctor.hardware import price_per_gpu_hour
 from gpudoctor.replay.config import ReplayConfig
 
 NONE: dict[str, Any] = {
@@ -35,10 +35,9 @@ def point_cost(
 ) -> dict[str, Any]:
     """The cost figures of one measured point (all None when nothing prices it)."""
     if device == "cuda":
-        found = gpus.find(gpu_name or "")
         rate = price if price is not None else cfg.hardware.price_per_gpu_hour
-        if rate is None and found is not None:
-            rate = found.price_per_gpu_hour
+        if rate is None:
+            rate = price_per_gpu_hour(gpu_name)  # the report's table price for this NVML name
         return _measured(
             cfg, metrics, measure, rate, gpus_count, f"measured on {gpu_name or 'this GPU'}"
         )
