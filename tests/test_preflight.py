@@ -10,7 +10,8 @@ import pytest
 from gpudoctor.errors import UserError
 from gpudoctor.replay import costmodel, gpus
 from gpudoctor.replay.config import load_config_text
-from gpudoctor.replay.preflight import predict, right_sized_length, workload
+from gpudoctor.replay.preflight import predict, workload
+from gpudoctor.rules import values
 
 # A 1B-parameter decoder, 16 layers x 2048 wide, on one H100 SXM (bf16 peak 989.4
 # TFLOP/s, 3350 GB/s), MFU 0.4, batch 8, no accumulation, 8000 examples => 1000 steps.
@@ -123,8 +124,8 @@ def test_stall_fix_adds_workers_or_pretokenizes() -> None:
     cfg = load_config_text(BASE.replace("dataloader_num_workers: 4", "dataloader_num_workers: 0"))
     p = predict(cfg, measure(loader_s=0.010))
     fix = next(f for f in p["fixes"] if "dataloader_num_workers" in f["config"])
-    # demand: 8*0.010 / 0.13253 * 1.25 = 0.75 -> at least 2 workers
-    assert fix["config"]["dataloader_num_workers"] == 2
+    # demand: 1.25 * 8*0.010 / 0.13253 = 0.75 -> 1 worker, as the rules' workers_needed says
+    assert fix["config"]["dataloader_num_workers"] == 1 == values.workers_needed(0.08, COMPUTE_MICRO_S)
     assert p["after"]["data_stall_share"] == pytest.approx(0.0)
     assert p["speedup"] == pytest.approx(
         (COMPUTE_MICRO_S + 0.08 + OPTIMIZER_S) / (COMPUTE_MICRO_S + OPTIMIZER_S)
@@ -146,9 +147,57 @@ def test_padding_fix_right_sizes_max_length_to_p99_rounded_to_64() -> None:
     )
 
 
-def test_right_sized_length_never_exceeds_max_length() -> None:
-    assert right_sized_length(tuple(range(1, 1482)), 2048) == 1472  # p99 = 1467 -> 1472
-    assert right_sized_length((5000,), 2048) == 2048
+TEMPLATED = "text: {template: 'Q: {q} A: {a}'}\n"
+
+
+def test_padding_fix_sizes_max_length_with_the_rules_functions() -> None:
+    # lengths 1..1481: p50 741 -> pad multiple 64; p99 (nearest rank) 1466 -> 1472 <= 2048
+    lengths = list(range(1, 1482))
+    cfg = load_config_text(BASE.replace("max_length: 1024", "max_length: 2048") + TEMPLATED)
+    fix = next(f for f in predict(cfg, measure(lengths))["fixes"] if f["rule"] == "padding_waste")
+    assert fix["config"]["max_length"] == 1472 == values.max_length_for(
+        values.percentile(lengths, 99), 2048, multiple=values.pad_multiple_for(741)
+    )
+    assert fix["config"]["pad_to_multiple_of"] == 64 and fix["config"]["padding"] == "longest"
+
+
+def test_padding_fix_never_lengthens_max_length() -> None:
+    cfg = load_config_text(BASE + TEMPLATED)
+    fixes = predict(cfg, measure([5000] * 10))["fixes"]
+    assert all("max_length" not in f["config"] for f in fixes)
+
+
+def test_recorded_lengths_size_the_padding_fix_as_the_finding_does() -> None:
+    # seed 002's replay recorded p50 634 / p99 1335 over 17 batches, the finding said 1344;
+    # the length sample alone (p99 1466) would say 1472. One report, one value: 1344.
+    recorded = {"p50_length": 634, "p99_length": 1335, "max_length": 2048, "batches_seen": 17}
+    cfg = load_config_text(BASE.replace("max_length: 1024", "max_length: 2048") + TEMPLATED)
+    p = predict(cfg, measure(list(range(1, 1482))), recorded_padding=recorded)
+    fix = next(f for f in p["fixes"] if f["rule"] == "padding_waste")
+    assert fix["config"]["max_length"] == 1344 == values.max_length_for(1335, 2048, multiple=64)
+    assert "recorded lengths over 17 recorded batches" in fix["summary"]
+    assert p["after"]["max_length"] == 1344
+
+
+def test_recorded_lengths_cut_at_a_shorter_replay_max_length_are_not_used() -> None:
+    # seed 004 replays at 1K what runs at 16K: rows recorded at 1024 say nothing of the 16K run
+    recorded = {"p50_length": 1024, "p99_length": 1024, "max_length": 1024, "batches_seen": 20}
+    cfg = load_config_text(
+        BASE.replace("{examples: 8000}", "{examples: 8000, max_length: 2048}") + TEMPLATED
+    )
+    assert cfg.max_length == 1024 and cfg.full_run.max_length == 2048
+    p = predict(cfg, measure(list(range(1, 1482))), recorded_padding=recorded)
+    fix = next(f for f in p["fixes"] if f["rule"] == "padding_waste")
+    assert fix["config"]["max_length"] == 1472 and "1,481 sampled lengths" in fix["summary"]
+
+
+def test_pad_to_longest_rounds_each_batch_up_to_the_multiple() -> None:
+    # batches of 8 rows of 100 tokens pad to 128 with multiple 64, never past max_length
+    facts = workload(config(), measure([100] * 64), gpus.lookup("h100"), [])
+    plan = costmodel.Plan(1024, "longest", 4, "bf16", None, "configured", False, False, 64)
+    assert costmodel.tokens(plan, facts)["padded"] == 128
+    capped = costmodel.Plan(120, "longest", 4, "bf16", None, "configured", False, False, 64)
+    assert costmodel.tokens(capped, facts)["padded"] == 120
 
 
 def test_packing_counts_chunks_not_examples() -> None:

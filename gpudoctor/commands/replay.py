@@ -64,7 +64,8 @@ def main(args: Any) -> int:
         from gpudoctor.replay.preflight import predict
 
         prediction = predict(config, measure, target=target, mfu=args.mfu,
-                             price_per_gpu_hour=args.price_per_gpu_hour, gpus_count=args.gpus)
+                             price_per_gpu_hour=args.price_per_gpu_hour, gpus_count=args.gpus,
+                             recorded_padding=report.get("padding"))  # the finding's lengths
         if "prediction_check" not in extra:
             prediction["notes"].append(ON_CPU_NOTE)
         extra["preflight"] = prediction

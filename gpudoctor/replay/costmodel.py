@@ -26,7 +26,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from gpudoctor.replay.gpus import GpuSpec
+from gpudoctor.hardware import GpuSpec
 
 BANDWIDTH_EFFICIENCY = 0.7
 ADAMW_BYTES_PER_PARAM = 28
@@ -45,6 +45,7 @@ class Plan:
     input_side: str  # configured | in_loader | pretokenized
     startup_format: bool
     startup_tokenize: bool
+    pad_multiple: int = 1  # padding to the longest row rounds up to this (pad_to_multiple_of)
 
 
 @dataclass(frozen=True)
@@ -77,22 +78,32 @@ class Workload:
     mfu: float
     gpu: GpuSpec
     price_per_gpu_hour: float
+    # The lengths the max_length and pad-multiple fixes are sized from (values.py), and where
+    # they come from: the replay's recording when there is one, else the length sample.
+    length_p50: int | None = None
+    length_p99: int | None = None
+    length_basis: str = "the sampled lengths"
 
 
-def padded_lengths(lengths: list[float], batch_size: int, seed: int = 0) -> list[float]:
-    """Each sample's padded length when every random batch pads to its longest row."""
+def padded_lengths(
+    lengths: list[float], batch_size: int, seed: int = 0, multiple: int = 1, cap: float = math.inf
+) -> list[float]:
+    """Each sample's padded length when every random batch pads to its longest row,
+    rounded up to ``multiple`` but never past ``cap`` (max_length)."""
     order = list(lengths)
     random.Random(seed).shuffle(order)
     out: list[float] = []
     for i in range(0, len(order), batch_size):
         chunk = order[i : i + batch_size]
-        out.extend([max(chunk)] * len(chunk))
+        out.extend([min(cap, float(multiple * math.ceil(max(chunk) / multiple)))] * len(chunk))
     return out
 
 
-def longest_padded_mean(lengths: list[float], batch_size: int, seed: int = 0) -> float:
+def longest_padded_mean(
+    lengths: list[float], batch_size: int, seed: int = 0, multiple: int = 1, cap: float = math.inf
+) -> float:
     """Mean padded length per sample with pad-to-longest over random batches."""
-    return statistics.fmean(padded_lengths(lengths, batch_size, seed))
+    return statistics.fmean(padded_lengths(lengths, batch_size, seed, multiple, cap))
 
 
 def tokens(plan: Plan, w: Workload) -> dict[str, float]:
@@ -106,7 +117,9 @@ def tokens(plan: Plan, w: Workload) -> dict[str, float]:
     if plan.padding == "max_length":
         padded = float(plan.max_length)
     else:
-        padded = longest_padded_mean([float(x) for x in nonpad], w.batch_size)
+        padded = longest_padded_mean(
+            [float(x) for x in nonpad], w.batch_size, multiple=plan.pad_multiple, cap=plan.max_length
+        )
     return {"padded": padded, "nonpad": statistics.fmean(nonpad), "samples_per_epoch": w.examples}
 
 

@@ -2,20 +2,20 @@
 
 Order matters: precision and padding shrink the GPU's work first, which raises the
 data demand the input-pipeline fix must then meet; checkpoints are sized last
-against the shortened run. A fix is kept only if it saves time.
+against the shortened run. A fix is kept only if it saves time. Every value a fix
+sets comes from :mod:`gpudoctor.rules.values`, the functions the report's rules call.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 from gpudoctor.replay import costmodel
 from gpudoctor.replay.config import ReplayConfig
 from gpudoctor.replay.costmodel import Plan, Workload, simulate
+from gpudoctor.rules import values
 
-CHECKPOINT_TARGET_SHARE = 0.02
 STALL_TOLERANCE = 0.02
 PAD_TOLERANCE = 0.25
 MIN_GAIN = 0.005  # a fix must save this share of wall time ...
@@ -59,21 +59,13 @@ def _fix_precision(plan: Plan, w: Workload, config: ReplayConfig) -> Fix | None:
     return None
 
 
-def right_sized_length(lengths: tuple[int, ...], max_length: int) -> int:
-    """p99 of the real lengths rounded up to a multiple of 64, never above ``max_length``."""
-    if not lengths:
-        return max_length
-    ordered = sorted(lengths)
-    p99 = ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
-    return min(max_length, 64 * math.ceil(p99 / 64))
-
-
 def _fix_padding(plan: Plan, w: Workload, config: ReplayConfig) -> Fix | None:
     if plan.padding != "max_length":
         return None
-    new_len = right_sized_length(w.raw_lengths, plan.max_length)
-    new = dataclasses.replace(plan, max_length=new_len)
-    changes: dict[str, Any] = {"max_length": new_len} if new_len < plan.max_length else {}
+    multiple = values.pad_multiple_for(w.length_p50)
+    new_len = values.max_length_for(w.length_p99, plan.max_length, multiple=multiple)
+    changes: dict[str, Any] = {"max_length": new_len} if new_len else {}
+    new = dataclasses.replace(plan, max_length=new_len or plan.max_length)
     pad = float(simulate(new, w)["pad_fraction"])
     if pad > PAD_TOLERANCE:
         if config.text.template is None:
@@ -82,8 +74,8 @@ def _fix_padding(plan: Plan, w: Workload, config: ReplayConfig) -> Fix | None:
             )
             changes = {"padding": "packing", "tokenize_at": "ahead"}
         else:
-            new = dataclasses.replace(new, padding="longest")
-            changes["padding"] = "longest"
+            new = dataclasses.replace(new, padding="longest", pad_multiple=multiple)
+            changes.update(padding="longest", pad_to_multiple_of=multiple)
     if not changes:
         return None
     before_pad = float(simulate(plan, w)["pad_fraction"])
@@ -91,7 +83,12 @@ def _fix_padding(plan: Plan, w: Workload, config: ReplayConfig) -> Fix | None:
         f"{k}={v}" for k, v in changes.items()
     )
     if "max_length" in changes:
-        summary += " (p99 of the real lengths rounded up to 64; longer examples are truncated)"
+        cut = sum(x > new_len for x in w.raw_lengths) / len(w.raw_lengths) if w.raw_lengths else None
+        summary += (
+            f" (p99 of {w.length_basis} rounded up to {multiple}"
+            + (f"; truncates {cut:.1%} of the sampled examples" if cut is not None else "")
+            + ")"
+        )
     if changes.get("padding") == "packing":
         summary += " (pre-tokenize and pack examples into max_length chunks)"
     return new, {"rule": "padding_waste", "config": changes, "summary": summary}
@@ -150,7 +147,7 @@ def _fix_input(plan: Plan, w: Workload, config: ReplayConfig) -> Fix | None:
 
 
 def _with_workers(plan: Plan, w: Workload) -> Plan:
-    """Enough workers for the GPU's demand with 25% headroom, within the cores per GPU."""
+    """Enough workers for the GPU's demand (the rules' headroom), within the free cores per GPU."""
     loader, _ = costmodel.input_costs(plan, w)
     tok = costmodel.tokens(plan, w)
     compute = (
@@ -158,26 +155,22 @@ def _with_workers(plan: Plan, w: Workload) -> Plan:
         * costmodel.flops_per_sample(tok["padded"], w)
         / (w.gpu.peak_tflops(plan.precision) * 1e12 * w.mfu)
     )
-    needed = math.ceil(1.25 * w.batch_size * loader / max(compute, 1e-12))
-    most = max(1, w.cores_per_rank - 1)
-    workers = min(max(needed, 2, plan.workers), most) if plan.workers < most else plan.workers
-    return dataclasses.replace(plan, workers=workers)
+    needed = values.workers_needed(w.batch_size * loader, compute)
+    free = w.cores_per_rank - 1  # the training process keeps one core busy
+    return dataclasses.replace(plan, workers=max(plan.workers, values.workers_for(needed, free)))
 
 
 def _fix_checkpoint(plan: Plan, w: Workload, config: ReplayConfig) -> Fix | None:
     fig = simulate(plan, w)
     share = fig["breakdown"]["checkpoint"]
-    if not plan.save_steps or share <= CHECKPOINT_TARGET_SHARE:
+    if not plan.save_steps or share <= values.CHECKPOINT_TARGET:
         return None
-    budget_s = CHECKPOINT_TARGET_SHARE * (float(fig["train_s"]) + float(fig["startup_s"]))
-    saves = max(1, int(budget_s / float(fig["checkpoint_s_each"])))
     steps = int(fig["optimizer_steps"])
-    every = _round_up(math.ceil(steps / saves))
-    every = max(every, plan.save_steps)
     each_s = float(fig["checkpoint_s_each"])
+    every = max(values.save_steps_for(each_s, float(fig["step_s"])), plan.save_steps)
     target = (
-        f"to stay under {CHECKPOINT_TARGET_SHARE:.0%}"
-        if each_s <= budget_s
+        f"to stay under {values.CHECKPOINT_TARGET:.0%}"
+        if every <= steps
         else f"(one save alone is {each_s:.0f} s: save at the end, or write faster storage)"
     )
     fix = {
@@ -187,8 +180,3 @@ def _fix_checkpoint(plan: Plan, w: Workload, config: ReplayConfig) -> Fix | None
         f"save every {every} steps {target}",
     }
     return dataclasses.replace(plan, save_steps=every), fix
-
-
-def _round_up(n: int) -> int:
-    unit = 100 if n >= 100 else 10 if n >= 10 else 1
-    return unit * math.ceil(n / unit)

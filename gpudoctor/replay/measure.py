@@ -17,16 +17,15 @@ import torch
 from gpudoctor.replay.build import Pipeline
 from gpudoctor.replay.costmodel import padded_lengths
 from gpudoctor.replay.data import Collator, ReplayDataset, Stages
+from gpudoctor.rules import values as _values
 
 SCHEMA = "gpudoctor.replay_measure/1"
 LENGTH_SAMPLE = 4000
 
 
 def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (``q`` in 0..100) of a non-empty list."""
-    ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
-    return float(ordered[rank - 1])
+    """Percentile (``q`` in 0..100) of a non-empty list, as the rules compute it (values.py)."""
+    return float(_values.percentile(values, q) or 0.0)
 
 
 def _indices(n: int, count: int, seed: int = 0) -> list[int]:

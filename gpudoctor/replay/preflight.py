@@ -10,15 +10,17 @@ is returned next to the numbers it produced.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from gpudoctor.errors import UserError
 from gpudoctor.replay import costmodel, gpus
 from gpudoctor.replay.config import ReplayConfig
 from gpudoctor.replay.costmodel import Plan, Workload, simulate
-from gpudoctor.replay.fixes import apply_fixes, right_sized_length
+from gpudoctor.replay.fixes import apply_fixes
+from gpudoctor.rules import values
 
-__all__ = ["predict", "workload", "plan_from_config", "apply_fixes", "right_sized_length"]
+__all__ = ["predict", "workload", "plan_from_config", "apply_fixes"]
 
 SCHEMA = "gpudoctor.preflight/1"
 DEFAULT_CORES_PER_GPU = 8
@@ -32,12 +34,19 @@ def predict(
     mfu: float | None = None,
     price_per_gpu_hour: float | None = None,
     gpus_count: int | None = None,
+    recorded_padding: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The whole-run prediction on ``target`` (default ``hardware.target``), before and after fixes."""
+    """The whole-run prediction on ``target`` (default ``hardware.target``), before and after fixes.
+
+    ``recorded_padding`` is the replay report's ``padding`` section: when it has lengths,
+    the padding fix is sized from them, as the report's ``padding_waste`` finding is, so
+    one replay report shows one ``max_length`` and one pad multiple.
+    """
     gpu = _target(config, target)
     notes: list[str] = []
     w = workload(
-        config, measure, gpu, notes, mfu=mfu, price=price_per_gpu_hour, gpus_count=gpus_count
+        config, measure, gpu, notes, mfu=mfu, price=price_per_gpu_hour, gpus_count=gpus_count,
+        recorded_padding=recorded_padding,
     )
     before_plan = plan_from_config(config, w, notes)
     before = simulate(before_plan, w)
@@ -81,6 +90,7 @@ def workload(
     mfu: float | None = None,
     price: float | None = None,
     gpus_count: int | None = None,
+    recorded_padding: Mapping[str, Any] | None = None,
 ) -> Workload:
     """The fixed facts of the full run, from the config and the measurement."""
     hw, tr, full, model = config.hardware, config.training, config.full_run, config.model
@@ -103,6 +113,13 @@ def workload(
         measure.get("dataset_rows_total") or measure.get("examples_replayed") or 1
     )
     max_steps = full.max_steps or (tr.max_steps if tr.max_steps > 0 else None)
+    raw_lengths = tuple(
+        int(x) for x in (measure.get("tokens") or {}).get("raw_lengths_sample", [])
+    )
+    # The replay's rows were cut at its own max_length: they stand for the full run's only
+    # when the full run keeps that max_length (seed 004 replays 1K of a 16K run).
+    same_cut = full.max_length in (None, config.max_length)
+    p50, p99, basis = _length_percentiles(raw_lengths, recorded_padding if same_cut else None)
     return Workload(
         params=params,
         trainable_params=trainable,
@@ -118,9 +135,7 @@ def workload(
         accumulation=tr.gradient_accumulation_steps,
         gpus=n_gpus,
         cores_per_rank=max(1, cores // n_gpus),
-        raw_lengths=tuple(
-            int(x) for x in (measure.get("tokens") or {}).get("raw_lengths_sample", [])
-        ),
+        raw_lengths=raw_lengths,
         loader_s_per_sample=float(pipe.get("loader_s_per_sample") or 0.0),
         loop_s_per_sample=float(pipe.get("loop_s_per_sample") or 0.0),
         pretokenized_s_per_sample=float(pipe.get("pretokenized_s_per_sample") or 0.0),
@@ -132,6 +147,28 @@ def workload(
         mfu=mfu or hw.mfu,
         gpu=gpu,
         price_per_gpu_hour=_price(price, hw.price_per_gpu_hour, gpu, notes),
+        length_p50=p50,
+        length_p99=p99,
+        length_basis=basis,
+    )
+
+
+def _length_percentiles(
+    sample: tuple[int, ...], recorded: Mapping[str, Any] | None
+) -> tuple[int | None, int | None, str]:
+    """(p50, p99, where from) of the lengths the padding fix is sized on.
+
+    The recording's own figures win: they are what the report's rules size
+    ``max_length`` and the pad multiple on, and one report must show one value.
+    """
+    rec = recorded or {}
+    if rec.get("p99_length"):
+        rows = f" over {rec['batches_seen']} recorded batches" if rec.get("batches_seen") else ""
+        return rec.get("p50_length"), int(rec["p99_length"]), f"the replay's recorded lengths{rows}"
+    return (
+        values.percentile(sample, 50),
+        values.percentile(sample, 99),
+        f"{len(sample):,} sampled lengths",
     )
 
 

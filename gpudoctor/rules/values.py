@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TypeVar
+
+N = TypeVar("N", int, float)
 
 CHECKPOINT_TARGET = 0.02  # saving at most this share of wall time
 WORKER_HEADROOM = 1.25  # workers build batches 25% faster than the loop eats them
@@ -26,7 +29,7 @@ def nice_round_up(value: float) -> int:
     return int(10 * exp)
 
 
-def percentile(values: Sequence[int], pct: float) -> int | None:
+def percentile(values: Sequence[N], pct: float) -> N | None:
     """Nearest-rank percentile of observed lengths (an observed value, never interpolated)."""
     if not values:
         return None
