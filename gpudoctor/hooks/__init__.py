@@ -4,7 +4,9 @@
 run``), by ``attach`` through a debugger, and by the Python API. It patches
 libraries as they are imported (or at once if they already are) and writes
 events to ``<run_dir>/events/<pid>.jsonl``. ``uninstall()`` undoes every patch
-so the process runs on unharmed after a detach. Stdlib-only at import time.
+so the process runs on unharmed after a detach. Every hook body is guarded
+(:mod:`gpudoctor.hooks.guard`): a failure of ours never reaches the training.
+Stdlib-only at import time.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gpudoctor.hooks import imports, patch
+from gpudoctor.hooks import guard, imports, patch
 from gpudoctor.hooks.writer import EventWriter
 
 _writer: EventWriter | None = None
@@ -36,6 +38,8 @@ def install(run_dir: str | os.PathLike[str]) -> EventWriter:
     from gpudoctor.hooks.torch_hooks import TorchHooks
 
     w = _writer = EventWriter(Path(run_dir))
+    guard.arm(w)
+    patch.reset_depths()
     th = _torch_hooks = TorchHooks(w)
     imports.when_imported("torch", th.install_save)
     imports.when_imported("torch.utils.data.dataloader", th.install_dataloader)
@@ -69,6 +73,7 @@ def uninstall() -> None:
     if _writer is not None:
         _writer.close(exiting=False)
         _writer.enabled = False
+    guard.disarm()
     _writer = None
     _torch_hooks = None
 

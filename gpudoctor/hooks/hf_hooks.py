@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from types import ModuleType
 from typing import Any
 
 from gpudoctor.hooks import patch
-from gpudoctor.hooks.torch_hooks import TorchHooks
+from gpudoctor.hooks.guard import guarded
+from gpudoctor.hooks.torch_hooks import TorchHooks, safe_attr
 from gpudoctor.hooks.writer import EventWriter
-from gpudoctor.redact import redact_mapping
+from gpudoctor.redact import redact_mapping, redact_value
 
 
 def install_tokenizers(writer: EventWriter, torch_hooks: TorchHooks, mod: ModuleType) -> None:
@@ -24,7 +26,7 @@ def install_tokenizers(writer: EventWriter, torch_hooks: TorchHooks, mod: Module
 
         def call(self: Any, *args: Any, **kwargs: Any) -> Any:
             if torch_hooks.pad_token_id is None:
-                torch_hooks.pad_token_id = getattr(self, "pad_token_id", None)
+                _note_pad_id(torch_hooks, self)
             return timed(self, *args, **kwargs)
 
         return call
@@ -32,6 +34,12 @@ def install_tokenizers(writer: EventWriter, torch_hooks: TorchHooks, mod: Module
     for name in ("__call__", "encode", "encode_plus", "batch_encode_plus"):
         if name in base.__dict__:
             patch.replace(base, name, make)
+
+
+@guarded("tokenizer pad id")
+def _note_pad_id(torch_hooks: TorchHooks, tokenizer: Any) -> None:
+    pad = getattr(tokenizer, "pad_token_id", None)
+    torch_hooks.pad_token_id = pad if isinstance(pad, int) and not isinstance(pad, bool) else None
 
 
 def install_modeling(writer: EventWriter, mod: ModuleType) -> None:
@@ -52,33 +60,47 @@ def install_trainer(writer: EventWriter, mod: ModuleType) -> None:
     def make_init(fn: Any) -> Any:
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
             fn(self, *args, **kwargs)
-            writer.emit(trainer_event(self))
-            from gpudoctor.integrations.hf import GpuDoctorCallback
-
-            if not any(isinstance(cb, GpuDoctorCallback) for cb in self.callback_handler.callbacks):
-                self.add_callback(GpuDoctorCallback(_writer=writer))
+            _adopt_trainer(writer, self)
 
         return __init__
 
     patch.replace(trainer, "__init__", make_init)
 
 
+@guarded("Trainer settings")
+def _adopt_trainer(writer: EventWriter, trainer: Any) -> None:
+    writer.emit(trainer_event(trainer))
+    from gpudoctor.integrations.hf import GpuDoctorCallback
+
+    if not any(isinstance(cb, GpuDoctorCallback) for cb in trainer.callback_handler.callbacks):
+        trainer.add_callback(GpuDoctorCallback(_writer=writer))
+
+
 def trainer_event(trainer: Any) -> dict[str, Any]:
-    args = getattr(trainer, "args", None)
+    """The Trainer's arguments, redacted; never raises (``attach`` calls it on live Trainers)."""
+    args = safe_attr(trainer, "args")
     try:
         arg_dict = args.to_dict() if args is not None else {}
     except Exception:  # an exotic args object must not break training
         arg_dict = {}
-    import transformers
-
+    transformers = sys.modules.get("transformers")
     return {
         "k": "trainer",
         "t": time.time(),
-        "args": redact_mapping(arg_dict),
-        "max_steps": getattr(args, "max_steps", None),
-        "num_train_epochs": getattr(args, "num_train_epochs", None),
-        "version": transformers.__version__,
+        "args": redact_mapping(arg_dict) if isinstance(arg_dict, dict) else {},
+        "max_steps": _number(safe_attr(args, "max_steps")),
+        "num_train_epochs": _number(safe_attr(args, "num_train_epochs")),
+        "version": _version(transformers),
     }
+
+
+def _version(module: Any) -> str | None:
+    version = safe_attr(module, "__version__")
+    return redact_value(version) if isinstance(version, str) else None
+
+
+def _number(value: Any) -> int | float | None:
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def install_datasets(writer: EventWriter, mod: ModuleType) -> None:

@@ -2,7 +2,9 @@
 
 Every patch is recorded so :func:`restore_all` can undo it on detach. Nested
 calls of one category (``save_pretrained`` → ``torch.save``) produce a single
-outermost span, so the breakdown never counts a second twice.
+outermost span, so the breakdown never counts a second twice. The wrappers call
+the patched function exactly once, outside any guard: its result and its
+exceptions are the caller's, untouched; only the timing around it is guarded.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.writer import EventWriter
 
 _patched: list[tuple[Any, str, Any]] = []
@@ -31,7 +34,13 @@ def _enter(category: str) -> int:
 
 
 def _leave(category: str) -> None:
-    setattr(_state, category, getattr(_state, category, 1) - 1)
+    setattr(_state, category, max(getattr(_state, category, 1) - 1, 0))
+
+
+def reset_depths() -> None:
+    """Forget the nesting depths: a fresh install must not inherit a call left open by a failure."""
+    global _state
+    _state = threading.local()
 
 
 def replace(owner: Any, attr: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> bool:
@@ -66,27 +75,41 @@ def restore_all() -> None:
             setattr(owner, attr, raw)
 
 
+# What a begin hands its end when the call is nested inside another of its category.
+_NESTED = -1.0
+_NESTED_SPAN = (_NESTED, _NESTED)
+
+
 def span(writer: EventWriter, category: str, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Wrapper factory: time the outermost call of ``category`` as a span event."""
 
     def make(fn: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if _enter(category):
-                try:
-                    return fn(*args, **kwargs)
-                finally:
-                    _leave(category)
-            t0 = time.time()
-            p0 = time.perf_counter()
+            began = _span_begin(category)
             try:
                 return fn(*args, **kwargs)
             finally:
-                _leave(category)
-                writer.emit({"k": "span", "c": category, "t0": t0, "dt": time.perf_counter() - p0, "name": name})
+                if began is not None:
+                    _span_end(writer, category, name, began)
 
         return wrapper
 
     return make
+
+
+@guarded("timed spans", vital=True)
+def _span_begin(category: str) -> tuple[float, float]:
+    if _enter(category):
+        return _NESTED_SPAN
+    return (time.time(), time.perf_counter())
+
+
+@guarded("timed spans", vital=True)
+def _span_end(writer: EventWriter, category: str, name: str, began: tuple[float, float]) -> None:
+    _leave(category)
+    t0, p0 = began
+    if p0 != _NESTED:
+        writer.emit({"k": "span", "c": category, "t0": t0, "dt": time.perf_counter() - p0, "name": name})
 
 
 def counted(writer: EventWriter, counter: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -94,18 +117,25 @@ def counted(writer: EventWriter, counter: str) -> Callable[[Callable[..., Any]],
 
     def make(fn: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if _enter(counter):
-                try:
-                    return fn(*args, **kwargs)
-                finally:
-                    _leave(counter)
-            p0 = time.perf_counter()
+            p0 = _count_begin(counter)
             try:
                 return fn(*args, **kwargs)
             finally:
-                _leave(counter)
-                writer.count(counter, time.perf_counter() - p0)
+                if p0 is not None:
+                    _count_end(writer, counter, p0)
 
         return wrapper
 
     return make
+
+
+@guarded("call counters", vital=True)
+def _count_begin(counter: str) -> float:
+    return _NESTED if _enter(counter) else time.perf_counter()
+
+
+@guarded("call counters", vital=True)
+def _count_end(writer: EventWriter, counter: str, p0: float) -> None:
+    _leave(counter)
+    if p0 != _NESTED:
+        writer.count(counter, time.perf_counter() - p0)

@@ -7,15 +7,19 @@ hook-measured data wait against the profiler's own ``enumerate(DataLoader)``
 events and, on a GPU, measures kernel busy time.
 
 ``GPUDOCTOR_PROFILE_WINDOW`` overrides: ``off``, or ``START:LEN`` (steps).
+No window opens while another profiler runs (the user's own): torch would end
+theirs when ours closes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
 from typing import Any
 
+from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.writer import EventWriter
 
 FIRST_AFTER_S = 60.0
@@ -25,6 +29,8 @@ LENGTH_STEPS = 5
 
 
 class ProfilerWindows:
+    """Counts steps itself, so a window open when recording stops still closes on time."""
+
     def __init__(self, writer: EventWriter) -> None:
         self.writer = writer
         self.disabled = False
@@ -33,9 +39,9 @@ class ProfilerWindows:
         if spec == "off":
             self.disabled = True
         elif spec:
-            start, _, length = spec.partition(":")
-            self.forced = (int(start), int(length or LENGTH_STEPS))
+            self.forced = _parse(spec)
         self._prof: Any = None
+        self._steps = 0
         self._end_step = 0
         self._t0 = 0.0
         self._p0 = 0.0
@@ -43,22 +49,31 @@ class ProfilerWindows:
         self._last_p: float | None = None
         self._wait_s = FIRST_AFTER_S
 
-    def on_step(self, step: int) -> None:
+    @property
+    def open(self) -> bool:
+        return self._prof is not None
+
+    @guarded("profiler windows")
+    def on_step(self) -> None:
         if self.disabled:
             return
+        self._steps += 1
+        step = self._steps
         if self._prof is not None:
             if step >= self._end_step:
                 self._finish(step)
             return
+        if not self.writer.enabled:
+            return  # recording stopped: open no new window
         now = time.perf_counter()
         if self.forced is not None:
-            if step == self.forced[0]:
+            if step == self.forced[0] and not _someone_profiles():
                 self._begin(step, self.forced[1])
             return
         if self._last_p is None:
             self._last_p = now
             return
-        if step >= MIN_STEPS and now - self._last_p >= self._wait_s:
+        if step >= MIN_STEPS and now - self._last_p >= self._wait_s and not _someone_profiles():
             self._begin(step, LENGTH_STEPS)
 
     def _begin(self, step: int, length: int) -> None:
@@ -68,12 +83,13 @@ class ProfilerWindows:
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
-        self._prof = profile(activities=activities, record_shapes=False, with_stack=False)
+        prof = profile(activities=activities, record_shapes=False, with_stack=False)
         self._t0 = time.time()
         self._p0 = time.perf_counter()
         self._start_step = step
         self._end_step = step + length
-        self._prof.__enter__()
+        prof.__enter__()
+        self._prof = prof  # only once it runs: a failed start leaves nothing to close
 
     def _finish(self, step: int) -> None:
         prof, self._prof = self._prof, None
@@ -101,6 +117,27 @@ class ProfilerWindows:
         self._wait_s = EVERY_S
 
     def stop(self) -> None:
-        if self._prof is not None:
-            self._prof.__exit__(None, None, None)
-            self._prof = None
+        """Close an open window (detach, uninstall); never raises, whatever the hooks' state."""
+        prof, self._prof = self._prof, None
+        if prof is not None:
+            with contextlib.suppress(Exception):
+                prof.__exit__(None, None, None)
+
+
+def _parse(spec: str) -> tuple[int, int] | None:
+    start, _, length = spec.partition(":")
+    try:
+        return (int(start), int(length or LENGTH_STEPS))
+    except ValueError:
+        print(f"gpudoctor: GPUDOCTOR_PROFILE_WINDOW={spec!r} is neither 'off' nor START:LEN; "
+              "using the default windows", file=sys.stderr)
+        return None
+
+
+def _someone_profiles() -> bool:
+    """True while a profiler is already on (the user's own): a window of ours would end theirs."""
+    torch = sys.modules["torch"]
+    try:
+        return bool(torch._C._autograd._profiler_enabled())
+    except AttributeError:
+        return bool(getattr(torch.autograd.profiler, "_is_profiler_enabled", False))

@@ -1,4 +1,7 @@
-"""Hooks into PyTorch: data wait, batch production, steps, saves, padding, settings."""
+"""Hooks into PyTorch: data wait, batch production, steps, saves, padding, settings.
+
+Every body of ours is :func:`gpudoctor.hooks.guard.guarded`; see there why.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +13,10 @@ from types import ModuleType
 from typing import Any
 
 from gpudoctor.hooks import patch
+from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.profiler_windows import ProfilerWindows
 from gpudoctor.hooks.writer import EventWriter
+from gpudoctor.redact import redact_mapping, redact_value
 
 # Padding is counted on every batch up to this many, then on every 10th.
 _PAD_EVERY_BATCH_UNTIL = 5000
@@ -73,116 +78,172 @@ class TorchHooks:
             self._forward_handle = None
 
     # -- DataLoader -------------------------------------------------------------
+    # The wrappers call the loader's own method exactly once, outside any guard; only
+    # the bookkeeping around it is guarded, so its batches and exceptions are untouched.
     def _wrap_iter_init(self, fn: Any) -> Any:
         hooks = self
 
         def __init__(self_it: Any, loader: Any, *args: Any, **kwargs: Any) -> None:
             fn(self_it, loader, *args, **kwargs)
-            if id(loader) not in hooks._seen_loaders:
-                hooks._seen_loaders.add(id(loader))
-                hooks.writer.emit(_loader_event(loader))
+            hooks._on_iter_init(loader)
 
         return __init__
 
+    @guarded("DataLoader settings")
+    def _on_iter_init(self, loader: Any) -> None:
+        if id(loader) not in self._seen_loaders:
+            self._seen_loaders.add(id(loader))
+            self.writer.emit(_loader_event(loader))
+
     def _wrap_next(self, fn: Any) -> Any:
         hooks = self
+        wall, perf = time.time, time.perf_counter
 
         def __next__(self_it: Any) -> Any:
             if not hooks.first_step_seen:
                 hooks.mark_first_step()
-            t0 = time.time()
-            p0 = time.perf_counter()
+            t0 = wall()
+            p0 = perf()
             try:
                 batch = fn(self_it)
-            finally:
-                hooks.writer.emit({"k": "span", "c": "data_wait", "t0": t0, "dt": time.perf_counter() - p0, "name": "DataLoader.__next__"})
-            if patch.depth("eval") == 0:
-                hooks.batches += 1
-                if hooks.batches <= _PAD_EVERY_BATCH_UNTIL or hooks.batches % 10 == 0:
-                    hooks._count_padding(batch)
+            except BaseException:  # StopIteration included: the last wait counts too
+                hooks._waited(t0, p0)
+                raise
+            hooks._fetched(t0, p0, batch)
             return batch
 
         return __next__
 
+    @guarded("DataLoader wait", vital=True)
+    def _waited(self, t0: float, p0: float) -> None:
+        self.writer.emit({"k": "span", "c": "data_wait", "t0": t0, "dt": time.perf_counter() - p0,
+                          "name": "DataLoader.__next__"})
+
+    @guarded("DataLoader wait", vital=True)
+    def _fetched(self, t0: float, p0: float, batch: Any) -> None:
+        self.writer.emit({"k": "span", "c": "data_wait", "t0": t0, "dt": time.perf_counter() - p0,
+                          "name": "DataLoader.__next__"})
+        if patch.depth("eval") == 0:
+            self.batches += 1
+            if self.batches <= _PAD_EVERY_BATCH_UNTIL or self.batches % 10 == 0:
+                self._count_padding(batch)
+
+    @guarded("first step", vital=True)
     def mark_first_step(self) -> None:
         self.first_step_seen = True
         self.writer.cut_counters()  # tokenizer time before the first step stays on that side
         self.writer.emit({"k": "first_step", "t": time.time()})
 
+    @guarded("padding count")
     def _count_padding(self, batch: Any) -> None:
+        if not self.writer.enabled:
+            return
         event = padding_event(batch, self.pad_token_id)
         if event is not None:
             self.writer.emit(event)
 
     # -- steps ----------------------------------------------------------------------
+    @guarded("optimizer steps", vital=True)
     def _on_step_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._step_p0 = time.perf_counter()
 
+    def _on_step_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """Registered with torch: the step (vital), then the profiler window.
+
+        The window is stepped outside the step's guard so that one open when
+        recording stops still closes on time, on this thread.
+        """
+        if self._step_post() or self.windows.open:
+            self.windows.on_step()
+
+    @guarded("optimizer steps", vital=True, default=False)
+    def _step_post(self) -> bool:
+        if patch.depth("eval") or self._explicit:
+            return False
+        self._record_step(time.perf_counter() - self._step_p0)
+        return True
+
     def explicit_step(self) -> None:
         """``gpudoctor.step()``: from now on the user marks steps, not optimizer.step."""
+        if self._explicit_step() or self.windows.open:
+            self.windows.on_step()
+
+    @guarded("optimizer steps", vital=True, default=False)
+    def _explicit_step(self) -> bool:
         self._explicit = True
         self._record_step(0.0)
-
-    def _on_step_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if patch.depth("eval") or self._explicit:
-            return
-        self._record_step(time.perf_counter() - self._step_p0)
+        return True
 
     def _record_step(self, dt: float) -> None:
         self.steps += 1
         if not self.first_step_seen:
             self.mark_first_step()
         self.writer.emit({"k": "step", "t": time.time(), "n": self.steps, "dt": dt})
-        self.windows.on_step(self.steps)
 
+    @guarded("precision settings")
     def _on_forward_pre(self, module: Any, args: Any) -> None:
         if self._cfg_done or not module.training:
             return
         torch = sys.modules["torch"]
         if not torch.is_grad_enabled():
             return
+        # Only needed once: drop the global hook first, so later forwards pay nothing even
+        # if reading the settings below fails.
         self._cfg_done = True
+        self._drop_forward_hook()
         if not self.first_step_seen:
             self.mark_first_step()
         self.writer.emit(torch_cfg_event(torch, module))
-        # Only needed once: drop the global hook so later forwards pay nothing.
-        self._drop_forward_hook()
+
+
+def safe_attr(obj: Any, name: str) -> Any:
+    """``getattr(obj, name, None)`` that also survives a ``__getattr__`` raising anything."""
+    try:
+        return getattr(obj, name, None)
+    except Exception:
+        return None
 
 
 def _loader_event(loader: Any) -> dict[str, Any]:
+    """The loader's settings; never raises (``attach`` calls it on live loaders)."""
     import inspect
 
     try:
         params = [p for p in inspect.signature(type(loader).__init__).parameters if p != "self"]
-    except (TypeError, ValueError):
+    except Exception:
         params = []
+    collate = safe_attr(loader, "collate_fn")
+    name = safe_attr(collate, "__name__")
     return {
         "k": "loader",
         "t": time.time(),
         "id": id(loader),
-        "num_workers": getattr(loader, "num_workers", None),
-        "batch_size": getattr(loader, "batch_size", None),
-        "pin_memory": getattr(loader, "pin_memory", None),
-        "prefetch_factor": getattr(loader, "prefetch_factor", None),
-        "persistent_workers": getattr(loader, "persistent_workers", None),
-        "dataset": type(getattr(loader, "dataset", None)).__name__,
-        "collate_fn": getattr(getattr(loader, "collate_fn", None), "__name__", None)
-        or type(getattr(loader, "collate_fn", None)).__name__,
+        "num_workers": safe_attr(loader, "num_workers"),
+        "batch_size": safe_attr(loader, "batch_size"),
+        "pin_memory": safe_attr(loader, "pin_memory"),
+        "prefetch_factor": safe_attr(loader, "prefetch_factor"),
+        "persistent_workers": safe_attr(loader, "persistent_workers"),
+        "dataset": redact_value(type(safe_attr(loader, "dataset")).__name__),
+        "collate_fn": redact_value(name if isinstance(name, str) and name else type(collate).__name__),
         "params": params,
         "pid": os.getpid(),
     }
 
 
 def padding_event(batch: Any, pad_token_id: int | None) -> dict[str, Any] | None:
-    """Count pad tokens from the batch itself: attention mask, else pad id in input_ids."""
+    """Count pad tokens from the batch itself: attention mask, else pad id in input_ids.
+
+    Only plain (strided) 2-D CPU tensors are counted: sparse, mkldnn, nested,
+    quantized or meta ones are left alone rather than densified on the hot path.
+    """
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(batch, Mapping):
         return None
     mask = batch.get("attention_mask")
     ids = batch.get("input_ids")
-    if isinstance(mask, torch.Tensor) and mask.dim() == 2 and mask.device.type == "cpu":
+    if _countable(torch, mask):
         lengths = mask.ne(0).sum(dim=1)
-    elif isinstance(ids, torch.Tensor) and ids.dim() == 2 and ids.device.type == "cpu" and pad_token_id is not None:
+    elif _countable(torch, ids) and pad_token_id is not None:
         lengths = ids.ne(pad_token_id).sum(dim=1)
         mask = ids
     else:
@@ -190,7 +251,13 @@ def padding_event(batch: Any, pad_token_id: int | None) -> dict[str, Any] | None
     rows, seq_len = mask.shape
     tokens = rows * seq_len
     real = int(lengths.sum())
-    return {"k": "batch", "t": time.time(), "tokens": tokens, "pad": tokens - real, "seq_len": int(seq_len), "lengths": lengths.tolist()}
+    return {"k": "batch", "t": time.time(), "tokens": tokens, "pad": tokens - real, "seq_len": int(seq_len),
+            "lengths": lengths.tolist()}
+
+
+def _countable(torch: ModuleType, t: Any) -> bool:
+    return (isinstance(t, torch.Tensor) and t.layout == torch.strided and not t.is_quantized
+            and not t.is_nested and t.dim() == 2 and t.device.type == "cpu")
 
 
 def torch_cfg_event(torch: ModuleType, module: Any) -> dict[str, Any]:
@@ -215,6 +282,8 @@ def torch_cfg_event(torch: ModuleType, module: Any) -> dict[str, Any]:
         "param_dtype": str(param.dtype) if param is not None else None,
         "autocast": autocast,
         "autocast_dtype": autocast_dtype,
-        "module": type(module).__name__,
-        "libs": {name: getattr(sys.modules.get(name), "__version__", None) for name in ("torch", "transformers", "datasets", "accelerate") if name in sys.modules},
+        "module": redact_value(type(module).__name__),
+        "libs": redact_mapping({name: getattr(sys.modules.get(name), "__version__", None)
+                                for name in ("torch", "transformers", "datasets", "accelerate")
+                                if name in sys.modules}),
     }

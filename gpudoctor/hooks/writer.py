@@ -11,6 +11,9 @@ lines are written every ``flush_s`` while the process is young and then every
 ~2% of their totals while a day-long DataLoader worker writes ~17k lines, not
 ~350k (which is what kept day-long reports slow). The first step cuts them, so
 "tokenized before / after the first step" stays exact. Files are 0600.
+
+The writer is itself a hook body: a flush that fails for any reason but a full
+disk goes through :mod:`gpudoctor.hooks.guard` (vital: recording stops, said once).
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.redact import redact_argv
+from gpudoctor.hooks.guard import guarded
+from gpudoctor.redact import redact_argv, redact_mapping
 
 COUNTER_MAX_PERIOD_S = 10.0
 
@@ -74,7 +78,11 @@ class EventWriter:
     # -- background ---------------------------------------------------------
     def _announce(self) -> None:
         self._announced = True
-        self._buf.append(_proc_event())
+        try:
+            proc = _proc_event()
+        except Exception:  # the process's own details are a nicety: the events still need a file
+            proc = {"k": "proc", "t": time.time(), "pid": os.getpid(), "ppid": os.getppid()}
+        self._buf.append(proc)
         self._thread = threading.Thread(target=self._loop, name="gpudoctor-writer", daemon=True)
         self._thread.start()
 
@@ -96,7 +104,19 @@ class EventWriter:
         mono = time.monotonic()
         self._counters_due = mono + min(COUNTER_MAX_PERIOD_S, max(self.flush_s, (mono - self._born) / 60))
 
+    @guarded("event writer", vital=True)
     def flush(self, final: bool = False) -> None:
+        self._flush(final)
+
+    def last_words(self, event: dict[str, Any]) -> None:
+        """Write ``event`` now and stop recording (a vital hook failed); never raises."""
+        self._buf.append(event)
+        with contextlib.suppress(Exception):  # the failure itself is already said on stderr
+            self._flush(final=True)
+        self.enabled = False
+        self._stop.set()
+
+    def _flush(self, final: bool) -> None:
         with self._lock:
             if final or time.monotonic() >= self._counters_due:
                 self._cut_counters()
@@ -109,7 +129,7 @@ class EventWriter:
                     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
                     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
                     self._fh = os.fdopen(fd, "a", encoding="utf-8")
-                self._fh.write("".join(json.dumps(e, separators=(",", ":"), default=str) + "\n" for e in events))
+                self._fh.write("".join(json.dumps(e, separators=(",", ":"), default=_as_text) + "\n" for e in events))
                 self._fh.flush()
             except OSError as exc:  # disk full / folder gone: stop recording, never hurt the patient
                 self.enabled = False
@@ -168,9 +188,17 @@ def _proc_event() -> dict[str, Any]:
         "argv": redact_argv([sys.executable, *sys.argv]),
         "create_time": create_time,
         "is_worker": is_worker,
-        "libs": libs,
+        "libs": redact_mapping(libs),  # a local build's version string can carry anything
         "python": sys.version.split()[0],
     }
+
+
+def _as_text(value: Any) -> str:
+    """JSON's fallback for a value it cannot encode; an object that cannot print is named."""
+    try:
+        return str(value)
+    except Exception:
+        return f"<unprintable {type(value).__name__}>"
 
 
 def _int_env(value: str | None) -> int | None:

@@ -4,6 +4,7 @@ Two ways in: ``gpudoctor run`` adds it to every Trainer by itself (it then only
 adds events to the injected recording), or the user adds
 ``GpuDoctorCallback(out="reports/x")`` to a Trainer in their script, and the
 callback runs the whole doctor in-process and writes the report at train end.
+A failure of the callback is said once and never stops the Trainer.
 """
 
 from __future__ import annotations
@@ -13,7 +14,12 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.writer import EventWriter
+
+# Every method runs inside the user's training: one guard, see gpudoctor.hooks.guard.
+_guard = guarded("Trainer callback")
+_guard_end = guarded("Trainer callback end")
 
 
 class GpuDoctorCallback(TrainerCallback):
@@ -26,6 +32,7 @@ class GpuDoctorCallback(TrainerCallback):
         self._session: Any = None
         self.report: dict[str, Any] | None = None
 
+    @_guard
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._writer is None:
             from gpudoctor.integrations.loop import profile
@@ -44,15 +51,24 @@ class GpuDoctorCallback(TrainerCallback):
                     "num_train_epochs": getattr(args, "num_train_epochs", None),
                     "global_step": state.global_step})
 
+    @_guard
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._emit({"k": "hf_step", "t": time.time(), "global_step": state.global_step})
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._end(state)
+        self._close()
+
+    @_guard
+    def _end(self, state: Any) -> None:
         self._emit({"k": "hf_end", "t": time.time(), "global_step": state.global_step})
+
+    @_guard_end  # its own hook: the session closes even when the callback is off
+    def _close(self) -> None:
         if self._session is not None:
-            self._session.__exit__(None, None, None)
-            self.report = self._session.report
-            self._session = None
+            session, self._session = self._session, None
+            session.__exit__(None, None, None)
+            self.report = session.report
 
     def _emit(self, event: dict[str, Any]) -> None:
         if self._writer is not None:

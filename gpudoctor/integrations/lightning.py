@@ -3,7 +3,8 @@
 ``gpudoctor run`` adds it to every Lightning ``Trainer`` by itself; in a script,
 ``Trainer(callbacks=[GpuDoctorLightningCallback(out="reports/x")])`` runs the
 doctor in-process and writes the report when fitting ends. Steps, data wait,
-saves and padding come from the same hooks as everywhere else.
+saves and padding come from the same hooks as everywhere else. A failure of
+the callback is said once and never stops the fit.
 """
 
 from __future__ import annotations
@@ -14,6 +15,13 @@ from typing import Any
 
 from gpudoctor import hooks
 from gpudoctor.hooks import patch
+from gpudoctor.hooks.guard import guarded
+
+# Every method runs inside the user's training: one guard, see gpudoctor.hooks.guard.
+_guard = guarded("Lightning callback")
+# Validation spans set the eval depth every other hook reads: a half-done one would skew them all.
+_guard_val = guarded("Lightning validation", vital=True)
+_guard_end = guarded("Lightning callback end")
 
 
 def _callback_base() -> type:
@@ -38,6 +46,7 @@ def _make_class() -> type:
             self._val_t0: tuple[float, float] | None = None
             self.report: dict[str, Any] | None = None
 
+        @_guard
         def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
             if not hooks.is_installed():
                 from gpudoctor.integrations.loop import profile
@@ -49,10 +58,12 @@ def _make_class() -> type:
                 w.emit({"k": "hf_plan", "t": time.time(), "max_steps": trainer.max_steps if trainer.max_steps > 0 else None,
                         "num_train_epochs": trainer.max_epochs, "global_step": trainer.global_step})
 
+        @_guard_val
         def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
             patch._enter("eval")
             self._val_t0 = (time.time(), time.perf_counter())
 
+        @_guard_val
         def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
             patch._leave("eval")
             w = hooks.writer()
@@ -61,11 +72,12 @@ def _make_class() -> type:
                 w.emit({"k": "span", "c": "eval", "t0": t0, "dt": time.perf_counter() - p0, "name": "lightning.validation"})
             self._val_t0 = None
 
+        @_guard_end  # its own hook: the session closes even when the callback is off
         def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
             if self._session is not None:
-                self._session.__exit__(None, None, None)
-                self.report = self._session.report
-                self._session = None
+                session, self._session = self._session, None
+                session.__exit__(None, None, None)
+                self.report = session.report
 
     return GpuDoctorLightningCallback
 
@@ -89,11 +101,15 @@ def install_into_trainer_class(mod: ModuleType) -> None:
         return
     cls = __getattr__("GpuDoctorLightningCallback")
 
+    @_guard
+    def adopt(trainer: Any) -> None:
+        if not any(isinstance(cb, cls) for cb in trainer.callbacks):
+            trainer.callbacks.append(cls())
+
     def make(fn: Any) -> Any:
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
             fn(self, *args, **kwargs)
-            if not any(isinstance(cb, cls) for cb in self.callbacks):
-                self.callbacks.append(cls())
+            adopt(self)
 
         return __init__
 

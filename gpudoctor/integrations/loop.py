@@ -12,6 +12,8 @@
 Under ``gpudoctor run`` the hooks are already in the process; ``profile`` then
 only adds markers to that recording and writes no second report.
 ``gpudoctor.step()`` marks a step boundary for loops without ``torch.optim``.
+Markers and the report at the end are guarded like every hook: they never
+stop the loop or the script (see :mod:`gpudoctor.hooks.guard`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor import hooks
+from gpudoctor.hooks.guard import guarded
 
 
 class profile:  # noqa: N801 - reads as a function at the call site, like torch.profiler.profile
@@ -64,12 +67,18 @@ class profile:  # noqa: N801 - reads as a function at the call site, like torch.
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        # Returns None: an exception of the user's loop goes on, untouched.
         if not self._owner:
             return
+        self._owner = False
+        self._finish(exc_type)
+
+    @guarded("profile report")
+    def _finish(self, exc_type: Any) -> None:
+        """After the loop: a failure to write the report must not fail the script that trained."""
         hooks.uninstall()
         status = "finished" if exc_type is None else ("interrupted" if exc_type is KeyboardInterrupt else "crashed")
         self._recorder.stop(status, None if exc_type is None else 1)
-        self._owner = False
         if self.write_reports and self.folder is not None:
             from gpudoctor.commands.finish import write_report
             from gpudoctor.report import ReportOptions
@@ -99,16 +108,31 @@ def step() -> None:
 
 @contextlib.contextmanager
 def _span(category: str, name: str) -> Iterator[None]:
-    from gpudoctor.hooks import patch
-
-    w = hooks.writer()
-    if w is None or patch.depth(category):
-        yield
-        return
-    patch._enter(category)
-    t0, p0 = time.time(), time.perf_counter()
+    """The user's block runs exactly once, outside the guard; its exceptions go on untouched."""
+    began = _span_begin(category)
     try:
         yield
     finally:
-        patch._leave(category)
+        if began is not None:
+            _span_end(category, name, began)
+
+
+@guarded("profile markers", vital=True)
+def _span_begin(category: str) -> tuple[float, float] | None:
+    from gpudoctor.hooks import patch
+
+    if hooks.writer() is None or patch.depth(category):
+        return None
+    patch._enter(category)
+    return (time.time(), time.perf_counter())
+
+
+@guarded("profile markers", vital=True)
+def _span_end(category: str, name: str, began: tuple[float, float]) -> None:
+    from gpudoctor.hooks import patch
+
+    patch._leave(category)
+    w = hooks.writer()
+    if w is not None:
+        t0, p0 = began
         w.emit({"k": "span", "c": category, "t0": t0, "dt": time.perf_counter() - p0, "name": name})
