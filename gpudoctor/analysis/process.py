@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from operator import sub
-from typing import Any
+from typing import Any, TypeVar
 
 from gpudoctor.analysis import timeline as tl
 from gpudoctor.recording.read import LoopData
 from gpudoctor.report_schema import BREAKDOWN_KEYS
+
+N = TypeVar("N", int, float)
 
 
 @dataclass
@@ -184,8 +187,8 @@ def padding_summary(batches: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "pad_fraction": (pad / tokens) if tokens else None,
         "max_length": max(seq) if seq else None,
-        "p50_length": _percentile(lengths, 50),
-        "p99_length": _percentile(lengths, 99),
+        "p50_length": percentile(lengths, 50),
+        "p99_length": percentile(lengths, 99),
         "batches_seen": len(batches),
     }
 
@@ -204,7 +207,9 @@ def dynamic_padding_tokens(batches: list[dict[str, Any]], multiple: int = 64) ->
     return now, after
 
 
-def _percentile(values: list[int], pct: float) -> int | None:
+def percentile(values: Sequence[N], pct: float) -> N | None:
+    """Nearest-rank percentile (an observed value, never interpolated): the report's lengths
+    and every fix value sized from them (:mod:`gpudoctor.rules.values`) use this one."""
     if not values:
         return None
     ordered = sorted(values)

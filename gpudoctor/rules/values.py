@@ -8,10 +8,10 @@ counts, ``max_length`` and the pad multiple.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import TypeVar
 
-N = TypeVar("N", int, float)
+from gpudoctor.analysis.process import (
+    percentile as percentile,  # the one percentile, for replay and sweep
+)
 
 CHECKPOINT_TARGET = 0.02  # saving at most this share of wall time
 WORKER_HEADROOM = 1.25  # workers build batches 25% faster than the loop eats them
@@ -27,15 +27,6 @@ def nice_round_up(value: float) -> int:
         if m * exp >= value:
             return int(m * exp)
     return int(10 * exp)
-
-
-def percentile(values: Sequence[N], pct: float) -> N | None:
-    """Nearest-rank percentile of observed lengths (an observed value, never interpolated)."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    idx = min(len(ordered) - 1, max(0, int(round(pct / 100 * (len(ordered) - 1)))))
-    return ordered[idx]
 
 
 def save_steps_for(per_save_s: float, step_s: float, target: float = CHECKPOINT_TARGET) -> int:
