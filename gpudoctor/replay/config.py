@@ -9,10 +9,12 @@ bad values are one-line ``UserError``s naming the key and its line.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from gpudoctor import safefs
 from gpudoctor.errors import UserError
 from gpudoctor.replay import checks
 from gpudoctor.replay.schema import Ctx, build, one_line
@@ -20,6 +22,7 @@ from gpudoctor.replay.yamlsrc import load_yaml
 
 Stage = Literal["ahead", "startup", "getitem", "collate", "loop"]
 STAGE_ORDER: tuple[str, ...] = ("ahead", "startup", "getitem", "collate", "loop")
+MAX_CONFIG_BYTES = 2**20
 
 
 @dataclass
@@ -244,12 +247,17 @@ def load_config_text(text: str, source: str = "<config>", base_dir: str = ".") -
 def load_config(path: str | Path) -> ReplayConfig:
     """Read and validate the YAML file at ``path``."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
+    try:  # the user named it, so a link is followed; a FIFO or device is refused, never waited on
+        with safefs.open_read(os.path.realpath(p)) as fh:
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise UserError(f"config file not found: {p}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"cannot read config {p}: {exc.__class__.__name__}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise UserError(f"config {p} is over the {MAX_CONFIG_BYTES // 2**20} MiB cap for a replay config "
+                        "(a real one is a few kB); point dataset.path at the data instead of inlining it")
     return load_config_text(text, source=str(p), base_dir=str(p.parent))
 
 

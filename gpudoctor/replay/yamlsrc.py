@@ -2,6 +2,12 @@
 
 PyYAML's node marks carry line numbers; the safe constructor drops them. We keep
 them in a ``dict`` subclass so validation can say ``config.yaml:12: training.x``.
+
+Aliases share one object when loaded, but everything after (``dataclasses.asdict``,
+``json.dumps``, a transformers config) copies each use: ten nested lists of ten
+aliases are 10^10 values. The node graph is measured, aliases expanded, before
+anything is built, and refused past :data:`MAX_EXPANDED_NODES` (a real config has
+a few hundred) or when an alias refers to itself.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from typing import Any
 import yaml
 
 from gpudoctor.errors import UserError
+
+MAX_EXPANDED_NODES = 100_000
 
 
 class LinedDict(dict):
@@ -65,7 +73,11 @@ def load_yaml(text: str, source_name: str = "<config>") -> Any:
         raise UserError(f"{source_name}: not valid YAML: {_one_line(exc)}") from None
     loader.source_name = source_name
     try:
-        return loader.get_single_data()
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expansion(node, source_name)
+        return loader.construct_document(node)
     except UserError:
         raise
     except yaml.MarkedYAMLError as exc:
@@ -83,6 +95,37 @@ def load_yaml(text: str, source_name: str = "<config>") -> Any:
         raise UserError(f"{source_name}: nesting too deep to be a gpudoctor config") from None
     finally:
         loader.dispose()
+
+
+def _check_expansion(root: yaml.Node, source_name: str, cap: int | None = None) -> None:
+    """Refuse a document whose aliases, expanded, make more than ``cap`` nodes (or a cycle)."""
+    cap = MAX_EXPANDED_NODES if cap is None else cap
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_nodes:
+            line = node.start_mark.line + 1
+            raise UserError(f"{source_name}:{line}: an alias refers to the node that contains it; "
+                            "a config cannot be recursive")
+        open_nodes.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            total += sum(size(child) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in node.value)
+        open_nodes.discard(key)
+        if total > cap:
+            raise UserError(f"{source_name}: the config expands to more than {cap:,} values through its "
+                            "aliases (*name); a real config has a few hundred: write the values out, "
+                            "or use fewer nested aliases")
+        sizes[key] = total
+        return total
+
+    size(root)
 
 
 def _one_line(exc: BaseException) -> str:
