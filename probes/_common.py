@@ -30,6 +30,7 @@ import json
 import math
 import os
 import random
+import stat
 import statistics
 import tempfile
 import time
@@ -70,10 +71,24 @@ def setup(args) -> None:
 
 
 def cache_dir() -> str:
+    """``$GPUDOCTOR_PROBE_CACHE`` or ``<tmp>/gpudoctor-probes-cache-<uid>``, private to this user.
+
+    A cached tokenizer is loaded as it is, so a folder another user made (pre-planted in
+    /tmp) or can write is refused, never used. (Probes never import gpudoctor: this is
+    ``gpudoctor.safefs.private_dir``'s check, written out.)
+    """
     d = os.environ.get("GPUDOCTOR_PROBE_CACHE") or os.path.join(
-        tempfile.gettempdir(), "gpudoctor-probes-cache"
+        tempfile.gettempdir(), f"gpudoctor-probes-cache-{os.geteuid()}"
     )
-    os.makedirs(d, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.makedirs(d, mode=0o700)
+    st = os.lstat(d)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        mode = stat.S_IMODE(st.st_mode)
+        raise RuntimeError(
+            f"probe cache {d} is a link or not a folder, or someone else's (uid {st.st_uid}), or writable "
+            f"by others (mode {mode:o}); remove it or set GPUDOCTOR_PROBE_CACHE to a folder of your own"
+        )
     return d
 
 

@@ -43,6 +43,9 @@ def main(args: Any) -> int:
     price = args.price_per_gpu_hour if args.price_per_gpu_hour is not None else config.hardware.price_per_gpu_hour
     code, report, folder = run_cmd.run([*worker, *bounds], args.out, 0.1, price, args.gpus, as_json=False,
                                        mode="replay")
+    from gpudoctor.replay.scratch import remove_all
+
+    remove_all(folder)  # a killed worker skipped its own cleanup: its checkpoints go now
     if code != 0 or report is None:
         if args.json and report is not None:
             print(json.dumps(report, indent=2))

@@ -7,8 +7,6 @@ comes first, and report what happened (steps, losses, checkpoint costs).
 from __future__ import annotations
 
 import contextlib
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +17,7 @@ import torch
 from gpudoctor.replay.build import Pipeline, build_loader
 from gpudoctor.replay.config import ReplayConfig
 from gpudoctor.replay.measure import checkpoint_once
+from gpudoctor.replay.scratch import scratch_dir
 
 
 @dataclass
@@ -94,18 +93,15 @@ def run_plain(
     loader = build_loader(
         cfg, pipe, tr.dataloader_pin_memory and device.type == "cuda"
     )  # pinning needs a GPU
-    ckpt_dir = Path(tempfile.mkdtemp(prefix="gpudoctor-replay-ckpt-"))
     result = LoopResult()
     start = time.perf_counter()
     epochs = max(1, int(tr.num_train_epochs + 0.999))
-    try:
+    with scratch_dir("ckpt") as ckpt_dir:  # in the run folder, removed even on an exception
         for _ in range(epochs):
             if _epoch(cfg, pipe, model, optimizer, loader, bounds, device, ckpt_dir, result, start):
                 break
         else:
             result.stopped_by = "epochs"
-    finally:
-        shutil.rmtree(ckpt_dir, ignore_errors=True)
     result.seconds = time.perf_counter() - start
     return result
 
@@ -157,13 +153,19 @@ def run_trainer(
     cfg: ReplayConfig, pipe: Pipeline, model: Any, bounds: Bounds, device: torch.device
 ) -> LoopResult:
     """``transformers.Trainer`` with the config's TrainingArguments (``use_cpu`` without a GPU)."""
+    on_gpu = device.type == "cuda"
+    with scratch_dir("trainer") as out:
+        return _train_with(cfg, pipe, model, bounds, on_gpu, out)
+
+
+def _train_with(
+    cfg: ReplayConfig, pipe: Pipeline, model: Any, bounds: Bounds, on_gpu: bool, out: Path
+) -> LoopResult:
     from transformers import Trainer, TrainingArguments
 
     from gpudoctor.replay.trainer_bounds import BoundsCallback
 
     tr = cfg.training
-    on_gpu = device.type == "cuda"
-    out = Path(tempfile.mkdtemp(prefix="gpudoctor-replay-trainer-"))
     args = TrainingArguments(
         output_dir=str(out),
         per_device_train_batch_size=tr.per_device_train_batch_size,
@@ -201,10 +203,7 @@ def run_trainer(
         data_collator=pipe.collator,
         callbacks=[callback],
     )
-    try:
-        trainer.train()
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
+    trainer.train()
     return callback.result(
         trainer.state, bounds, tr.gradient_accumulation_steps, tr.per_device_train_batch_size
     )

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpudoctor import safefs
 from gpudoctor.errors import UserError
 from gpudoctor.replay import synthetic
 from gpudoctor.replay.checks import template_fields
@@ -35,6 +36,12 @@ def cache_root() -> Path:
     """``$GPUDOCTOR_REPLAY_CACHE`` or ``~/.cache/gpudoctor/replay``."""
     env = os.environ.get("GPUDOCTOR_REPLAY_CACHE")
     return Path(env) if env else Path.home() / ".cache" / "gpudoctor" / "replay"
+
+
+def private_root(root: Path | None = None) -> Path:
+    """The cache folder, 0700, refused if another user made it or can write it: its
+    prepared data and tokenizer are loaded as they are, so no one else may plant them."""
+    return safefs.private_dir(root or cache_root(), "the replay cache")
 
 
 def cache_key(cfg: ReplayConfig) -> str:
@@ -59,7 +66,7 @@ def cache_key(cfg: ReplayConfig) -> str:
 
 def prepare(cfg: ReplayConfig, root: Path | None = None) -> tuple[Path, dict[str, Any]]:
     """Return the prepared folder for ``cfg`` and its meta, building it if missing."""
-    folder = (root or cache_root()) / cache_key(cfg)
+    folder = private_root(root) / cache_key(cfg)
     meta_path = folder / "meta.json"
     if meta_path.is_file():
         return folder, {**json.loads(meta_path.read_text()), "cache_hit": True}

@@ -4,6 +4,9 @@
 for it), next to its ``config.yaml`` and each run's folder (events, worker log,
 ``replay_measure.json``), so a repeated or resharded sweep runs only new points.
 Crashes and timeouts are not cached: they are often the machine's, not the point's.
+
+The cache folder is private (0700, :func:`safefs.private_dir`): a record is trusted as
+measured, so a folder another user made or can write is refused in one line.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import json
 import os
 from pathlib import Path
 from typing import Any
+
+from gpudoctor import safefs
 
 CACHED_STATUSES = ("ok", "oom", "no_steady_state")
 RECORD = "trial.json"
@@ -25,7 +30,7 @@ def default_root() -> Path:
 
 class TrialCache:
     def __init__(self, root: Path) -> None:
-        self.root = root
+        self.root = safefs.private_dir(root, "the sweep cache")
 
     def folder(self, key: str) -> Path:
         return self.root / key
@@ -39,13 +44,17 @@ class TrialCache:
         return record if isinstance(record, dict) and record.get("key") == key else None
 
     def save(self, record: dict[str, Any]) -> None:
+        """Keep a measured record (never a crash or timeout); drop every run's checkpoints."""
+        from gpudoctor.replay.scratch import remove_all
+
+        folder = self.folder(record["key"])
+        if folder.is_dir():
+            for run_dir in folder.iterdir():  # a trial stopped at its timeout left its checkpoints
+                remove_all(run_dir)
         if record["status"] not in CACHED_STATUSES:
             return
-        path = self.folder(record["key"]) / RECORD
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record, indent=1))
-        tmp.replace(path)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        safefs.replace_file(folder / RECORD, json.dumps(record, indent=1))
 
     def measure(self, record: dict[str, Any]) -> dict[str, Any] | None:
         """The worker's ``replay_measure.json`` of the record's last good run, for preflight."""
