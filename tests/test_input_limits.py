@@ -157,3 +157,19 @@ def test_a_fifo_or_link_as_report_json_is_refused_without_waiting(tmp_path, othe
     for folder, says in (("fifo", "not a regular file"), ("link", "symbolic link")):
         proc = run_cli("check", str(other_user_dir / folder), "--max-waste", "0.5", timeout=30)
         assert says in assert_one_line_error(proc, 2)  # before: the FIFO hung, the link was read
+
+
+def test_report_on_a_folder_with_a_planted_fifo_finishes_and_says_why(other_user, other_user_dir):
+    from tests.test_rules import stall_run
+
+    run = stall_run(other_user_dir / "run", cores=8, cpu_total_pct=20.0).write()
+    for path in [run, *run.rglob("*")]:
+        os.chown(path, other_user.uid, other_user.gid)  # the whole folder is the other user's
+    (run / "report.json").unlink(missing_ok=True)
+    _as(other_user, "import os", f"os.mkfifo({str(run / 'events' / '999.jsonl')!r})")
+    out = other_user_dir / "out.json"
+    proc = run_cli("report", str(run), "-o", str(out), timeout=120)  # before: blocked on the FIFO
+    assert proc.returncode == 0, proc.stderr
+    notes = json.loads(out.read_text())["notes"]
+    assert any("events/999.jsonl skipped: it is not a regular file" in n for n in notes), notes
+    assert json.loads(out.read_text())["steps"]["count"] > 100  # the patient's own events still count

@@ -214,8 +214,8 @@ def load_recording(root: Path) -> Recording:
     fixed = clean_meta(rec.meta)
     if fixed:
         rec.notes.append(f"meta.json had unexpected values for {', '.join(fixed)}; they were ignored")
-    rec.host, bad_host = read_samples(folder.samples_dir / "host.jsonl", clean_host_row)
-    rec.gpu, bad_gpu = read_samples(folder.samples_dir / "gpu.jsonl", clean_gpu_row)
+    rec.host, bad_host = read_samples(folder.samples_dir / "host.jsonl", clean_host_row, notes=rec.notes)
+    rec.gpu, bad_gpu = read_samples(folder.samples_dir / "gpu.jsonl", clean_gpu_row, notes=rec.notes)
     bad_events = 0
     extents: list[float] = [r["t"] for rows in (rec.host, rec.gpu) for r in (rows[:1] + rows[-1:])]
     for path in sorted(folder.events_dir.glob("*.jsonl")) if folder.events_dir.is_dir() else []:
@@ -225,6 +225,7 @@ def load_recording(root: Path) -> Recording:
             continue
         loaded = read_events(path)
         bad_events += loaded.bad
+        rec.notes += loaded.notes  # a refused file (link, FIFO, stranger's), over-long lines
         if loaded.events or loaded.loop:
             rec.events[pid] = loaded.events
         if loaded.loop:
