@@ -33,33 +33,40 @@ _SECRET_PART = re.compile(
 # Whole words that are secrets on their own.
 _SECRET_WORDS = frozenset({"pwd", "creds", "cred", "sig", "key", "keys", "apikey", "pass"})
 # Special tokens: ``eos_token``, ``pad_token_id`` are vocabulary, not credentials.
-_SPECIAL = frozenset({"bos", "eos", "pad", "unk", "sep", "cls", "mask", "special", "start", "end",
-                      "image", "video", "audio", "stop", "placeholder", "added"})
-_TOKEN_NEXT_OK = frozenset({"type", "types", "budget", "limit", "limits", "count", "counts", "len",
-                            "length", "lengths", "level", "embedding", "embeddings", "dim", "size",
-                            "classification"})
+_SPECIAL = frozenset({
+    "bos", "eos", "pad", "unk", "sep", "cls", "mask", "special", "start", "end", "image", "video",
+    "audio", "stop", "placeholder", "added"
+})
+_TOKEN_NEXT_OK = frozenset({
+    "type", "types", "budget", "limit", "limits", "count", "counts", "len", "length", "lengths",
+    "level", "embedding", "embeddings", "dim", "size", "classification"
+})
 _COUNTING = frozenset({"max", "min", "num", "n", "total", "per"})
 # Words that make a plural ``tokens`` credentials (``api_tokens``) rather than a count.
-_CREDENTIAL_CONTEXT = frozenset({"api", "auth", "access", "hf", "hub", "oauth", "refresh", "session",
-                                 "github", "gh", "gitlab", "slack", "bot", "private", "wandb", "openai",
-                                 "client", "login", "user", "id", "bearer"})
+_CREDENTIAL_CONTEXT = frozenset({
+    "api", "auth", "access", "hf", "hub", "oauth", "refresh", "session", "github", "gh", "gitlab",
+    "slack", "bot", "private", "wandb", "openai", "client", "login", "user", "id", "bearer"
+})
 # ``sort_key``, ``metric_key_prefix``: keys of data, not of doors.
-_HARMLESS_KEY = frozenset({"sort", "cache", "group", "metric", "monitor", "primary", "foreign", "column",
-                           "text", "label", "labels", "input", "output", "image", "audio", "dataset",
-                           "data", "feature", "features", "lookup", "dict", "batch", "sample", "join",
-                           "partition", "shard", "hash", "map", "index", "row", "split", "field",
-                           "prompt", "answer", "question", "target", "source", "context", "response",
-                           "chosen", "rejected", "message", "messages", "content", "rng", "random"})
+_HARMLESS_KEY = frozenset({
+    "sort", "cache", "group", "metric", "monitor", "primary", "foreign", "column", "text", "label",
+    "labels", "input", "output", "image", "audio", "dataset", "data", "feature", "features",
+    "lookup", "dict", "batch", "sample", "join", "partition", "shard", "hash", "map", "index",
+    "row", "split", "field", "prompt", "answer", "question", "target", "source", "context",
+    "response", "chosen", "rejected", "message", "messages", "content", "rng", "random"
+})
 # A flag that reads as a switch: what follows it may be the next flag, not its value.
-_SWITCH_FIRST = frozenset({"use", "no", "enable", "disable", "with", "without", "allow", "require",
-                           "skip", "ignore"})
+_SWITCH_FIRST = frozenset({
+    "use", "no", "enable", "disable", "with", "without", "allow", "require", "skip", "ignore"
+})
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _WORD_SPLIT = re.compile(r"[^a-z0-9]+")
 
 # Values that look like secrets whatever they are called.
 _SECRET_VALUE = re.compile(
-    r"(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
+    r"(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}"
+    r"|github_pat_[A-Za-z0-9_]{20,}"
     r"|gl(?:pat|dt|rt|ptt|cbt|ft|soat|imt|agent)-[A-Za-z0-9_-]{20,}"
     r"|xox[abprs]-[A-Za-z0-9-]{10,}|(?:AKIA|ASIA)[0-9A-Z]{16}"
     r"|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]+)"
@@ -141,8 +148,8 @@ def _hide_pairs(text: str) -> str:
     while (m := _PAIR.search(text, pos)) is not None:
         name, value = m.group("name"), m.group("value")
         spaced = not m.group("sep").strip()
-        if not is_secret_name(name) or (spaced and (
-                not name.startswith("-") or (_is_switch(name) and _FLAG.fullmatch(value)))):
+        switch_then_flag = _is_switch(name) and _FLAG.fullmatch(value)
+        if not is_secret_name(name) or (spaced and (not name.startswith("-") or switch_then_flag)):
             pos = m.start("value")  # prose ("token expired"), a switch then a flag, or no secret
             continue
         quote = value[0] if value[:1] in ("'", '"') and value[-1:] == value[:1] else ""

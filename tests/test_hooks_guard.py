@@ -32,6 +32,7 @@ SCRIPT = ROOT / "tests" / "scripts" / "odd_batches_loop.py"
 
 # -- hostile objects -----------------------------------------------------------------------------
 
+
 class RaisingGetattr:
     """Every missing attribute raises something other than AttributeError."""
 
@@ -89,12 +90,42 @@ def identity(item: Any) -> Any:
 
 # -- fuzzed batches ------------------------------------------------------------------------------
 
-_DTYPE_NAMES = ("bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
-                "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
-                "float8_e4m3fn", "float8_e5m2")
+_DTYPE_NAMES = (
+    "bool",
+    "uint8",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+    "float8_e4m3fn",
+    "float8_e5m2",
+)
 DTYPES = [getattr(torch, n) for n in _DTYPE_NAMES if hasattr(torch, n)]
-LAYOUTS = ("strided", "transposed", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "mkldnn",
-           "nested", "jagged", "meta", "quantized", "scalar", "1d", "3d")
+LAYOUTS = (
+    "strided",
+    "transposed",
+    "sparse_coo",
+    "sparse_csr",
+    "sparse_csc",
+    "sparse_bsr",
+    "mkldnn",
+    "nested",
+    "jagged",
+    "meta",
+    "quantized",
+    "scalar",
+    "1d",
+    "3d",
+)
 
 
 def make_tensor(layout: str, dtype: torch.dtype, rows: int, cols: int) -> Any:
@@ -118,7 +149,9 @@ def make_tensor(layout: str, dtype: torch.dtype, rows: int, cols: int) -> Any:
         if layout == "nested":
             return torch.nested.nested_tensor([base[0], base[0][: max(cols - 1, 0)]])
         if layout == "jagged":
-            return torch.nested.nested_tensor([base[0], base[0][: max(cols - 1, 0)]], layout=torch.jagged)
+            return torch.nested.nested_tensor(
+                [base[0], base[0][: max(cols - 1, 0)]], layout=torch.jagged
+            )
         if layout == "meta":
             return base.to("meta")
         if layout == "quantized":
@@ -132,10 +165,21 @@ def make_tensor(layout: str, dtype: torch.dtype, rows: int, cols: int) -> Any:
         return None
 
 
-tensors = st.builds(make_tensor, st.sampled_from(LAYOUTS), st.sampled_from(DTYPES),
-                    st.integers(0, 3), st.integers(0, 5))
-leaves = st.one_of(tensors, st.none(), st.integers(-3, 3), st.text(max_size=5),
-                   st.builds(RaisingGetattr), st.builds(RaisingClass))
+tensors = st.builds(
+    make_tensor,
+    st.sampled_from(LAYOUTS),
+    st.sampled_from(DTYPES),
+    st.integers(0, 3),
+    st.integers(0, 5),
+)
+leaves = st.one_of(
+    tensors,
+    st.none(),
+    st.integers(-3, 3),
+    st.text(max_size=5),
+    st.builds(RaisingGetattr),
+    st.builds(RaisingClass),
+)
 keys = st.sampled_from(["attention_mask", "input_ids", "labels", "pixel_values"])
 batches = st.one_of(
     st.dictionaries(keys, leaves, max_size=3),
@@ -173,7 +217,7 @@ def read_events(folder: Path) -> list[dict[str, Any]]:
 
 
 def hooked(fn: Any, *args: Any) -> tuple[Any, list[dict[str, Any]]]:
-    """``fn(*args)`` with the hooks installed (no profiler windows, pad id 0), and what they recorded."""
+    """``fn(*args)`` with the hooks in (no profiler windows, pad id 0), and what they recorded."""
     folder = Path(tempfile.mkdtemp(prefix="gpudoctor-guard-"))
     old = os.environ.get("GPUDOCTOR_PROFILE_WINDOW")
     os.environ["GPUDOCTOR_PROFILE_WINDOW"] = "off"
@@ -196,8 +240,11 @@ def same_run(bare: tuple[list[Any], str | None], with_hooks: tuple[list[Any], st
     assert all(a is b for a, b in zip(with_hooks[0], bare[0], strict=True))
 
 
-@settings(max_examples=int(os.environ.get("GPUDOCTOR_HYPOTHESIS_EXAMPLES", "60")), deadline=None,
-          suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=int(os.environ.get("GPUDOCTOR_HYPOTHESIS_EXAMPLES", "60")),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
 @given(items=st.lists(batches, min_size=1, max_size=4), hostile_collate=st.booleans())
 def test_fuzzed_batches_train_the_same_with_the_hooks(items, hostile_collate):
     collate = RaisingGetattr() if hostile_collate else identity
@@ -215,9 +262,15 @@ def test_a_failing_hook_is_said_once_and_the_rest_keep_recording(capfd):
     with_hooks, events = hooked(train, items, identity)
     same_run(bare, with_hooks)
     errors = [e for e in events if e["k"] == "hook_error"]
-    assert len(errors) == 1 and errors[0]["where"] == "padding count" and errors[0]["error"] == "ValueError"
+    assert (
+        len(errors) == 1
+        and errors[0]["where"] == "padding count"
+        and errors[0]["error"] == "ValueError"
+    )
     assert sum(e["k"] == "step" for e in events) == 5
-    assert sum(e["k"] == "span" and e["c"] == "data_wait" for e in events) == 6  # 5 batches + the end
+    assert (
+        sum(e["k"] == "span" and e["c"] == "data_wait" for e in events) == 6
+    )  # 5 batches + the end
     err = capfd.readouterr().err
     assert len([line for line in err.splitlines() if line.startswith("gpudoctor:")]) == 1, err
     assert "'padding count'" in err and "the training goes on" in err
@@ -345,8 +398,18 @@ def test_loader_event_never_raises_on_a_hostile_loader():
 def test_odd_batches_and_the_users_own_profiler_do_not_kill_training(tmp_path):
     """End to end: exits 0 bare, so it must exit 0 under the doctor, its own profiler intact."""
     folder = tmp_path / "run"
-    proc = run_cli("run", "--out", str(folder), "--", sys.executable, str(SCRIPT), "--steps", "12",
-                   "--own-profiler", env={"GPUDOCTOR_PROFILE_WINDOW": "3:2"})
+    proc = run_cli(
+        "run",
+        "--out",
+        str(folder),
+        "--",
+        sys.executable,
+        str(SCRIPT),
+        "--steps",
+        "12",
+        "--own-profiler",
+        env={"GPUDOCTOR_PROFILE_WINDOW": "3:2"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((folder / "report.json").read_text())
     assert report["steps"]["count"] == 12

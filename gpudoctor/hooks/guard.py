@@ -109,15 +109,25 @@ def _failed(site: _Site, exc: Exception) -> None:
             sink = _sink
         text = _describe(exc)
         if site.vital:
-            said = (f"in-process recording stopped in pid {os.getpid()} after an internal error in "
-                    f"{site.where!r} ({text}); the training goes on, the report covers the time before")
+            said = (
+                f"in-process recording stopped in pid {os.getpid()} after an internal error in "
+                f"{site.where!r} ({text}); the training goes on, the report covers the time before"
+            )
         else:
-            said = (f"hook {site.where!r} off in pid {os.getpid()} after an internal error ({text}); "
-                    "the training goes on")
+            said = (
+                f"hook {site.where!r} off in pid {os.getpid()} after an internal error ({text}); "
+                "the training goes on"
+            )
         print(f"gpudoctor: {said}", file=sys.stderr, flush=True)
         if sink is not None:
-            event = {"k": "hook_error", "t": time.time(), "where": site.where, "vital": site.vital,
-                     "error": type(exc).__name__, "message": text}
+            event = {
+                "k": "hook_error",
+                "t": time.time(),
+                "where": site.where,
+                "vital": site.vital,
+                "error": type(exc).__name__,
+                "message": text,
+            }
             sink.last_words(event) if site.vital else sink.emit(event)
     except Exception:  # saying so failed (stderr closed, disk gone): stay quiet
         pass

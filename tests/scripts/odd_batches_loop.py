@@ -35,10 +35,15 @@ def main() -> int:
         mask = torch.stack([r["attention_mask"] for r in rows]).to_sparse()  # sparse COO
         return {"input_ids": ids, "attention_mask": mask}
 
-    model = torch.nn.Sequential(torch.nn.Embedding(16, 8), torch.nn.Flatten(), torch.nn.Linear(128, 1))
+    model = torch.nn.Sequential(
+        torch.nn.Embedding(16, 8), torch.nn.Flatten(), torch.nn.Linear(128, 1)
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    own = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) \
-        if args.own_profiler else contextlib.nullcontext()
+    own = (
+        torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+        if args.own_profiler
+        else contextlib.nullcontext()
+    )
     steps = 0
     with own:
         for batch in DataLoader(Rows(), batch_size=4, collate_fn=collate):
