@@ -12,7 +12,7 @@ import pytest
 
 from gpudoctor.analysis.process import build_process_view
 from gpudoctor.analysis.sampled import Code, sampled_events
-from gpudoctor.attach import symbols
+from gpudoctor.attach import scratch, symbols
 from gpudoctor.attach.classify import classify
 from gpudoctor.attach.inject import gdb_script
 from gpudoctor.attach.lock import AttachLock, lock_path
@@ -154,12 +154,14 @@ def test_a_second_doctor_is_refused_and_a_stale_lock_taken_over():
     pid = 2**22 + 12345  # no such process: only the lock file matters here
     with AttachLock(pid), pytest.raises(UserError, match="already attached"):
         AttachLock(pid).acquire()
-    dead = subprocess.Popen(["true"])
+    dead = subprocess.Popen(["sleep", "60"])
+    token = scratch.process_token(dead.pid)
+    dead.kill()
     dead.wait()
-    lock_path(pid).write_text(str(dead.pid))
-    os.utime(lock_path(pid), (time.time() - 60, time.time() - 60))
+    assert token is not None and not scratch.token_alive(token)
+    lock_path(pid).write_text(token)
     with AttachLock(pid) as lock:
-        assert lock_path(pid).read_text() == str(os.getpid())
+        assert lock_path(pid).read_text() == scratch.process_token(os.getpid())
     assert not lock.path.exists()
 
 

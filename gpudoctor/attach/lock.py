@@ -1,24 +1,30 @@
-"""One doctor per patient: ``/tmp/gpudoctor-attach-<pid>.lock``.
+"""One doctor per patient: ``attach-<pid>.lock`` in the doctor's private state folder.
 
 Two doctors would inject two sets of hooks (the second install is refused in
-the patient anyway) and fight over detaching. The lock is created with
-``O_EXCL`` and holds the doctor's pid; a lock whose doctor is gone (killed with
-SIGKILL) is stale and taken over.
+the patient anyway) and fight over detaching. The lock lives in
+:func:`gpudoctor.attach.scratch.state_dir` (0700, the doctor's user's alone), so
+no other user can plant it to refuse an attach, or a link to make the doctor
+write elsewhere. It names its doctor by pid and start time and appears whole
+(written aside, then hard-linked into place): a lock whose doctor is gone (killed
+with SIGKILL) is stale and taken over, as is a dead doctor's scratch folder.
+
+Imported inside the patient too (:func:`pid_alive`, by the payload): the rest is
+imported lazily.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
-import time
 from pathlib import Path
 
 from gpudoctor.errors import UserError
 
 
 def lock_path(pid: int) -> Path:
-    return Path(tempfile.gettempdir()) / f"gpudoctor-attach-{pid}.lock"
+    from gpudoctor.attach import scratch
+
+    return scratch.state_dir() / f"attach-{pid}.lock"
 
 
 class AttachLock:
@@ -28,43 +34,41 @@ class AttachLock:
         self._held = False
 
     def acquire(self) -> None:
-        for _ in range(2):
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                holder = self._holder()
-                if (holder is not None and pid_alive(holder)) or (holder is None and self._fresh()):
-                    raise UserError(
-                        f"another gpudoctor (pid {holder}) is already attached to pid {self.pid}; "
-                        f"wait for it to finish or stop it (if it is gone, remove {self.path})", 3
-                    ) from None
-                with contextlib.suppress(FileNotFoundError):
-                    self.path.unlink()  # stale: its doctor exited without cleaning up
-                continue
-            with os.fdopen(fd, "w") as fh:
-                fh.write(str(os.getpid()))
-            self._held = True
-            return
+        from gpudoctor import safefs
+        from gpudoctor.attach import scratch
+
+        scratch.remove_stale()
+        me = scratch.process_token(os.getpid()) or str(os.getpid())
+        tmp = scratch.session_dir() / self.path.name  # a dead doctor's is removed with its folder
+        tmp.unlink(missing_ok=True)
+        with os.fdopen(safefs.create_new(tmp, 0o600), "w") as fh:
+            fh.write(me)
+        try:
+            for _ in range(2):
+                try:
+                    os.link(tmp, self.path)  # appears with its content, or not at all
+                except FileExistsError:
+                    holder = scratch.lock_holder(self.path)
+                    if holder is not None and scratch.token_alive(holder):
+                        raise UserError(
+                            f"another gpudoctor (pid {holder.split('-')[0]}) is already attached to pid {self.pid}; "
+                            "wait for it to finish or stop it", 3) from None
+                    with contextlib.suppress(FileNotFoundError):
+                        self.path.unlink()  # stale: its doctor exited without cleaning up
+                    continue
+                self._held = True
+                return
+        finally:
+            tmp.unlink(missing_ok=True)
         raise UserError(f"could not take the attach lock {self.path}; remove it if no gpudoctor is running", 3)
 
     def release(self) -> None:
-        if self._held and self._holder() == os.getpid():
+        from gpudoctor.attach import scratch
+
+        if self._held and scratch.lock_holder(self.path) == scratch.process_token(os.getpid()):
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
         self._held = False
-
-    def _fresh(self) -> bool:
-        """Created a moment ago: its doctor may not have written its pid yet."""
-        try:
-            return time.time() - self.path.stat().st_mtime < 5.0
-        except FileNotFoundError:
-            return False
-
-    def _holder(self) -> int | None:
-        try:
-            return int(self.path.read_text().strip() or 0) or None
-        except (OSError, ValueError):
-            return None
 
     def __enter__(self) -> AttachLock:
         self.acquire()

@@ -15,7 +15,9 @@ Each window adds one row per process to ``samples/stacks.jsonl`` (format in
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import re
 import shutil
 import signal
@@ -31,7 +33,7 @@ from typing import Any
 import psutil
 
 from gpudoctor.analysis.sampled import Code
-from gpudoctor.attach import targets
+from gpudoctor.attach import scratch, targets
 from gpudoctor.attach.classify import Frame, classify
 from gpudoctor.attach.lock import pid_alive
 from gpudoctor.errors import UserError
@@ -66,7 +68,8 @@ class StackSampler:
         self._described: dict[int, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._tmp = Path(tempfile.mkdtemp(prefix="gpudoctor-stacks-"))
+        # py-spy's output: in the doctor's private scratch folder (removed by the next attach if we die)
+        self._tmp = Path(tempfile.mkdtemp(prefix="stacks-", dir=scratch.session_dir()))
         self._exe = pyspy_path()
 
     def start(self) -> None:
@@ -134,7 +137,9 @@ class StackSampler:
                 "--duration", f"{max(1, round(self.window_s))}", "--nonblocking", "--idle",
                 "--format", "speedscope", "--output", str(out)]
         # Own session: a Ctrl-C meant for the doctor must not end the window unrecorded.
-        return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        # Killed with the doctor: a SIGKILLed doctor must leave no py-spy behind.
+        return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                                preexec_fn=functools.partial(scratch.die_with_parent, os.getpid()))
 
     def _python_tree(self) -> list[int]:
         """The root and its descendants that run Python.

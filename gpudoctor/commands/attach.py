@@ -27,14 +27,19 @@ def main(args: Any) -> int:
         price_per_gpu_hour=args.price_per_gpu_hour, gpus=args.gpus, inject=not args.no_inject,
         sample_rate_hz=args.sample_rate,
     )
-    with AttachLock(args.pid):
-        session = open_session(options)
-        view = LiveView(session.folder.root, LiveState(args.pid, session.record.source(), options.duration_s))
-        view.start()
-        try:
-            record = session.run(view)
-        finally:
-            view.stop()
+    from gpudoctor.attach import scratch
+
+    try:
+        with AttachLock(args.pid):
+            session = open_session(options)
+            view = LiveView(session.folder.root, LiveState(args.pid, session.record.source(), options.duration_s))
+            view.start()
+            try:
+                record = session.run(view)
+            finally:
+                view.stop()
+    finally:
+        scratch.end_session()  # py-spy's output and gdb's commands; a killed doctor's: by the next attach
     observed_s = (record.end_time or record.attach_time) - record.attach_time
     return _report(session.folder.root, args, observed_s)
 
