@@ -223,3 +223,19 @@ def test_startup_proposes_num_proc_only_for_a_cpu_bound_map(tmp_path, map_cpu_pc
     assert f["fix"]["config"].get("num_proc") == num_proc
     if num_proc is None:
         assert "not CPU-bound" in f["fix"]["summary"]
+
+
+def test_a_hook_that_failed_is_said_in_the_report(tmp_path):
+    b = RecordingBuilder(tmp_path, cores=8, duration_s=60.0)
+    rows = b.process()
+    b.training_loop(rows, start_s=1.0, steps=300, compute_s=0.1, wait_s=0.001, fetch_s=0.001)
+    rows.append({"k": "hook_error", "t": T0 + 31.0, "where": "data wait", "vital": True,
+                 "error": "RuntimeError", "message": "RuntimeError: boom"})
+    rows.append({"k": "hook_error", "t": T0 + 2.0, "where": "padding count", "vital": False,
+                 "error": "TypeError", "message": "TypeError: odd batch"})
+    b.host_rows(cpu_total_pct=30.0, cpu_proc_pct=100.0)
+    report = report_of(b)
+    notes = " | ".join(report["notes"])
+    assert "in-process recording stopped in pid 100 31.0 s after launch" in notes and "boom" in notes
+    assert "the hook padding count (TypeError: odd batch) was switched off" in notes
+    assert sum(f["rule"] == "partial_recording" for f in report["findings"]) == 2

@@ -130,8 +130,27 @@ def analyze(rec: Recording) -> Analysis:
     leads = [g[0] for g in groups if g]
     host = _host_stats(rec, leads)
     gpu = _gpu_stats(rec, leads)
-    return Analysis(rec=rec, start=start, end=end, procs=procs, host=host, gpu=gpu, notes=list(rec.notes),
-                    trainings=groups)
+    return Analysis(rec=rec, start=start, end=end, procs=procs, host=host, gpu=gpu,
+                    notes=list(rec.notes) + _hook_error_notes(rec, start), trainings=groups)
+
+
+def _hook_error_notes(rec: Recording, start: float) -> list[str]:
+    """What a hook that failed inside the training said (the training went on without it)."""
+    notes = []
+    for pid, events in sorted(rec.events.items()):
+        for e in events:
+            if e.get("k") != "hook_error":
+                continue
+            at = f"{float(e['t']) - start:.1f} s after launch" if isinstance(e.get("t"), float) else "at some point"
+            what = f"{e.get('where')!s} ({e.get('message') or e.get('error') or 'an internal error'})"
+            notes.append(
+                f"in-process recording stopped in pid {pid} {at} after an internal error in {what}: "
+                "in-process figures cover the time before"
+                if e.get("vital") else
+                f"the hook {what} was switched off in pid {pid} {at} after an internal error; "
+                "the other figures are complete"
+            )
+    return notes
 
 
 def _training_processes(rec: Recording, start: float, end: float) -> list[list[ProcessView]]:

@@ -32,7 +32,8 @@ In-process events (key ``k``):
               at the first step and at exit (see :mod:`gpudoctor.hooks.writer`). ``fetch`` is the
               time a process spent producing batches (dataset ``__getitem__`` +
               collate), in the main process or in a DataLoader worker.
-``torch_cfg`` at the first training forward: ``cuda`` (bool), ``device_name``,
+``torch_cfg`` at the first training forward: ``cuda`` (bool), ``device``, ``device_name``,
+              ``device_capability`` ([major, minor]),
               ``matmul_precision``, ``allow_tf32``, ``cudnn_allow_tf32``,
               ``param_dtype``, ``autocast`` (bool), ``autocast_dtype``.
 ``trainer``   Hugging Face Trainer seen: ``args`` (TrainingArguments.to_dict(),
@@ -41,6 +42,12 @@ In-process events (key ``k``):
 ``profiler``  a short torch.profiler window: ``t0, dt, steps``, ``dataloader_s``
               (time in DataLoader ``__next__`` events), ``cuda_kernel_s`` (null on CPU).
 ``exit``      the process is exiting normally: ``t``.
+``detach``    ``attach`` took its hooks out of the process: ``t``.
+``hf_plan``   a Trainer adopted by ``attach`` mid-run: ``t, max_steps, num_train_epochs,
+              global_step``.
+``hook_error`` one of our hooks failed and switched off (the training went on): ``t``,
+              ``where``, ``vital`` (the whole in-process recording stopped), ``error``,
+              ``message`` (redacted). The report says so in a ``partial_recording`` note.
 
 Sampler lines (no ``k``): see :mod:`gpudoctor.samplers.host` and
 :mod:`gpudoctor.samplers.nvml` for the fields.
