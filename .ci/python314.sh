@@ -10,8 +10,10 @@
 set -euo pipefail
 DEST="${1:-$HOME/.cache/gpudoctor-python314}"
 PY="$DEST/root/usr/bin/python3.14"
+# Readable by every user: the multi-user attach test (tests/test_security_attach.py) runs a copy
+# of this interpreter as another, unprivileged user, with this glibc.
 if [ -x "$PY" ] && "$PY" -c 'import sys; assert hasattr(sys, "remote_exec")' 2>/dev/null; then
-  echo "$PY"; exit 0
+  chmod -R a+rX "$DEST/root"; echo "$PY"; exit 0
 fi
 mkdir -p "$DEST/lists/partial" "$DEST/cache/archives/partial" "$DEST/debs" "$DEST/root"
 echo "deb [trusted=yes] http://deb.debian.org/debian sid main" > "$DEST/sources.list"
@@ -30,4 +32,5 @@ fi
 "$PATCHELF" --set-interpreter "$DEST/root/usr/lib64/ld-linux-x86-64.so.2" \
   --set-rpath "$DEST/root/usr/lib/x86_64-linux-gnu" "$PY"
 "$PY" -c 'import sys; assert hasattr(sys, "remote_exec")'
+chmod -R a+rX "$DEST/root"
 echo "$PY"

@@ -218,7 +218,9 @@ def test_a_launcher_gets_every_rank_hooked_and_a_straggler_finding(tmp_path: Pat
 
 # -- bad input: one clear line, non-zero exit, nobody hung --------------------------------------
 def test_no_such_pid_is_one_clear_line(tmp_path: Path):
-    out = attach(2**22 + 4321, tmp_path / "run", timeout=30)
+    top = int(Path("/proc/sys/kernel/pid_max").read_text())  # a valid pid number, no such process
+    free = next(pid for pid in range(top - 1, 1, -1) if not Path(f"/proc/{pid}").exists())
+    out = attach(free, tmp_path / "run", timeout=30)
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [out.stderr.strip()]
     assert "no process with pid" in out.stderr

@@ -1,19 +1,24 @@
 """Put :mod:`gpudoctor.attach.payload` into a live CPython process.
 
-Python 3.14+ has ``sys.remote_exec``: the patient's own interpreter runs it
-for us. Older versions get the debugger route ``memray attach`` and pyrasite
-use, made gentler:
+Python 3.14+ has ``sys.remote_exec``: the doctor's own interpreter (3.14+) or
+the patient's, run as the patient's user with ``-I -S``, asks the patient to run
+the bootstrap. Older versions get the debugger route ``memray attach`` and
+pyrasite use, made gentler:
 
 * the addresses of ``mmap``, ``Py_AddPendingCall`` and ``PyRun_SimpleString``
   are resolved here (:mod:`.symbols`), so gdb attaches with no symbols and the
   patient is stopped for ~30 ms, not the ~0.5 s symbol loading takes;
-* gdb only maps one page, writes the bootstrap source into it and queues
+* gdb only maps a page, writes a short loader for the bootstrap into it and queues
   ``PyRun_SimpleString(page)`` with ``Py_AddPendingCall``. CPython runs it on
   the main thread at the next bytecode boundary, with the GIL, like a signal
   handler: never in the middle of an allocation or a half-built object, which
   is where calling ``PyRun_SimpleString`` from a stopped thread can land;
 * the bootstrap swallows every exception (a pending call that fails would raise
-  ``SystemError`` in the patient) and reports through a status file instead.
+  ``SystemError`` in the patient) and reports through a status file instead. It
+  looks up no name in ``__main__`` (nanoGPT leaves ``compile = False`` there);
+* the doctor may be root beside another user's training: gdb's commands live in
+  the doctor's private scratch folder, never in ``attach/`` (the patient's user
+  writes there), and nothing of the patient's runs with the doctor's privileges.
 
 Detach needs no debugger: the payload's watchdog removes the hooks when the
 doctor creates ``<control>/detach`` or exits.
@@ -24,20 +29,29 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import psutil
 
 import gpudoctor
-from gpudoctor.attach import symbols
+from gpudoctor import safefs
+from gpudoctor.attach import scratch, symbols
+from gpudoctor.errors import UserError
 
 PKG_PARENT = str(Path(gpudoctor.__file__).resolve().parent.parent)
 GDB_TIMEOUT_S = 20.0
+_STATUS_LIMIT = 64 * 1024
 _PAGE = 4096
+_MAX_SOURCE = 16 * _PAGE
 _PROT_RW = 3
 _MAP_PRIVATE_ANON = 0x22
 _GDB_SETTINGS = (
@@ -49,35 +63,65 @@ _GDB_SETTINGS = (
     "set unwindonsignal on",  # a signal inside a called function unwinds it instead of leaving it half-run
 )
 
-_BOOTSTRAP = '''\
-def _gpudoctor_attach():
+# The bootstrap proper. It runs with the real builtins (see _robust), never __main__'s names.
+_BODY = '''\
+def _gpudoctor_attach(control, pkg_parent, run_dir, doctor_pid):
     import json, os, sys, time
-    control = {control!r}
     status = os.path.join(control, "%d.installed.json" % os.getpid())
     try:
         added = None
         try:
             import gpudoctor.attach.payload as payload
         except ImportError:
-            sys.path.append({pkg_parent!r})  # appended: the patient's own packages keep precedence
-            added = {pkg_parent!r}
+            sys.path.append(pkg_parent)  # appended: the patient's own packages keep precedence
+            added = pkg_parent
             import gpudoctor.attach.payload as payload
-        payload.attach({run_dir!r}, control, {doctor_pid!r}, added)
+        payload.attach(run_dir, control, doctor_pid, added)
     except BaseException as exc:
-        with open(status + ".tmp", "w") as fh:
+        fd = os.open(status + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
             json.dump({{"ok": False, "pid": os.getpid(), "t": time.time(),
                        "error": "%s: %s" % (type(exc).__name__, exc)}}, fh)
         os.replace(status + ".tmp", status)
-_gpudoctor_attach()
+_gpudoctor_attach({control!r}, {pkg_parent!r}, {run_dir!r}, {doctor_pid!r})
 '''
 
-# What PyRun_SimpleString runs: in __main__'s namespace, so it binds no name there.
-_LAUNCH = (
-    "try:\n"
-    " exec(compile(open({path!r}).read(), {path!r}, 'exec'), {{'__name__': '__gpudoctor_attach__'}})\n"
-    "except BaseException:\n"
-    " pass\n"
+# What gdb's page runs: read the bootstrap file; a failure to read or compile it is reported too.
+_LOADER = (
+    "def _l(p, c):\n"
+    " import os\n"
+    " try:\n"
+    "  with open(p, 'rb') as f: s = f.read()\n"
+    "  exec(compile(s, p, 'exec'), {{'__name__': '__gpudoctor_attach__'}})\n"
+    " except BaseException as e:\n"
+    "  import json, time\n"
+    "  t = os.path.join(c, '%d.installed.json' % os.getpid())\n"
+    "  with os.fdopen(os.open(t + '.tmp', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 'w') as f:\n"
+    "   json.dump({{'ok': False, 'pid': os.getpid(), 't': time.time(),"
+    " 'error': 'bootstrap %s: %s' % (type(e).__name__, e)}}, f)\n"
+    "  os.replace(t + '.tmp', t)\n"
+    "_l({path!r}, {control!r})\n"
 )
+
+# The real ``builtins`` module, reached through attributes of a literal only: no name is looked
+# up, so nothing the patient binds in __main__ (``compile = False``, ``__builtins__ = {{}}``) counts.
+_BUILTINS = ("[c for c in ().__class__.__base__.__subclasses__() if c.__name__ == 'BuiltinImporter'"
+             " and c.__module__ == '_frozen_importlib'][0].find_spec.__func__.__globals__['sys']"
+             ".modules['builtins']")
+
+
+def _robust(source: str) -> str:
+    """Code that runs ``source`` with the real builtins in a fresh namespace, whatever __main__ holds.
+
+    PyRun_SimpleString runs in __main__'s namespace (and ``sys.remote_exec`` might): a bare
+    ``except`` (no name to look up) keeps a failure from raising into the patient, and nothing
+    is bound in __main__.
+    """
+    return ("try:\n"
+            f" (lambda b: b.exec({source!r}, {{'__builtins__': b, '__name__': '__gpudoctor_attach__'}}))"
+            f"({_BUILTINS})\n"
+            "except:\n"
+            " pass\n")
 
 
 class InjectError(Exception):
@@ -91,16 +135,26 @@ class Injection:
     gdb_s: float  # gdb's whole run (the process is stopped only for part of it); 0 for remote_exec
 
 
-def write_bootstrap(control_dir: Path, run_dir: Path) -> Path:
-    control_dir.mkdir(parents=True, exist_ok=True)
+def write_bootstrap(control_dir: Path, run_dir: Path, owner: tuple[int, int] | None = None) -> Path:
+    """``<control>/bootstrap.py`` in a fresh private folder; ``owner`` (uid, gid): the patient's, who reads it."""
+    safefs.private_dir(control_dir, "the attach folder")
+    for old in control_dir.iterdir():  # a reused --out: an old detach flag would end this session at once
+        if not old.is_dir():
+            old.unlink()
     path = control_dir / "bootstrap.py"
-    path.write_text(_BOOTSTRAP.format(control=str(control_dir.resolve()), pkg_parent=PKG_PARENT,
-                                      run_dir=str(run_dir.resolve()), doctor_pid=os.getpid()))
+    body = _BODY.format(control=str(control_dir.resolve()), pkg_parent=PKG_PARENT,
+                        run_dir=str(run_dir.resolve()), doctor_pid=os.getpid())
+    fd = safefs.create_new(path, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        if owner is not None:
+            os.fchown(fh.fileno(), *owner)
+        fh.write(_robust(body))
     return path
 
 
 def request_detach(control_dir: Path) -> None:
-    (control_dir / "detach").write_text(str(time.time()))
+    """Create ``<control>/detach`` by rename: a link planted under that name is replaced, never followed."""
+    safefs.replace_file(control_dir / "detach", str(time.time()), 0o600)
 
 
 def inject(pid: int, bootstrap: Path, timeout_s: float = GDB_TIMEOUT_S,
@@ -125,24 +179,53 @@ def inject(pid: int, bootstrap: Path, timeout_s: float = GDB_TIMEOUT_S,
     if version is not None and version >= (3, 14):
         try:
             return _remote_exec(pid, bootstrap, timeout_s)
-        except InjectError as exc:
-            if "not permitted" in str(exc):
+        except _NotPermitted as exc:
+            if not exc.as_other_user:
                 raise
-            # e.g. Python embedded in another executable, or remote debugging disabled: try gdb
+            # dropped to the patient's user, ptrace was refused (Yama): gdb, as the doctor, may do
+        except InjectError:
+            pass  # e.g. Python embedded in another executable, or remote debugging disabled: try gdb
     return _gdb(pid, image, bootstrap, timeout_s, before_stop)
 
 
+class _NotPermitted(InjectError):
+    def __init__(self, message: str, as_other_user: bool) -> None:
+        super().__init__(message)
+        self.as_other_user = as_other_user
+
+
 def _remote_exec(pid: int, bootstrap: Path, timeout_s: float) -> Injection:
-    exe = os.readlink(f"/proc/{pid}/exe")
+    """``sys.remote_exec``, never with the patient's code under the doctor's privileges.
+
+    The doctor's own interpreter does it when it is 3.14+. Else the patient's interpreter
+    must: it runs as the patient's user and group (no other groups; the doctor may be root,
+    and a uv/conda/pyenv Python is its user's to change) with ``-I -S`` (no ``site``, so no
+    ``.pth`` file runs) and a bare environment.
+    """
+    if hasattr(sys, "remote_exec"):
+        try:
+            sys.remote_exec(pid, str(bootstrap))  # type: ignore[attr-defined]
+            return Injection(pid, "remote_exec", 0.0)
+        except Exception:  # another minor version, or refused: the patient's own interpreter may do
+            pass
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+        status = psutil.Process(pid)
+        uid, gid = status.uids().effective, status.gids().effective
+    except (OSError, psutil.Error) as exc:
+        raise InjectError(f"sys.remote_exec into pid {pid} failed: {exc}") from None
+    drop = (uid, gid) != (os.geteuid(), os.getegid())
+    user: dict[str, Any] = {"user": uid, "group": gid, "extra_groups": []} if drop else {}
     code = f"import sys; sys.remote_exec({pid}, {str(bootstrap)!r})"
     try:
-        out = subprocess.run([exe, "-I", "-c", code], capture_output=True, text=True, timeout=timeout_s)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        out = subprocess.run([exe, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=timeout_s,
+                             env={"PATH": os.defpath}, cwd="/", **user)
+    except (OSError, subprocess.SubprocessError) as exc:
         raise InjectError(f"sys.remote_exec into pid {pid} failed: {exc}") from None
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["?"])[-1]
         if "ermission" in last or "not permitted" in last:
-            raise InjectError(permission_hint(pid, last))
+            raise _NotPermitted(permission_hint(pid, last), drop)
         raise InjectError(f"sys.remote_exec into pid {pid} failed: {last}")
     return Injection(pid, "remote_exec", 0.0)
 
@@ -150,11 +233,12 @@ def _remote_exec(pid: int, bootstrap: Path, timeout_s: float) -> Injection:
 def gdb_script(mmap_addr: int, pending_addr: int, run_addr: int, source: bytes) -> str:
     """gdb commands that copy ``source`` into a fresh page and queue it as a pending call."""
     data = source + b"\0" * (8 - len(source) % 8)
-    if len(data) > _PAGE:
+    if len(data) > _MAX_SOURCE:
         raise InjectError("bootstrap path too long")
+    size = -(-len(data) // _PAGE) * _PAGE
     lines = [
         f"set $gd_page = ((void*(*)(void*, unsigned long, int, int, int, long)){mmap_addr:#x})"
-        f"(0, {_PAGE}, {_PROT_RW}, {_MAP_PRIVATE_ANON}, -1, 0)",
+        f"(0, {size}, {_PROT_RW}, {_MAP_PRIVATE_ANON}, -1, 0)",
         'printf "GPUDOCTOR page %lu\\n", (unsigned long)$gd_page',
     ]
     for off in range(0, len(data), 8):
@@ -184,18 +268,20 @@ def _gdb(pid: int, image: symbols.ElfImage, bootstrap: Path, timeout_s: float,
         raise InjectError(f"cannot resolve the Python C API in pid {pid}: {exc}") from None
     if pending is None or run is None or mmap is None:
         raise InjectError(f"pid {pid}'s Python lacks Py_AddPendingCall/PyRun_SimpleString")
-    launch = _LAUNCH.format(path=str(bootstrap.resolve())).encode()
-    script = bootstrap.with_name(f"gdb-{pid}.txt")
-    script.write_text(gdb_script(mmap, pending, run, launch))
+    launch = _robust(_LOADER.format(path=str(bootstrap.resolve()), control=str(bootstrap.parent.resolve())))
+    script = _private_script(pid, gdb_script(mmap, pending, run, launch.encode()))
     argv = [gdb, "-nx", "-batch", "-q"]
     for setting in _GDB_SETTINGS:
         argv += ["-iex", setting]
     argv += ["-p", str(pid), "-x", str(script)]
-    if before_stop is not None:
-        before_stop()
-    t0 = time.monotonic()
-    out = _run_gdb(argv, timeout_s)
-    gdb_s = time.monotonic() - t0
+    try:
+        if before_stop is not None:
+            before_stop()
+        t0 = time.monotonic()
+        out = _run_gdb(argv, timeout_s)
+        gdb_s = time.monotonic() - t0
+    finally:
+        script.unlink(missing_ok=True)
     if "GPUDOCTOR pending 0" in out:
         return Injection(pid, "gdb", gdb_s)
     if "ptrace: Operation not permitted" in out:
@@ -204,6 +290,22 @@ def _gdb(pid: int, image: symbols.ElfImage, bootstrap: Path, timeout_s: float,
         raise InjectError(f"pid {pid} exited before gdb could attach")
     last = next((ln for ln in reversed(out.splitlines()) if ln.strip() and "GPUDOCTOR" not in ln), "no output")
     raise InjectError(f"gdb could not load the hooks into pid {pid}: {last.strip()}")
+
+
+def _private_script(pid: int, text: str) -> Path:
+    """gdb's commands, in the doctor's own 0700 scratch folder: never where the patient's user writes.
+
+    gdb runs them with the doctor's privileges (root, maybe), so the run folder's ``attach/``, which
+    the patient's user owns, is no place for them. Created O_EXCL|O_NOFOLLOW under a fresh name.
+    """
+    try:
+        path = scratch.session_dir() / f"gdb-{pid}-{secrets.token_hex(4)}.txt"
+        fd = safefs.create_new(path, 0o600)
+    except (OSError, UserError) as exc:
+        raise InjectError(f"cannot write gdb's commands for pid {pid}: {exc}") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    return path
 
 
 def _run_gdb(argv: list[str], timeout_s: float) -> str:
@@ -231,12 +333,21 @@ def _normal_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, 0, 0)
 
 
-def read_status(control_dir: Path, pid: int, kind: str) -> dict[str, object] | None:
+def read_status(control_dir: Path, pid: int, kind: str, owner: int | None = None) -> dict[str, object] | None:
+    """``<control>/<pid>.<kind>.json`` as the patient wrote it; None while absent or unreadable.
+
+    The folder is the patient user's: the file is read O_NOFOLLOW|O_NONBLOCK, must be a regular
+    file of ``owner`` (or the doctor's), at most 64 KiB. A link or FIFO planted there is an error
+    status (``ok`` false), never followed nor waited on.
+    """
     path = control_dir / f"{pid}.{kind}.json"
     try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        data = json.loads(safefs.read_bytes(path, owner=owner, limit=_STATUS_LIMIT))
+    except safefs.UnsafeFile as exc:
+        return {"ok": False, "error": f"refused the status file: {exc}"}
+    except (OSError, ValueError):
         return None
+    return data if isinstance(data, dict) else None
 
 
 def permission_hint(pid: int, detail: str) -> str:

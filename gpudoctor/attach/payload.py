@@ -133,10 +133,7 @@ def _call_again_after_imports(fn: Any) -> None:
 
 
 def _fail(exc: BaseException) -> None:
-    path = os.path.join(_state.control_dir, f"{os.getpid()}.installed.json")
-    with open(f"{path}.tmp", "w", encoding="utf-8") as fh:
-        json.dump({"ok": False, "pid": os.getpid(), "t": time.time(), "error": f"{type(exc).__name__}: {exc}"}, fh)
-    os.replace(f"{path}.tmp", path)
+    write_status("installed", {"ok": False, "t": time.time(), "error": f"{type(exc).__name__}: {exc}"})
 
 
 def _live_objects() -> dict[str, list[Any]]:
@@ -269,6 +266,7 @@ def write_status(kind: str, fields: dict[str, Any]) -> None:
     """``<control>/<pid>.<kind>.json``, written atomically so the doctor never reads half a file."""
     path = os.path.join(_state.control_dir, f"{os.getpid()}.{kind}.json")
     tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
         json.dump({"ok": True, "pid": os.getpid(), **fields}, fh)
     os.replace(tmp, path)

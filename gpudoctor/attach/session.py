@@ -10,6 +10,7 @@ get hooks too.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -81,8 +82,12 @@ class AttachSession:
         self.stacks = StackSampler(root.pid, self.folder.appender("samples/stacks.jsonl"),
                                    rate_hz=options.sample_rate_hz, window_s=options.window_s,
                                    describe=targets.describe)
-        self.bootstrap = inject.write_bootstrap(self.control, self.folder.root)
-        _let_patient_write(root, self.folder.root, [self.control, self.folder.events_dir])
+        # A root doctor beside another user's training: that user writes attach/ and events/.
+        self.patient_ids = _other_user(root)
+        self.status_owner = self.patient_ids[0] if self.patient_ids else os.geteuid()
+        self.bootstrap = inject.write_bootstrap(self.control, self.folder.root, self.patient_ids)
+        if self.patient_ids:
+            _let_patient_write(self.patient_ids, self.folder.root, [self.control, self.folder.events_dir])
 
     # -- the session ----------------------------------------------------------------
     def run(self, view: Any = None) -> AttachRecord:
@@ -154,6 +159,10 @@ class AttachSession:
                 raise inject.InjectError(f"not stopped for injection: {hazard.reason}, until the session ended "
                                          "(a debugger stop then can break a rank's connection to its store)")
 
+        refused = self._foreign(rec.pid)
+        if refused:
+            rec.error = refused
+            return
         try:
             done = inject.inject(rec.pid, self.bootstrap, before_stop=when_stoppable)
         except inject.InjectError as exc:
@@ -161,15 +170,34 @@ class AttachSession:
             return
         rec.method, rec.gdb_s = done.method, done.gdb_s
 
+    def _foreign(self, pid: int) -> str | None:
+        """Why ``pid`` must not run the bootstrap: it is not the user who owns attach/.
+
+        The bootstrap and attach/ belong to the patient's user; a process of any other user in
+        the tree (a setuid helper, say) would run code that user can change.
+        """
+        if self.patient_ids is None:
+            return None  # attach/ is the doctor's own: nothing there another user can change
+        owner = self.patient_ids[0]
+        try:
+            uid = psutil.Process(pid).uids().effective
+        except psutil.Error:
+            return None  # gone, or not ours to see: the injection says why
+        if uid == owner:
+            return None
+        return (f"pid {pid} runs as uid {uid}, not as uid {owner} who owns the attach folder; its hooks "
+                "were not loaded (it would run code another user can change)")
+
     def _poll_status(self) -> None:
         for rec in list(self.record.targets.values()):
             if rec.method is None or rec.installed_at is not None or rec.error:
                 continue
-            status = inject.read_status(self.control, rec.pid, "installed")
+            status = inject.read_status(self.control, rec.pid, "installed", self.status_owner)
             if status is None:
                 continue
-            if status.get("ok"):
-                rec.installed_at = float(status["t"])  # type: ignore[arg-type]
+            installed_at = _seconds(status.get("t"))
+            if status.get("ok") is True and installed_at is not None:
+                rec.installed_at = installed_at
                 rec.underway = bool(status.get("underway"))
                 rec.install_s = _seconds(status.get("install_s"))
                 self.stacks.rate_hz = max(5.0, self.options.sample_rate_hz / HOOKED_RATE_DIVISOR)
@@ -178,7 +206,7 @@ class AttachSession:
                 self.recorder.meta["start_time"] = self.record.window_start(self.folder.root)
                 self.folder.write_meta(self.recorder.meta)
             else:
-                rec.error = f"the hooks failed to load in pid {rec.pid}: {status.get('error')}"
+                rec.error = f"the hooks failed to load in pid {rec.pid}: {str(status.get('error'))[:500]}"
 
     # -- hooks out --------------------------------------------------------------------
     def _detach(self) -> None:
@@ -187,15 +215,16 @@ class AttachSession:
         for thread in self._injecting.values():
             thread.join(timeout=inject.GDB_TIMEOUT_S + 5)
         self._poll_status()
-        inject.request_detach(self.control)
+        with contextlib.suppress(OSError):  # the payload's watchdog also detaches when the doctor exits
+            inject.request_detach(self.control)
         self.record.detach_time = time.time()
         waiting = [r for r in self.record.targets.values() if r.installed_at is not None]
         deadline = time.time() + (0.5 if self.stop.signals > 1 else DETACH_WAIT_S)
         while waiting and time.time() < deadline:
             for rec in list(waiting):
-                status = inject.read_status(self.control, rec.pid, "detached")
+                status = inject.read_status(self.control, rec.pid, "detached", self.status_owner)
                 if status is not None:
-                    rec.detached = bool(status.get("ok", True))
+                    rec.detached = status.get("ok", True) is True
                     rec.uninstall_s = _seconds(status.get("uninstall_s"))
                     waiting.remove(rec)
                 elif not pid_alive(rec.pid):  # exited with the hooks in: nothing left to remove
@@ -219,20 +248,26 @@ def _seconds(value: object) -> float | None:
     return round(float(value), 6) if isinstance(value, int | float) else None
 
 
-def _let_patient_write(root: psutil.Process, run_dir: Path, dirs: list[Path]) -> None:
-    """A root doctor attached to another user's process: that user writes the events and status files.
-
-    The run folder becomes traversable (0711, not listable) and ``dirs`` the patient's own.
-    """
+def _other_user(root: psutil.Process) -> tuple[int, int] | None:
+    """(uid, gid) of the patient when the doctor is root and the patient another user, else None."""
     try:
         uid, gid = root.uids().effective, root.gids().effective
     except psutil.Error:
-        return
-    if os.geteuid() != 0 or uid == 0:
-        return
+        return None
+    return (uid, gid) if os.geteuid() == 0 and uid != 0 else None
+
+
+def _let_patient_write(ids: tuple[int, int], run_dir: Path, dirs: list[Path]) -> None:
+    """A root doctor attached to another user's process: that user writes the events and status files.
+
+    The run folder becomes traversable (0711, not listable) and ``dirs`` the patient's own, 0700.
+    The doctor executes nothing from them and reads their files only through :mod:`gpudoctor.safefs`
+    (no link followed, no FIFO waited on, owner checked); gdb's commands are in its own scratch folder.
+    """
     run_dir.chmod(0o711)
     for folder in dirs:
-        os.chown(folder, uid, gid)
+        folder.chmod(0o700)
+        os.chown(folder, *ids, follow_symlinks=False)
 
 
 def _status(ended_by: str | None) -> str:

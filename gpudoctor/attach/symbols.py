@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 _PT_LOAD = 1
 _SHT_DYNSYM = 11
@@ -62,9 +64,9 @@ def read_maps(pid: int) -> list[Mapping]:
     return out
 
 
-def _elf_tables(data_path: str) -> tuple[list[_Load], dict[str, ElfSymbol]]:
+def _elf_tables(data_path: str, inode: int) -> tuple[list[_Load], dict[str, ElfSymbol]]:
     """PT_LOAD segments and defined dynamic symbols of a 64-bit little-endian ELF file."""
-    with open(data_path, "rb") as fh:
+    with _open_image(data_path, inode) as fh:
         head = fh.read(64)
         if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
             raise SymbolError(f"{data_path}: not a 64-bit little-endian ELF file")
@@ -105,8 +107,9 @@ class ElfImage:
     def __init__(self, pid: int, maps: list[Mapping]) -> None:
         self.pid = pid
         self.path = maps[0].path
+        self.inode = maps[0].inode
         self.data_path = _same_file(pid, maps)
-        self.loads, self.symbols = _elf_tables(self.data_path)
+        self.loads, self.symbols = _elf_tables(self.data_path, self.inode)
         first = min(maps, key=lambda m: m.offset)
         if first.offset != 0 or not self.loads:
             raise SymbolError(f"{self.path}: its ELF header is not mapped")
@@ -125,7 +128,7 @@ class ElfImage:
         seg = next((ld for ld in self.loads if ld.vaddr <= vaddr < ld.vaddr + ld.filesz), None)
         if seg is None:
             raise SymbolError(f"{name} in {self.path} is not in a loaded segment")
-        with open(self.data_path, "rb") as fh:
+        with _open_image(self.data_path, self.inode) as fh:
             fh.seek(seg.offset + vaddr - seg.vaddr)
             want = fh.read(_CHECK_BYTES)
         if read_memory(self.pid, addr, len(want)) != want:
@@ -139,11 +142,26 @@ def _same_file(pid: int, maps: list[Mapping]) -> str:
     clean = m.path.removesuffix(" (deleted)")
     for cand in (f"/proc/{pid}/map_files/{m.start:x}-{m.end:x}", f"/proc/{pid}/root{clean}", clean):
         try:
-            if os.stat(cand).st_ino == m.inode:
-                return cand
-        except OSError:
+            _open_image(cand, m.inode).close()
+            return cand
+        except (OSError, SymbolError):
             continue
     raise SymbolError(f"cannot open {m.path} as the process sees it")
+
+
+def _open_image(path: str, inode: int) -> IO[bytes]:
+    """``path`` opened for reading only if it is the regular file with ``inode``.
+
+    The paths may be in folders the patient's user can change: a FIFO swapped in after a
+    check must not block the doctor (O_NONBLOCK), and only the file checked is read (fstat).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_ino != inode:
+        os.close(fd)
+        raise SymbolError(f"{path} is not the file the process mapped")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
 def read_memory(pid: int, addr: int, size: int) -> bytes:
