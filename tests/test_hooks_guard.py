@@ -414,3 +414,19 @@ def test_odd_batches_and_the_users_own_profiler_do_not_kill_training(tmp_path):
     report = json.loads((folder / "report.json").read_text())
     assert report["steps"]["count"] == 12
     assert "recorded nothing" not in proc.stderr
+
+
+def test_the_event_writer_never_writes_through_a_planted_link(tmp_path, capsys):
+    """attach hands events/ to the patient's user: a link planted there must not be followed."""
+    from gpudoctor.hooks.writer import EventWriter
+
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    (tmp_path / "events").mkdir()
+    (tmp_path / "events" / f"{os.getpid()}.jsonl").symlink_to(victim)
+    writer = EventWriter(tmp_path)
+    writer.emit({"k": "exit", "t": 1.7e9})
+    writer.flush(final=True)
+    writer.close(exiting=False)
+    assert victim.read_text() == "keep"
+    assert "stopped recording" in capsys.readouterr().err

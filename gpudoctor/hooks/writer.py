@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpudoctor import safefs
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.redact import redact_argv, redact_mapping
 
@@ -127,8 +128,7 @@ class EventWriter:
                 if self._fh is None:
                     path = self.run_dir / "events" / f"{os.getpid()}.jsonl"
                     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-                    self._fh = os.fdopen(fd, "a", encoding="utf-8")
+                    self._fh = safefs.open_append(path, 0o600)  # never through a planted link or FIFO
                 self._fh.write("".join(json.dumps(e, separators=(",", ":"), default=_as_text) + "\n" for e in events))
                 self._fh.flush()
             except OSError as exc:  # disk full / folder gone: stop recording, never hurt the patient
