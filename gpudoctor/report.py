@@ -136,6 +136,9 @@ def _info_findings(a: Analysis, price: Price) -> list[Finding]:
              "Pass --price-per-gpu-hour USD (and --gpus N) to price the waste.")
     for note in a.notes:
         info("partial_recording", "Partial recording", note, "Figures cover the part that was recorded.")
+    for note in a.rec.meta.get("attach_notes") or []:  # why hooks did not load, what is estimated
+        if isinstance(note, str):
+            info("attach_note", "Attach", note, "What the hooks could not measure is estimated from stack samples or left out.")
     return infos
 
 
