@@ -335,3 +335,17 @@ def test_a_failed_bootstrap_says_why_in_an_info_finding(tmp_path: Path):
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     infos = [json.dumps(f) for f in report["findings"] if f["severity"] == "info"]
     assert any(why in f and "did not run the injected code" not in f for f in infos), infos
+
+
+def test_a_state_folder_planted_by_someone_else_is_refused_in_one_line(other_user: OtherUser):
+    planted = Path(tempfile.gettempdir()) / f"gpudoctor-{other_user.uid}"
+    if planted.exists():
+        pytest.skip(f"{planted} exists already")
+    planted.mkdir(mode=0o777)  # root's, writable by all: another user's doctor must not keep locks there
+    try:
+        out = subprocess.run([other_user.python, "-c", "from gpudoctor.attach import scratch; scratch.state_dir()"],
+                             capture_output=True, text=True, env={"PATH": os.defpath, "PYTHONPATH": str(ROOT)},
+                             cwd="/", **other_user.popen_kwargs())
+    finally:
+        planted.rmdir()
+    assert out.returncode != 0 and "UserError" in out.stderr and "belongs to uid 0" in out.stderr, out.stderr
