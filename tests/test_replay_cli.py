@@ -18,7 +18,9 @@ HEALTHY = ROOT / "sample_configs" / "healthy.yaml"
 @pytest.fixture(scope="module")
 def healthy_replay(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("replay") / "run"
-    proc = run_cli("replay", str(HEALTHY), "--out", str(out), "--max-seconds", "4", "--target", "h100")
+    # Bounded by steps, not seconds: a busy machine must still give the comparison its steps.
+    proc = run_cli("replay", str(HEALTHY), "--out", str(out), "--max-steps", "6", "--max-seconds", "300",
+                   "--target", "h100")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 
