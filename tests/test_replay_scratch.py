@@ -104,14 +104,16 @@ def test_caches_another_user_made_are_refused(tmp_path, other_user, other_user_d
     from gpudoctor.replay.prepare import private_root
     from gpudoctor.sweep.cache import TrialCache
 
-    for make in (private_root, TrialCache):
-        with pytest.raises(UserError, match=f"belongs to uid {other_user.uid}"):
-            make(other_user_dir)
+    with pytest.raises(UserError, match=f"belongs to uid {other_user.uid}"):
+        private_root(other_user_dir)
+    with pytest.raises(UserError, match=f"belongs to uid {other_user.uid}"):
+        TrialCache(other_user_dir).load("0" * 20)  # a planted trial.json is never trusted
     shared = tmp_path / "shared"
     shared.mkdir(mode=0o777)
     shared.chmod(0o777)
     with pytest.raises(UserError, match="writable by other users"):
-        TrialCache(shared)
+        TrialCache(shared).load("0" * 20)
+    assert TrialCache(tmp_path / "none").load("0" * 20) is None and not (tmp_path / "none").exists()
     assert oct(private_root(tmp_path / "mine").stat().st_mode & 0o777) == oct(0o700)
 
 

@@ -8,8 +8,9 @@ use, removed on the way out; leftovers of a dead process (SIGKILL skips ``finall
 are removed by the next user of the folder, and ``gpudoctor replay`` removes the
 whole ``scratch/`` once its worker has ended, however it ended.
 
-Without a run folder (the worker run by hand) the base is a per-user private folder
-under the temp dir, refused if someone else made it (:func:`safefs.private_dir`).
+Without a run folder (the worker run by hand) the base is ``scratch/`` in the replay
+cache (``~/.cache/gpudoctor/replay``), private like it (:func:`safefs.private_dir`):
+nothing is ever written under ``/tmp``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import contextlib
 import os
 import secrets
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,12 +28,13 @@ SCRATCH = "scratch"
 
 
 def base_dir() -> Path:
-    """``$GPUDOCTOR_RUN_DIR/scratch``, else ``<tmp>/gpudoctor-replay-<uid>``; private either way."""
+    """``$GPUDOCTOR_RUN_DIR/scratch``, else the replay cache's ``scratch/``; private either way."""
     run_dir = os.environ.get("GPUDOCTOR_RUN_DIR")
     if run_dir:
         return safefs.private_dir(Path(run_dir) / SCRATCH, "the replay's scratch folder")
-    return safefs.private_dir(Path(tempfile.gettempdir()) / f"gpudoctor-replay-{os.geteuid()}",
-                              "the replay's scratch folder")
+    from gpudoctor.replay.prepare import private_root
+
+    return safefs.private_dir(private_root() / SCRATCH, "the replay's scratch folder")
 
 
 @contextlib.contextmanager

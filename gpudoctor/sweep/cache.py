@@ -30,12 +30,26 @@ def default_root() -> Path:
 
 class TrialCache:
     def __init__(self, root: Path) -> None:
-        self.root = safefs.private_dir(root, "the sweep cache")
+        self.root = root
+        self._private = False
+
+    def _check(self, create: bool) -> bool:
+        """True once the cache folder is known private (made 0700 when ``create``); a folder
+        another user made or can write is one :class:`UserError`, before any record is trusted."""
+        if not self._private:
+            if not create and not os.path.lexists(self.root):
+                return False  # nothing cached yet, and nothing made until a trial runs
+            safefs.private_dir(self.root, "the sweep cache")
+            self._private = True
+        return True
 
     def folder(self, key: str) -> Path:
+        self._check(create=True)
         return self.root / key
 
     def load(self, key: str) -> dict[str, Any] | None:
+        if not self._check(create=False):
+            return None
         path = self.folder(key) / RECORD
         try:
             record = json.loads(path.read_text())
