@@ -405,12 +405,12 @@ class Truth:
     """Accumulates the probe's own timers and writes the ground-truth JSON.
 
     Timers (seconds): ``data_wait_s``, ``tokenize_s``, ``checkpoint_s``, ``format_s``,
-    ``compute_s`` (forward + backward + optimizer step of the training loop);
+    ``eval_s``, ``compute_s`` (forward + backward + optimizer step of the training loop);
     ``startup_s`` is set by ``mark_train_start()`` (process creation -> just before the first
     ``next()`` on the training DataLoader). ``wall_s`` is process creation -> ``write()``.
     """
 
-    TIMERS = ("data_wait_s", "tokenize_s", "checkpoint_s", "format_s", "compute_s")
+    TIMERS = ("data_wait_s", "tokenize_s", "checkpoint_s", "format_s", "eval_s", "compute_s")
 
     def __init__(self, probe: str, planted: str, path: str | None) -> None:
         self.probe = probe
@@ -469,7 +469,7 @@ class Truth:
             "psutil_create_time_error_s": psutil_create_time_error_s(),
         }
         d.update(self.fields)
-        for k in ("startup", "data_wait", "tokenize", "checkpoint", "format", "compute"):
+        for k in ("startup", "data_wait", "tokenize", "checkpoint", "format", "eval", "compute"):
             v = d.get(k + "_s")
             d[k + "_share"] = None if v is None or wall <= 0 else v / wall
         if self.path:
