@@ -84,3 +84,11 @@ def test_a_spinning_interval_is_refused_before_anything_starts(tmp_path, command
 def test_attach_to_a_bad_pid_is_one_line(tmp_path, pid):
     line = assert_one_line_error(run_cli("attach", "--out", str(tmp_path / "out"), pid), 2)
     assert "not a process id" in line
+
+
+@pytest.mark.parametrize("changes", [{"cost__wasted_fraction": None},
+                                     {"breakdown": dict.fromkeys(("startup", "data_wait", "compute", "checkpoint",
+                                                                  "eval", "other"))}])
+def test_a_report_that_measured_nothing_does_not_pass_the_gate(tmp_path, changes):
+    line = assert_one_line_error(run_cli("check", str(_report(tmp_path, **changes)), "--max-waste", "0.99"), 2)
+    assert "measured nothing inside the training" in line

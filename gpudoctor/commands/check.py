@@ -22,7 +22,13 @@ def main(args: Any) -> int:
 
 
 def _gate(report: dict[str, Any], max_waste: float) -> int:
-    wasted = float(report["cost"].get("wasted_fraction") or 0.0)
+    measured = any(v is not None for v in (report.get("breakdown") or {}).values())
+    if report["cost"].get("wasted_fraction") is None or not measured:
+        # Nothing measured inside the training is not a clean bill of health.
+        print("gpudoctor: cannot gate: the report measured nothing inside the training (no breakdown); "
+              "profile it with 'gpudoctor run -- python train.py' and check that report", file=sys.stderr)
+        return 2
+    wasted = float(report["cost"]["wasted_fraction"])
     worst = next((f for f in report["findings"] if f["severity"] != "info"), None)
     if wasted > max_waste:
         top = f"; top: {terminal_safe(worst['rule'])} ({100 * worst['waste_fraction']:.0f}%)" if worst else ""
