@@ -1,4 +1,4 @@
-"""Command line: ``gpudoctor run|attach|replay|sweep|report|diff|check``.
+"""Command line: ``gpudoctor run|try|attach|replay|sweep|report|diff|check``.
 
 argparse (stdlib) keeps ``gpudoctor --help`` fast; each command imports what it
 needs only when it runs. Errors are one line: ``gpudoctor: <problem>; <fix>``.
@@ -124,6 +124,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=_interval, default=0.1, help="sampling period in seconds (default 0.1)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
 
+    p = sub.add_parser("try", help="measure a finding's fix on the command itself, before editing code",
+                       description="Profile CMD for S seconds of training (the baseline), then run CMD again "
+                       "for S seconds of training with the top finding's fix (or --fix RULE) applied by the "
+                       "hooks: TrainingArguments fields, DataLoader workers/pin memory/prefetch, tokenizer "
+                       "max_length/padding, save interval. A fix that needs a code change is said, not tried. "
+                       "The report compares predicted and achieved steady-state steps/s. Both runs are your "
+                       "command itself, with its side effects (it may write outputs and checkpoints).")
+    _common(p)
+    p.add_argument("--fix", default=None, metavar="RULE", help="the finding whose fix to try (default: the top "
+                   "finding the hooks can apply)")
+    p.add_argument("--seconds", type=_positive, default=60.0, metavar="S",
+                   help="seconds of training per run, counted from the first step (default 60)")
+    p.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
+                   help="try this value instead of (or besides) the fix's own, e.g. --set num_workers=2")
+    p.add_argument("--interval", type=_interval, default=0.1, help="sampling period in seconds (default 0.1)")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+
     p = sub.add_parser("attach", help="profile a running training process",
                        description="Profile a running training process (its ranks and DataLoader workers) "
                        "until it exits, --duration passes, or Ctrl-C; then write the report.")
@@ -197,6 +214,6 @@ def main(argv: list[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace) -> int:
     import importlib
 
-    module = {"run": "run", "attach": "attach", "replay": "replay", "sweep": "sweep",
+    module = {"run": "run", "try": "try_cmd", "attach": "attach", "replay": "replay", "sweep": "sweep",
               "report": "render_cmd", "diff": "diff_cmd", "check": "check"}[args.cmd]
     return importlib.import_module(f"gpudoctor.commands.{module}").main(args)
