@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import sys
 import time
 from itertools import pairwise
-
-import psutil
 
 from gpudoctor.recording import JsonlAppender
 from gpudoctor.recording.store import read_jsonl
@@ -79,26 +76,3 @@ def test_a_dead_root_gives_host_rows_without_errors() -> None:
     assert row["mem_available_mib"] > 0 and sampler.pids() == set()
     assert sampler.errors == []
 
-
-def test_one_tick_is_cheap_for_five_processes() -> None:
-    """It runs at 10 Hz beside training on small boxes: keep a tick well under 5 ms."""
-    code = "import subprocess, sys, time\n" + (
-        "ps = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])"
-        " for _ in range(4)]\nprint('up', flush=True)\ntime.sleep(30)"
-    )
-    root = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    try:
-        assert root.stdout.readline().strip() == "up"
-        sampler = HostSampler(root.pid, None, tree_refresh_s=3600)
-        assert len(sampler.pids()) == 5
-        costs = []
-        for _ in range(30):
-            t0 = time.perf_counter()
-            sampler.sample()
-            costs.append(time.perf_counter() - t0)
-        assert statistics.median(costs) < 0.005, costs
-    finally:
-        for child in psutil.Process(root.pid).children(recursive=True):
-            child.kill()
-        root.kill()
-        root.wait()

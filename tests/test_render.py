@@ -8,6 +8,7 @@ import math
 import re
 from pathlib import Path
 
+import numpy
 import pytest
 
 from gpudoctor.errors import UserError
@@ -105,8 +106,19 @@ def test_json_turns_nan_and_inf_into_null_and_keeps_finding_order(sample: dict) 
     assert [f["rule"] for f in back["findings"]] == [f["rule"] for f in sample["findings"]]
 
 
-def test_json_is_stable(sample: dict) -> None:
-    assert JsonRenderer().render(sample) == JsonRenderer().render(copy.deepcopy(sample))
+def test_json_round_trips_and_turns_what_json_cannot_hold_into_null(sample: dict) -> None:
+    """report.json is strict JSON that loads back to the same report; NaN, infinities and
+    numpy-like scalars (what a sampler may hand over) become null or plain numbers."""
+    text = JsonRenderer().render(sample)
+    assert json.loads(text) == sample
+    odd = copy.deepcopy(sample)
+    odd["breakdown"]["compute"] = float("nan")
+    odd["steps"]["count"] = numpy.int64(7)  # what a numpy-based sampler hands over
+    odd["cost"]["usd_per_hour"] = float("inf")
+    back = json.loads(JsonRenderer().render(odd))  # strict: json.loads accepts no NaN here
+    assert back["breakdown"]["compute"] is None and back["cost"]["usd_per_hour"] is None
+    assert back["steps"]["count"] == 7 and type(back["steps"]["count"]) is int
+    assert list(back) == list(sample)  # key order kept: diffs of report.json stay readable
 
 
 # --- HTML --------------------------------------------------------------------
