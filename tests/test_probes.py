@@ -17,6 +17,7 @@ PLANTED = {
     "heavy_checkpoints": ("checkpoint_overhead", ("breakdown", "checkpoint"), "checkpoint_share"),
     "slow_startup": ("startup_idle", ("breakdown", "startup"), "startup_share"),
     "hf_trainer": ("padding_waste", ("padding", "pad_fraction"), "pad_fraction"),
+    "nanogpt_like": ("eval_overhead", ("breakdown", "eval"), "eval_share"),
 }
 
 pytestmark = pytest.mark.slow
@@ -89,6 +90,19 @@ def test_slow_startup_prices_each_launch_when_price_given(probe_run):
     assert f["waste_usd_per_hour"] == pytest.approx(3.80 * 4 * f["waste_fraction"], rel=1e-3)
     assert f["data"]["usd_per_launch"] == pytest.approx(
         f["data"]["recoverable_s_per_launch"] / 3600 * 3.80 * 4, abs=1e-4)
+
+
+def test_hand_written_eval_fix_names_the_loops_interval_and_batches(probe_run):
+    """nanoGPT's estimate_loss: the fix is sized from the evals seen, in the loop's own terms."""
+    run = probe_run("nanogpt_like")
+    f = run.finding("eval_overhead")
+    assert f["data"]["evals"] == run.truth["evals"]
+    assert f["data"]["current_eval_interval"] == run.truth["eval_interval"]
+    assert f["data"]["eval_batches"] == run.truth["eval_batches"]
+    assert f["fix"]["config"]["eval_interval"] > run.truth["eval_interval"]
+    assert "eval_interval" in f["fix"]["summary"] and "eval_batches" in f["fix"]["summary"]
+    assert within(run.report["breakdown"]["startup"], run.truth["startup_share"])  # the first eval is not startup
+    assert run.report["steps"]["count"] == run.truth["steps"]
 
 
 def test_healthy_control_gets_no_finding_above_ten_percent(probe_run):

@@ -152,17 +152,23 @@ def _compute_breakdown(view: ProcessView) -> None:
     first = min(max(first, start), end)
     loop_end = view.loop_end
     loop_end = min(max(loop_end, first), end) if loop_end is not None else first
+    evals = eval_spans(view)
     assigned = tl.assign_by_priority(
         [
-            ("eval", view.spans.get("eval", [])),
+            ("eval", evals),
             ("checkpoint", view.spans.get("checkpoint", [])),
             ("data_wait", view.spans.get("data_wait", [])),
         ],
         first,
         end,
     )
+    # An eval before the first step (nanoGPT evaluates at iteration 0) is evaluation, not
+    # startup: the eval fix (fewer, smaller evals) removes it, a startup fix would not.
+    early = tl.merge(tl.clip(evals, start, first))
+    if early:
+        assigned["eval"] = tl.merge([*early, *assigned["eval"]])
     slices: dict[str, list[tl.Interval]] = {
-        "startup": [(start, first)] if first > start else [],
+        "startup": tl.subtract([(start, first)], early) if first > start else [],
         "data_wait": assigned["data_wait"],
         "checkpoint": assigned["checkpoint"],
         "eval": assigned["eval"],
@@ -171,12 +177,20 @@ def _compute_breakdown(view: ProcessView) -> None:
     view.slice_s = {key: tl.total(iv) for key, iv in slices.items()}
     # compute and other are what is left of [first, end] before / after the loop's end; the
     # assigned slices are disjoint and inside [first, end], so totals suffice (no interval pass).
-    taken_s = sum(view.slice_s[k] for k in assigned)
+    taken_s = sum(view.slice_s[k] for k in assigned) - tl.total(early)
     after_loop_s = sum(tl.total_after(iv, loop_end) for iv in assigned.values())
     view.slice_s["compute"] = max(0.0, (loop_end - first) - (taken_s - after_loop_s))
     view.slice_s["other"] = max(0.0, (end - loop_end) - after_loop_s)
     wall = view.wall_s
     view.breakdown = {key: view.slice_s[key] / wall for key in BREAKDOWN_KEYS}
+
+
+def eval_spans(view: ProcessView) -> list[tl.Interval]:
+    """Marked evals, plus the eval regions the hooks found in a hand-written loop
+    (``eval_loop``, see :mod:`gpudoctor.hooks.eval_regions`) when the process trains:
+    forward passes without backward in a process that never steps are inference, not eval."""
+    found = view.spans.get("eval_loop", []) if view.step_times else []
+    return [*view.spans.get("eval", []), *found]
 
 
 def padding_summary(batches: list[dict[str, Any]]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from gpudoctor.hooks.writer import EventWriter
 
 _writer: EventWriter | None = None
 _torch_hooks = None
+_eval_regions = None
 
 
 def is_installed() -> bool:
@@ -31,9 +32,10 @@ def writer() -> EventWriter | None:
 
 def install(run_dir: str | os.PathLike[str]) -> EventWriter:
     """Install all hooks once per process; later calls return the same writer."""
-    global _writer, _torch_hooks
+    global _writer, _torch_hooks, _eval_regions
     if _writer is not None:
         return _writer
+    from gpudoctor.hooks.eval_regions import EvalRegions
     from gpudoctor.hooks import hf_hooks
     from gpudoctor.hooks.torch_hooks import TorchHooks
 
@@ -46,6 +48,8 @@ def install(run_dir: str | os.PathLike[str]) -> EventWriter:
     imports.when_imported("torch.utils.data._utils.fetch", th.install_fetch)
     imports.when_imported("torch.optim.optimizer", th.install_optimizer)
     imports.when_imported("torch.nn.modules.module", th.install_module)
+    regions = _eval_regions = EvalRegions(w, th)
+    imports.when_imported("torch", regions.install)
     imports.when_imported("transformers.tokenization_utils_base", lambda m: hf_hooks.install_tokenizers(w, th, m))
     imports.when_imported("transformers.modeling_utils", lambda m: hf_hooks.install_modeling(w, m))
     imports.when_imported("transformers.trainer", lambda m: hf_hooks.install_trainer(w, m))
@@ -65,8 +69,10 @@ def _install_lightning(mod: object) -> None:
 
 def uninstall() -> None:
     """Remove every patch and hook, flush what was recorded."""
-    global _writer, _torch_hooks
+    global _writer, _torch_hooks, _eval_regions
     imports.clear()
+    if _eval_regions is not None:
+        _eval_regions.close()
     patch.restore_all()
     if _torch_hooks is not None:
         _torch_hooks.remove_handles()
@@ -76,6 +82,7 @@ def uninstall() -> None:
     guard.disarm()
     _writer = None
     _torch_hooks = None
+    _eval_regions = None
 
 
 def active_torch_hooks():  # type: ignore[no-untyped-def]

@@ -65,6 +65,10 @@ class TorchHooks:
     def install_module(self, module_mod: ModuleType) -> None:
         self._forward_handle = module_mod.register_module_forward_pre_hook(self._on_forward_pre)
 
+    def keep_handles(self, *handles: Any) -> None:
+        """Handles registered by another hook module, removed with ours on detach."""
+        self._handles.extend(handles)
+
     def remove_handles(self) -> None:
         self.windows.stop()
         for handle in self._handles:
@@ -174,11 +178,16 @@ class TorchHooks:
         self._record_step(0.0)
         return True
 
-    def _record_step(self, dt: float) -> None:
+    def record_step_at(self, t: float) -> None:
+        """A parameter update made without an optimizer (see eval_regions): a step at ``t``."""
+        if not self._explicit:
+            self._record_step(0.0, t)
+
+    def _record_step(self, dt: float, t: float | None = None) -> None:
         self.steps += 1
         if not self.first_step_seen:
             self.mark_first_step()
-        self.writer.emit({"k": "step", "t": time.time(), "n": self.steps, "dt": dt})
+        self.writer.emit({"k": "step", "t": time.time() if t is None else t, "n": self.steps, "dt": dt})
 
     @guarded("precision settings")
     def _on_forward_pre(self, module: Any, args: Any) -> None:

@@ -1,4 +1,4 @@
-"""Rules for time spent saving checkpoints and evaluating."""
+"""Rules for time spent saving checkpoints."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from gpudoctor.rules.base import (
     register,
 )
 from gpudoctor.rules.names import names_for
-from gpudoctor.rules.values import CHECKPOINT_TARGET, nice_round_up, save_steps_for
+from gpudoctor.rules.values import CHECKPOINT_TARGET, save_steps_for
 
 MIN_SHARE = 0.05
 
@@ -126,42 +126,3 @@ def _after_save_excess_s(step_times: list[float], saves: list[tuple[float, float
     if sure <= 0:
         return 0.0, 0.0  # within a normal step's spread: nothing to claim
     return sure, maybe
-
-
-@register
-class EvalOverhead(Rule):
-    name = "eval_overhead"
-    description = "Evaluation takes a large share of the run."
-
-    def match(self, a: Analysis) -> Finding | None:
-        p = a.primary
-        if p is None:
-            return None
-        share = p.seconds("eval") / p.wall_s
-        if share < 0.10:
-            return None
-        names = names_for(p)
-        target = 0.05
-        current = names.current("eval_steps")
-        factor = share / target
-        config: dict[str, object] = {}
-        if isinstance(current, (int, float)) and current > 0:
-            config["eval_steps"] = nice_round_up(current * factor)
-        if names.has("per_device_eval_batch_size"):
-            bs = names.current("per_device_eval_batch_size") or 8
-            config["per_device_eval_batch_size"] = int(bs) * 2
-        waste = share - target
-        return Finding(
-            rule=self.name,
-            title="Evaluation takes a large share of the run",
-            claims=[claim("eval", waste * p.wall_s, p.seconds("eval"))],
-            evidence=f"Evaluation took {p.seconds('eval'):.1f} s, {pct(share)} of wall time.",
-            fix=Fix(
-                summary="Evaluate less often or on a fixed subset, with a larger eval batch.",
-                config=config,
-                snippet=None,
-                library=names.library,
-                call=names.call,
-            ),
-            data={"eval_s": round(p.seconds("eval"), 3)},
-        )

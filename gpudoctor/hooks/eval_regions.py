@@ -1,0 +1,233 @@
+"""Evaluation in hand-written loops, and parameter updates done without an optimizer.
+
+``Trainer.evaluate`` and Lightning's validation loop mark their evals themselves;
+a hand-written loop (nanoGPT's ``estimate_loss()``) does not, so its eval forward
+passes were counted as compute. Here an eval region is found from what every such
+loop does: forward passes of a trained model (one with parameters that require
+grad) under ``torch.no_grad()`` / ``torch.inference_mode()`` or in ``.eval()`` mode,
+with no backward among them.
+
+* Inside an outermost ``no_grad``/``inference_mode`` block on the main thread, a
+  forward pass and no backward make the whole block an eval region (batch
+  fetches and loss bookkeeping included): ``@torch.no_grad() def estimate_loss``.
+* Outside such a block (``model.eval()`` with grad on, ``set_grad_enabled(False)``,
+  or a block entered before ``attach``), the region runs from the first such
+  forward to the end of the last one, and ends at the next training forward,
+  optimizer step or backward. A backward right after an eval-mode forward with
+  grad on means training in eval mode (dropout off): that region is dropped.
+
+Regions are ``eval_loop`` spans (their forward passes an ``eval_forwards`` counter); the analysis counts them as eval only in a
+process that trains (steps seen), so an inference script is not "all eval".
+
+A ``no_grad`` block with no forward right after a backward, in a process that has
+never stepped an optimizer, is a hand-written parameter update
+(``p -= lr * p.grad``): it is recorded as a step, so such a loop has steps too.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from gpudoctor.hooks import patch
+from gpudoctor.hooks.guard import guarded
+from gpudoctor.hooks.writer import EventWriter
+
+if TYPE_CHECKING:
+    from gpudoctor.hooks.torch_hooks import TorchHooks
+
+SPAN = "eval_loop"
+FORWARDS = "eval_forwards"  # counter: forward passes inside eval regions
+_Stamp = tuple[float, float]  # (time.time(), time.perf_counter())
+
+
+def _now() -> _Stamp:
+    return time.time(), time.perf_counter()
+
+
+class EvalRegions:
+    """Per-process state, main thread only (where training loops run)."""
+
+    def __init__(self, writer: EventWriter, torch_hooks: TorchHooks) -> None:
+        self.writer = writer
+        self.th = torch_hooks
+        self._main = threading.main_thread().ident
+        self._torch: Any = None
+        self._depth = 0  # module call depth: only top-level forwards count
+        self._ctx_depth = 0  # outermost no_grad / inference_mode blocks
+        self._ctx_t0: _Stamp | None = None
+        self._ctx_forwards = 0
+        self._ctx_backward = False
+        self._region: _Stamp | None = None  # open region outside a block: its first forward
+        self._region_end = 0.0  # perf time the last forward of that region ended
+        self._region_grad = False  # a forward in it ran with grad on
+        self._region_forwards = 0
+        self._backward_since_step = False
+        self._optimizer_seen = False
+        self._pending_update: float | None = None  # time.time() of an update not yet counted
+
+    # -- install -----------------------------------------------------------------
+    def install(self, torch: ModuleType) -> None:
+        self._torch = torch
+        grad_mode = sys.modules.get("torch.autograd.grad_mode")
+        for cls in (getattr(grad_mode, "no_grad", None), getattr(grad_mode, "inference_mode", None)):
+            if cls is not None:
+                patch.replace(cls, "__enter__", self._wrap_enter)
+                patch.replace(cls, "__exit__", self._wrap_exit)
+        autograd = sys.modules.get("torch.autograd")
+        if autograd is not None:
+            patch.replace(autograd, "backward", self._wrap_backward)
+        module_mod = sys.modules["torch.nn.modules.module"]
+        optim = sys.modules.get("torch.optim.optimizer")
+        self.th.keep_handles(
+            module_mod.register_module_forward_pre_hook(self._pre),
+            module_mod.register_module_forward_hook(self._post, always_call=True),
+            *([optim.register_optimizer_step_pre_hook(self._on_step)] if optim is not None else []),
+        )
+
+    # -- wrappers: the user's call exactly once, outside any guard ----------------
+    def _wrap_enter(self, fn: Any) -> Any:
+        regions = self
+
+        def __enter__(self_ctx: Any) -> Any:
+            result = fn(self_ctx)
+            regions._entered()
+            return result
+
+        return __enter__
+
+    def _wrap_exit(self, fn: Any) -> Any:
+        regions = self
+
+        def __exit__(self_ctx: Any, *exc: Any) -> Any:
+            result = fn(self_ctx, *exc)
+            regions._exited()
+            return result
+
+        return __exit__
+
+    def _wrap_backward(self, fn: Any) -> Any:
+        regions = self
+
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            regions._on_backward()
+            return fn(*args, **kwargs)
+
+        return backward
+
+    # -- bookkeeping ---------------------------------------------------------------
+    def _mine(self) -> bool:
+        return threading.get_ident() == self._main and patch.depth("eval") == 0
+
+    @guarded("eval regions", vital=True)
+    def _entered(self) -> None:
+        if not self._mine():
+            return
+        self._ctx_depth += 1
+        if self._ctx_depth == 1:
+            self._close_region(self._region_end)
+            self._ctx_t0, self._ctx_forwards, self._ctx_backward = _now(), 0, False
+
+    @guarded("eval regions", vital=True)
+    def _exited(self) -> None:
+        if not self._mine():
+            return
+        if self._ctx_depth == 0:  # a block entered before the hooks went in (attach)
+            self._close_region(time.perf_counter())
+            return
+        self._ctx_depth -= 1
+        if self._ctx_depth or self._ctx_t0 is None:
+            return
+        t0, self._ctx_t0 = self._ctx_t0, None
+        if self._ctx_forwards and not self._ctx_backward:
+            self._emit(t0, time.perf_counter(), self._ctx_forwards)
+        elif not self._ctx_forwards and self._backward_since_step and not self._optimizer_seen:
+            self._pending_update = time.time()  # counted at the next forward or backward
+            self._backward_since_step = False
+
+    @guarded("eval regions", vital=True)
+    def _on_backward(self) -> None:
+        if not self._mine():
+            return
+        self._settle_update()
+        self._backward_since_step = True
+        if self._ctx_depth:
+            self._ctx_backward = True
+        elif self._region is not None:
+            if self._region_grad:
+                self._region = None  # forward in eval mode, then backward: training, not eval
+            else:
+                self._close_region(self._region_end)
+
+    @guarded("eval regions", vital=True)
+    def _on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if threading.get_ident() != self._main:
+            return
+        self._optimizer_seen = True
+        self._pending_update = None
+        self._backward_since_step = False
+        self._close_region(self._region_end)
+
+    @guarded("eval regions", vital=True)
+    def _pre(self, module: Any, args: Any) -> None:
+        if threading.get_ident() != self._main:
+            return
+        self._depth += 1
+        if self._depth != 1 or patch.depth("eval"):
+            return
+        torch = self._torch
+        grad_on = torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+        if grad_on and module.training:  # a training forward ends any eval region
+            self._settle_update()
+            self._close_region(self._region_end)
+            return
+        if not _trained(module):
+            return  # a frozen model (a teacher, a metric network) is not the one being evaluated
+        if self._ctx_depth:
+            self._ctx_forwards += 1
+        elif self._region is None:
+            self._region, self._region_grad, self._region_forwards = _now(), grad_on, 1
+        else:
+            self._region_grad = self._region_grad or grad_on
+            self._region_forwards += 1
+
+    @guarded("eval regions", vital=True)
+    def _post(self, module: Any, args: Any, output: Any) -> None:
+        if threading.get_ident() != self._main:
+            return
+        self._depth = max(0, self._depth - 1)
+        if self._depth == 0 and self._region is not None:
+            self._region_end = time.perf_counter()
+
+    @guarded("eval regions", vital=True)
+    def close(self) -> None:
+        """Detach: the last update counts, a region still open ends at its last forward."""
+        self._settle_update()
+        self._close_region(self._region_end)
+
+    # -- helpers -------------------------------------------------------------------
+    def _close_region(self, end_perf: float) -> None:
+        region, self._region = self._region, None
+        if region is not None and end_perf > region[1]:
+            self._emit(region, end_perf, self._region_forwards)
+
+    def _emit(self, t0: _Stamp, end_perf: float, forwards: int) -> None:
+        self.writer.emit({"k": "span", "c": SPAN, "t0": t0[0], "dt": end_perf - t0[1],
+                          "name": "forward passes without backward"})
+        for _ in range(forwards):  # the eval batches: what a fix of the loop's eval size names
+            self.writer.count(FORWARDS, 0.0)
+
+    def _settle_update(self) -> None:
+        if self._pending_update is not None and not self._optimizer_seen:
+            self.th.record_step_at(self._pending_update)
+        self._pending_update = None
+
+
+def _trained(module: Any) -> bool:
+    """Has the module a parameter that requires grad? (first one only: cheap per forward)."""
+    for p in module.parameters():
+        return bool(p.requires_grad)
+    return False
