@@ -29,6 +29,9 @@ SAVE = ("save", "/site-packages/torch/serialization.py")
 EVALUATE = ("Trainer.evaluate", "/site-packages/transformers/trainer.py")
 MAP = ("Dataset.map", "/site-packages/datasets/arrow_dataset.py")
 WORKER = ("_worker_loop", "/site-packages/torch/utils/data/_utils/worker.py")
+NO_GRAD = ("_DecoratorContextManager.decorate_context", "/site-packages/torch/utils/_contextlib.py")
+ESTIMATE_LOSS = ("main.<locals>.estimate_loss", "train.py")
+BACKWARD = ("Tensor.backward", "/site-packages/torch/_tensor.py")
 
 
 @pytest.mark.parametrize(("stack", "code"), [
@@ -42,6 +45,12 @@ WORKER = ("_worker_loop", "/site-packages/torch/utils/data/_utils/worker.py")
     ([TRAIN], Code.OTHER),
     ([WORKER, FETCH], Code.WORKER_FETCH),
     ([WORKER], Code.WORKER_IDLE),
+    # a hand-written loop's eval: the script's own eval-named function, no backward under it
+    ([TRAIN, NO_GRAD, ESTIMATE_LOSS, FORWARD], Code.EVAL),
+    ([TRAIN, ("run_validation", "train.py"), ("get_batch", "train.py")], Code.EVAL),
+    ([TRAIN, ("evaluate_and_step", "train.py"), BACKWARD], Code.COMPUTE),
+    ([TRAIN, ("interval_loss", "train.py"), FORWARD], Code.COMPUTE),
+    ([TRAIN, ("Module.eval", "/site-packages/torch/nn/modules/module.py")], Code.OTHER),
 ])
 def test_a_stack_sample_gets_the_category_the_hooks_would_give(stack, code):
     assert classify(stack) == code

@@ -4,13 +4,17 @@ The markers are the functions the in-process hooks wrap, so a sampled
 breakdown and a hooked one mean the same thing: data wait is time under
 ``DataLoader.__next__`` (tokenizing there counts as data wait, and also as
 tokenization), checkpoint is ``torch.save`` / ``save_pretrained`` /
-safetensors / Trainer checkpoints, eval is ``Trainer.evaluate``, format is
-``datasets`` map/filter/load. Priority follows the analysis: eval, then
-checkpoint, then data wait.
+safetensors / Trainer checkpoints, eval is ``Trainer.evaluate`` or Lightning's
+evaluation loop, or, in a hand-written loop, a function of the script named like
+an eval (``estimate_loss``, ``evaluate``, ``validate``, ``run_val``...) with no
+backward or optimizer step under it (what the hooks call an eval region: forward
+passes without backward), format is ``datasets`` map/filter/load. Priority
+follows the analysis: eval, then checkpoint, then data wait.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from gpudoctor.analysis.sampled import Code
@@ -44,6 +48,10 @@ _COMPUTE = (
     ("torch/nn/parallel/distributed.py", ("",)),
     ("transformers/trainer.py", ("Trainer.training_step", "Trainer.compute_loss")),
 )
+_TRAINS = (("torch/_tensor.py", ("backward",)), ("torch/autograd/", ("backward", "grad")), ("torch/optim/", ("",)))
+_EVAL_WORDS = frozenset({"eval", "evals", "evaluate", "evaluation", "validate", "validation", "val", "valid"})
+_WORDS = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z])(?=[A-Z])")
+_LIBRARY = ("site-packages/", "dist-packages/", "/lib/python3", "<frozen")
 _WORKER_LOOP = (("torch/utils/data/_utils/worker.py", ("_worker_loop",)),)
 _WORKER_FETCH = (("torch/utils/data/_utils/fetch.py", ("",)),)
 
@@ -67,12 +75,26 @@ def _name_matches(name: str, part: str) -> bool:
     return name == part or name.endswith("." + part)
 
 
+def _eval_named(name: str) -> bool:
+    last = name.rsplit(".", 1)[-1]
+    return "estimate_loss" in last or not _EVAL_WORDS.isdisjoint(w.lower() for w in _WORDS.split(last))
+
+
+def _hand_written_eval(frames: Sequence[Frame]) -> bool:
+    """A script's own eval-named function on the stack, with no backward or optimizer under it."""
+    for i, (name, filename) in enumerate(frames):
+        path = filename.replace("\\", "/")
+        if name != "<module>" and not any(part in path for part in _LIBRARY) and _eval_named(name):
+            return not _matches(frames[i + 1:], _TRAINS)
+    return False
+
+
 def classify(frames: Sequence[Frame]) -> str:
     """One :class:`Code` letter for the main thread of a training process."""
     if _matches(frames, _WORKER_LOOP):
         return Code.WORKER_FETCH if _matches(frames, _WORKER_FETCH) else Code.WORKER_IDLE
     tokenizing = _matches(frames, _TOKENIZE)
-    if _matches(frames, _EVAL):
+    if _matches(frames, _EVAL) or _hand_written_eval(frames):
         return Code.EVAL
     if _matches(frames, _CHECKPOINT):
         return Code.CHECKPOINT

@@ -65,7 +65,7 @@ def attach(run_dir: str, control_dir: str, doctor_pid: int, path_added: str | No
     _state.active = True
     try:
         live = _live_objects()
-        underway = bool(live["iterators"] or live["optimizers"])
+        underway = bool(live["iterators"] or live["optimizers"]) or _params_trained(live["modules"])
         # Not hooks.torch_hooks(): once the submodule of that name is imported it shadows the function.
         th = getattr(hooks, "_torch_hooks", None)
         if underway and th is not None and not th.first_step_seen:
@@ -138,7 +138,8 @@ def _fail(exc: BaseException) -> None:
 
 def _live_objects() -> dict[str, list[Any]]:
     """One pass over the GC's objects: what training state exists already."""
-    found: dict[str, list[Any]] = {"iterators": [], "loaders": [], "optimizers": [], "trainers": [], "tokenizers": []}
+    found: dict[str, list[Any]] = {"iterators": [], "loaders": [], "optimizers": [], "trainers": [], "tokenizers": [],
+                                   "modules": []}
     kinds: list[tuple[str, type]] = []
     for module, attr, key in (
         ("torch.utils.data.dataloader", "_BaseDataLoaderIter", "iterators"),
@@ -146,6 +147,7 @@ def _live_objects() -> dict[str, list[Any]]:
         ("torch.optim.optimizer", "Optimizer", "optimizers"),
         ("transformers.trainer", "Trainer", "trainers"),
         ("transformers.tokenization_utils_base", "PreTrainedTokenizerBase", "tokenizers"),
+        ("torch.nn.modules.module", "Module", "modules"),
     ):
         cls = getattr(sys.modules.get(module), attr, None)
         if isinstance(cls, type):
@@ -162,6 +164,21 @@ def _live_objects() -> dict[str, list[Any]]:
             found[key].append(obj)
     found["optimizers"] = [o for o in found["optimizers"] if getattr(o, "state", None)]
     return found
+
+
+# In-place changes a parameter's initialisation (and a state_dict load) makes: more means updates.
+_INIT_VERSIONS = 4
+
+
+def _params_trained(modules: list[Any]) -> bool:
+    """A loop with no optimizer or DataLoader (plain SGD on tensors) is training when its
+    parameters have gradients (backward ran) or were updated in place more than initialising
+    them takes (``p -= lr * p.grad``, any optimizer step)."""
+    for module in modules:
+        for p in getattr(module, "_parameters", {}).values():
+            if p is not None and p.requires_grad and (p.grad is not None or p._version > _INIT_VERSIONS):
+                return True
+    return False
 
 
 def _subclasses(cls: type) -> set[type]:

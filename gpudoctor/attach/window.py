@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.analysis.sampled import LOOP, load_stack_rows
+from gpudoctor.analysis.sampled import LOOP, Code, load_stack_rows
 
 UNAVAILABLE_WITHOUT_HOOKS = (
     "step count and step times, padding, DataLoader settings and the exact data wait are unavailable"
@@ -152,11 +152,28 @@ class AttachRecord:
         return fields
 
 
+FIRST_LOOK_S = 1.0  # how much of the first samples may show the loop before calling it underway
+_STARTING = {Code.FORMAT, Code.MODEL_LOAD, Code.TOKENIZE}  # what a process does before its loop
+
+
 def _sampled_underway(folder: Path) -> bool:
-    """Was the first sampled moment of a (non-worker) process already inside the training loop?"""
+    """Was a (non-worker) process already training when the samples began?
+
+    Yes when its first second of samples shows the loop (a step, a batch wait, a
+    backward, a hand-written eval) before anything only startup does: a plain SGD
+    loop spends part of each step in the script's own code, so its very first
+    sample need not be in the loop.
+    """
     rows = [r for r in load_stack_rows(folder) if r.get("role") == "main" and r["codes"]]
     if not rows:
         return True  # nothing seen: do not claim a startup we never observed
-    first = min(rows, key=lambda r: r["t"])
-    firsts = [r for r in rows if r["t"] == first["t"]]
-    return any(r["codes"][0] in LOOP for r in firsts)
+    t0 = min(r["t"] for r in rows)
+    for r in rows:
+        if r["t"] - t0 > FIRST_LOOK_S:
+            continue
+        for code in r["codes"][: max(1, int(FIRST_LOOK_S * float(r["rate_hz"])))]:
+            if code in _STARTING:
+                break
+            if code in LOOP or code == Code.EVAL:
+                return True
+    return False
