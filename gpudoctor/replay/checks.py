@@ -19,6 +19,12 @@ MASKED_ARCHS = ("bert", "roberta")
 ARCHS = CAUSAL_ARCHS + MASKED_ARCHS
 
 _HUBLIKE = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+STAGE_ORDER: tuple[str, ...] = ("ahead", "startup", "getitem", "collate", "loop")
+
+
+def stage_index(stage: str) -> int:
+    """Where a stage runs in the pipeline, earliest first."""
+    return STAGE_ORDER.index(stage)
 
 
 def check(cfg: ReplayConfig) -> None:
@@ -90,8 +96,6 @@ def _check_text(cfg: ReplayConfig) -> None:
 
 
 def _check_stages(cfg: ReplayConfig) -> None:
-    from gpudoctor.replay.config import stage_index
-
     fmt, tok = cfg.text.format_at, cfg.tokenizer.tokenize_at
     if cfg.text.template and stage_index(fmt) > stage_index(tok):
         raise cfg.error(

@@ -20,8 +20,7 @@ from gpudoctor.replay import checks
 from gpudoctor.replay.schema import Ctx, build, one_line
 from gpudoctor.replay.yamlsrc import load_yaml
 
-Stage = Literal["ahead", "startup", "getitem", "collate", "loop"]
-STAGE_ORDER: tuple[str, ...] = ("ahead", "startup", "getitem", "collate", "loop")
+Stage = Literal["ahead", "startup", "getitem", "collate", "loop"]  # in checks.STAGE_ORDER's order
 MAX_CONFIG_BYTES = 2**20
 
 
@@ -261,5 +260,3 @@ def load_config(path: str | Path) -> ReplayConfig:
     return load_config_text(text, source=str(p), base_dir=str(p.parent))
 
 
-def stage_index(stage: str) -> int:
-    return STAGE_ORDER.index(stage)

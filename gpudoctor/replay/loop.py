@@ -8,46 +8,16 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from gpudoctor.replay.bounds import Bounds, LoopResult
 from gpudoctor.replay.build import Pipeline, build_loader
 from gpudoctor.replay.config import ReplayConfig
 from gpudoctor.replay.measure import checkpoint_once
 from gpudoctor.replay.scratch import scratch_dir
-
-
-@dataclass
-class Bounds:
-    max_steps: int
-    max_seconds: float
-    save_steps: int | None
-
-
-@dataclass
-class LoopResult:
-    steps: int = 0
-    micro_steps: int = 0
-    samples: int = 0
-    seconds: float = 0.0
-    stopped_by: str = "data"
-    losses: list[float] = field(default_factory=list)
-    checkpoint_s: list[float] = field(default_factory=list)
-    checkpoint_bytes: int = 0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "steps": self.steps,
-            "micro_steps": self.micro_steps,
-            "samples": self.samples,
-            "seconds": self.seconds,
-            "stopped_by": self.stopped_by,
-            "loss_first": self.losses[0] if self.losses else None,
-            "loss_last": self.losses[-1] if self.losses else None,
-        }
 
 
 def replay_bounds(cfg: ReplayConfig, max_steps: int | None, max_seconds: float | None) -> Bounds:

@@ -12,7 +12,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from gpudoctor.replay.loop import Bounds, LoopResult
+from gpudoctor.replay.bounds import Bounds, LoopResult
 
 
 class BoundsCallback(TrainerCallback):
