@@ -442,7 +442,7 @@ def summary_line(d: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-# ---- words shared by the summary and the pages ------------------------------
+# ---- words shared by the summary and the pages (gpudoctor/render/diff_page.py) ------------
 
 
 def fmt_number(value: Any) -> str:
@@ -466,17 +466,3 @@ def bucket_text(f: dict[str, Any]) -> str:
     b = f["bucket_s"]
     label = SPAN_LABELS.get(f["bucket"], f["bucket"])
     return f"{label} {fmt_number(b['before'])} → {fmt_seconds(b['after'], f['unit'])}"
-
-
-def render_diff_markdown(d: dict[str, Any]) -> str:
-    """The comparison as a GitHub pull-request comment (see :mod:`gpudoctor.diff_pages`)."""
-    from gpudoctor.diff_pages import markdown_page
-
-    return markdown_page(d)
-
-
-def render_diff_html(d: dict[str, Any]) -> str:
-    """The comparison as one self-contained, escaped HTML page (see :mod:`gpudoctor.diff_pages`)."""
-    from gpudoctor.diff_pages import html_page
-
-    return html_page(d)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.diff import diff_reports, render_diff_html, render_diff_markdown
+from gpudoctor.diff import diff_reports
+from gpudoctor.render.diff_page import render_diff_html, render_diff_markdown
 
 DATA = Path(__file__).parent / "data"
 HOSTILE = "<script>alert(1)</script>"

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from gpudoctor import step_noise
-from gpudoctor.diff import diff_reports, render_diff_html, render_diff_markdown
+from gpudoctor.diff import diff_reports
 from gpudoctor.recording.store import load_recording
+from gpudoctor.render.diff_page import render_diff_html, render_diff_markdown
 from gpudoctor.report import build_report
 from tests.recording_builder import T0, RecordingBuilder
 

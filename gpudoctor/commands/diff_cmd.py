@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from gpudoctor.commands.load import load_report, malformed_report_guard
+from gpudoctor.diff import diff_reports
 from gpudoctor.errors import UserError
+from gpudoctor.render.diff_page import render_diff_html, render_diff_markdown
 
 
 def main(args: Any) -> int:
-    from gpudoctor.diff import diff_reports, render_diff_html, render_diff_markdown
-
     before, after = load_report(args.before), load_report(args.after)
     out = args.output
     suffix = out.suffix.lower() if out is not None else ".md"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpudoctor.diff import STATUSES, bucket_text, fmt_seconds
+from gpudoctor.render import charts
 from gpudoctor.render.base import (
     SEVERITY_COLORS,
     SLICE_COLORS,
@@ -22,6 +23,8 @@ from gpudoctor.render.base import (
     fmt_usd,
 )
 from gpudoctor.render.charts import SPAN_LABELS
+from gpudoctor.render.html import markup, render_template
+from gpudoctor.render.markdown import md_code, md_text, table
 
 
 def fmt_delta(value: float | None, kind: str, unit: str | None = None) -> str:
@@ -152,10 +155,8 @@ def noise_text(d: dict[str, Any]) -> str:
     )
 
 
-def markdown_page(d: dict[str, Any]) -> str:
+def render_diff_markdown(d: dict[str, Any]) -> str:
     """The comparison as a GitHub pull-request comment."""
-    from gpudoctor.render.markdown import md_code, md_text, table
-
     def rows(items: list[dict[str, str]], first: str) -> list[list[str]]:
         return [[md_text(r[first]), r["before"], r["after"], r["delta"]] for r in items]
 
@@ -207,11 +208,8 @@ def _findings_markdown(found: list[dict[str, Any]], md_code: Any, md_text: Any) 
     return "\n".join(lines) or "No findings in either run."
 
 
-def html_page(d: dict[str, Any]) -> str:
+def render_diff_html(d: dict[str, Any]) -> str:
     """The comparison as one self-contained, escaped HTML page."""
-    from gpudoctor.render import charts
-    from gpudoctor.render.html import markup, render_template
-
     found = finding_rows(d)
     view = {
         "d": d,
@@ -225,4 +223,3 @@ def html_page(d: dict[str, Any]) -> str:
         "severity_colors": SEVERITY_COLORS,
     }
     return render_template("diff.html.j2", view)
-
