@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.errors import UserError
+from gpudoctor.render.sweep_page import to_html, to_markdown
 from gpudoctor.replay.config import load_config_text
 from gpudoctor.sweep import adaptive
 from gpudoctor.sweep.axes import ACCUM, BATCH, WORKERS, parse_axis, parse_grid
 from gpudoctor.sweep.plan import build_plan, shard
 from gpudoctor.sweep.points import Resolved
-from gpudoctor.sweep.render import to_html, to_markdown
 from gpudoctor.sweep.results import finalize, merge, new_doc, point_entry
 from gpudoctor.sweep.runner import Runner
 from gpudoctor.sweep.trial import TrialRun

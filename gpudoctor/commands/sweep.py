@@ -13,8 +13,8 @@ from typing import Any
 
 
 def main(args: Any) -> int:
+    from gpudoctor.render.sweep_page import headline
     from gpudoctor.sweep.options import SweepOptions
-    from gpudoctor.sweep.render import headline
     from gpudoctor.sweep.session import merge_sweeps, run_sweep
 
     opts = SweepOptions.from_args(args)
@@ -40,7 +40,7 @@ def main(args: Any) -> int:
         print(f"  note: {note}", file=out)
     adaptive = doc.get("adaptive")
     if adaptive:
-        from gpudoctor.sweep.render import adaptive_text
+        from gpudoctor.render.sweep_page import adaptive_text
 
         print(f"  {adaptive_text(adaptive)}", file=out)
     print(f"  report: {folder / 'sweep.html'}", file=out)

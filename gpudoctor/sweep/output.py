@@ -8,8 +8,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.render.sweep_page import to_html, to_markdown
 from gpudoctor.sweep import points as pts
-from gpudoctor.sweep.render import to_html, to_markdown
 from gpudoctor.sweep.results import finalize, write_json
 
 

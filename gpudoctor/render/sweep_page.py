@@ -1,7 +1,7 @@
 """``sweep.html`` and ``sweep.md`` from ``sweep.json``: pure functions of the document.
 
 The HTML reuses the report's Jinja2 environment (autoescape on) and stylesheet;
-only the heatmap SVG, escaped in :mod:`heatmap`, goes in as markup.
+only the heatmap SVG, escaped in :mod:`.sweep_heatmap`, goes in as markup.
 """
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import itertools
 from typing import Any
 
 from gpudoctor.render.base import fmt_speedup
+from gpudoctor.render.html import markup, render_template
 from gpudoctor.render.markdown import md_code, md_fence, md_text, table
+from gpudoctor.render.sweep_heatmap import heatmap_svg
 from gpudoctor.sweep.format import cells, columns, rate
-from gpudoctor.sweep.heatmap import heatmap_svg
 from gpudoctor.sweep.points import short
 
 
@@ -118,7 +119,6 @@ def to_markdown(doc: dict[str, Any]) -> str:
 
 
 def to_html(doc: dict[str, Any]) -> str:
-    from gpudoctor.render.html import markup, render_template
 
     change = doc.get("change") or {}
     best = (doc.get("best") or {}).get("index")
