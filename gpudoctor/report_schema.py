@@ -34,6 +34,19 @@ preflight:         the full run predicted on ``--target`` before and after the f
 prediction_check:  a replay that ran on a GPU: {"gpu", "known", "target", "mfu_assumed",
                    "mfu_achieved", "precision", "rows": [{"figure", "unit", "predicted",
                    "measured", "measured_over_predicted"}], "notes"} (:mod:`gpudoctor.replay.here`).
+
+Only from ``gpudoctor try`` (the baseline's report; the trial's recording is in ``trial/``):
+trial:  {"rule", "fix" (the finding's fix), "values" ({section: {key: value}} asked),
+         "unchanged", "set_by_user", "applied" ([{"call", "values", "was", "skipped"}], from the
+         trial's own ``applied`` events), "not_applied" ([{"call", "key", "reason"}]: needs a code
+         change, refused, or no such call seen), "complete" (bool), "predicted_speedup" (f|null,
+         steady-state steps/s after over before), "predicted_speedup_range" ([lo, hi]|null),
+         "prediction_basis" (str|null), "finding_predicted_speedup" (the finding's, on wall time),
+         "achieved_speedup" (f|null, trial_steps_per_s / baseline_steps_per_s),
+         "baseline_steps_per_s", "trial_steps_per_s" (f|null), "baseline"/"trial" ({"steps_per_s",
+         "steps", "warmup_steps", "window_s"}|null), "seconds", "trial_run" ({"folder", "exit_code",
+         "stopped", "status", "window_s"}|null: null when nothing could be applied), "notes"}
+         (:mod:`gpudoctor.tryfix.section`).
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ def load_report(path: Path, price: float | None = None, gpus: int | None = None)
                     old = json.loads(read_report_bytes(saved, _folder_owner(saved)))
                 except (UserError, ValueError, RecursionError):  # unsafe, huge, truncated: rebuilt anyway
                     old = {}
-                for key in ("preflight", "sweep"):
+                for key in ("preflight", "sweep", "trial"):
                     if isinstance(old, dict) and key in old:
                         report[key] = old[key]
             return report
@@ -106,6 +106,10 @@ _COST_FIGURES = ("usd_per_hour", "wasted_usd_per_hour", "wasted_usd_so_far", "pr
                  "projected_run_usd", "projected_wasted_usd")
 
 
+_TRIAL_FIGURES = ("predicted_speedup", "achieved_speedup", "baseline_steps_per_s", "trial_steps_per_s")
+MAX_SPEEDUP = 1e6  # also the most steps/s: beyond it the figure is forged or corrupt
+
+
 def _is_fraction(v: Any) -> bool:
     return _is_num(v, 0.0, 1.0)
 
@@ -136,6 +140,13 @@ def shape_problem(report: dict[str, Any]) -> str | None:
         return f"run.duration_s is not a number of seconds from 0 to {MAX_SECONDS:g}"
     if not isinstance(report["findings"], list):
         return "'findings' is not a list"
+    trial = report.get("trial")
+    if trial is not None and not isinstance(trial, dict):
+        return "'trial' is not an object"
+    for key in _TRIAL_FIGURES if isinstance(trial, dict) else ():
+        value = trial.get(key)
+        if value is not None and not _is_num(value, 0.0, MAX_SPEEDUP):
+            return f"trial.{key} is not a number from 0 to {MAX_SPEEDUP:g}"
     for i, f in enumerate(report["findings"]):
         if not isinstance(f, dict) or not isinstance(f.get("rule"), str) or f.get("severity") not in SEVERITIES:
             return f"findings[{i}] lacks a rule name or a severity"

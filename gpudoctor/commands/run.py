@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import gpudoctor
 from gpudoctor.errors import UserError
@@ -37,9 +37,10 @@ def child_env(run_dir: Path, base: dict[str, str] | None = None) -> dict[str, st
 class _Interrupts:
     """First Ctrl-C: let the child stop itself. Second: terminate it, then kill."""
 
-    def __init__(self) -> None:
+    def __init__(self, group: bool = False) -> None:
         self.count = 0
         self.proc: subprocess.Popen[bytes] | None = None
+        self.group = group  # the child leads its own process group: Ctrl-C reaches it through us
 
     def __call__(self, signum: int, frame: Any) -> None:
         self.count += 1
@@ -47,21 +48,46 @@ class _Interrupts:
         if proc is None or proc.poll() is not None:
             return
         if signum == signal.SIGTERM:
-            proc.terminate()
+            _signal(proc, signal.SIGTERM, self.group)
         elif self.count == 1:
+            if self.group:
+                _signal(proc, signal.SIGINT, True)
             print("\ngpudoctor: interrupted; waiting for the training process to stop "
                   "(Ctrl-C again to terminate it). The report will cover what was recorded.", file=sys.stderr)
         else:
             print("gpudoctor: terminating the training process; writing the report from what was recorded.",
                   file=sys.stderr)
-            proc.terminate()
+            _signal(proc, signal.SIGTERM, self.group)
+
+
+def _signal(proc: subprocess.Popen[bytes], sig: int, group: bool) -> None:
+    """Send ``sig`` to the child, or to its whole process group (workers, ranks) when it leads one."""
+    try:
+        if group:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+    except ProcessLookupError:
+        pass
+
+
+class Limit(Protocol):
+    """Stops a child that leads its own process group when its time is up (``gpudoctor try``)."""
+
+    stopped: bool  # it stopped the child (the run is then "interrupted", not "crashed")
+
+    def poll(self, proc: subprocess.Popen[bytes]) -> None: ...
 
 
 def run(command: list[str], out: Path | None, interval_s: float, price: float | None, gpus: int | None,
         as_json: bool, nvml_binding: Any = None, mode: str = "run",
-        extra_env: dict[str, str] | None = None) -> tuple[int, dict[str, Any] | None, Path]:
+        extra_env: dict[str, str] | None = None, limit: Limit | None = None,
+        summary: bool = True) -> tuple[int, dict[str, Any] | None, Path]:
     """Run ``command`` under the doctor; returns its exit code (never the doctor's trouble: a
-    recording or report that failed is said on stderr), the report (None if none) and the folder."""
+    recording or report that failed is said on stderr), the report (None if none) and the folder.
+
+    ``limit``: the child gets its own process group and ``limit.poll`` may stop it (signals
+    then reach the group, DataLoader workers included); ``summary=False``: no summary printed."""
     if not command:
         raise UserError("no command to run; usage: gpudoctor run [OPTIONS] -- python train.py")
     folder = RunFolder(out or default_out(mode)).create()
@@ -71,11 +97,11 @@ def run(command: list[str], out: Path | None, interval_s: float, price: float | 
     env = child_env(folder.root)
     if extra_env:
         env.update(extra_env)
-    handler = _Interrupts()
+    handler = _Interrupts(group=limit is not None)
     old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     start = time.time()
     try:
-        proc = subprocess.Popen(command, env=env)
+        proc = subprocess.Popen(command, env=env, process_group=0 if limit is not None else None)
     except FileNotFoundError:
         _restore(old)
         raise UserError(f"cannot start {command[0]!r}: no such command; check the command after --", 127) from None
@@ -86,13 +112,14 @@ def run(command: list[str], out: Path | None, interval_s: float, price: float | 
     handler.proc = proc
     recorder.start(proc.pid, start)
     try:
-        code = _wait(proc, handler)
+        code = _wait(proc, handler, limit)
     finally:
         _restore(old)
-    status = "finished" if code == 0 else ("interrupted" if handler.count else "crashed")
+    stopped = handler.count or (limit is not None and limit.stopped)
+    status = "finished" if code == 0 else ("interrupted" if stopped else "crashed")
     recorder.stop(status, code)
     try:
-        report = _report(folder, price, gpus, as_json)
+        report = _report(folder, price, gpus, as_json, summary)
     except OSError as exc:  # --out filled up or vanished: the training itself is not at fault
         error = recorder.write_error or exc
         print(f"gpudoctor: could not write to --out {folder.root} ({error.strerror or error}): the recording "
@@ -110,9 +137,11 @@ def run(command: list[str], out: Path | None, interval_s: float, price: float | 
     return code, report, folder.root
 
 
-def _wait(proc: subprocess.Popen[bytes], handler: _Interrupts) -> int:
+def _wait(proc: subprocess.Popen[bytes], handler: _Interrupts, limit: Limit | None = None) -> int:
     deadline = None
     while True:
+        if limit is not None:
+            limit.poll(proc)
         try:
             return _exit_code(proc.wait(timeout=0.5))
         except subprocess.TimeoutExpired:
@@ -127,11 +156,13 @@ def _exit_code(code: int) -> int:
     return 128 - code if code < 0 else code
 
 
-def _report(folder: RunFolder, price: float | None, gpus: int | None, as_json: bool) -> dict[str, Any] | None:
+def _report(folder: RunFolder, price: float | None, gpus: int | None, as_json: bool,
+            summary: bool = True) -> dict[str, Any] | None:
     from gpudoctor.commands.finish import print_summary, write_report
 
     report = write_report(folder.root, ReportOptions(price_per_gpu_hour=price, gpus=gpus))
-    print_summary(report, folder.root, as_json)
+    if summary:
+        print_summary(report, folder.root, as_json)
     return report
 
 

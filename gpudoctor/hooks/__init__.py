@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gpudoctor.hooks import guard, imports, patch
+from gpudoctor.hooks import apply, guard, imports, patch
 from gpudoctor.hooks.writer import EventWriter
 
 _writer: EventWriter | None = None
@@ -58,6 +58,7 @@ def install(run_dir: str | os.PathLike[str]) -> EventWriter:
     imports.when_imported("accelerate", lambda m: hf_hooks.install_accelerate(w, m))
     imports.when_imported("lightning.pytorch", _install_lightning)
     imports.when_imported("pytorch_lightning", _install_lightning)
+    apply.install(w)  # ``gpudoctor try``: a fix's values, when GPUDOCTOR_APPLY names them
     return w
 
 

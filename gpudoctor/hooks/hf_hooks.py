@@ -7,7 +7,7 @@ import time
 from types import ModuleType
 from typing import Any
 
-from gpudoctor.hooks import patch
+from gpudoctor.hooks import apply, patch
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.torch_hooks import TorchHooks, safe_attr
 from gpudoctor.hooks.writer import EventWriter
@@ -27,6 +27,8 @@ def install_tokenizers(writer: EventWriter, torch_hooks: TorchHooks, mod: Module
         def call(self: Any, *args: Any, **kwargs: Any) -> Any:
             if torch_hooks.pad_token_id is None:
                 _note_pad_id(torch_hooks, self)
+            if apply.active():  # ``gpudoctor try``: the fix's max_length/padding
+                kwargs = apply.tokenizer_kwargs(kwargs)
             return timed(self, *args, **kwargs)
 
         return call

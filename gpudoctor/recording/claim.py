@@ -21,7 +21,7 @@ from pathlib import Path
 from gpudoctor.errors import UserError
 
 RECORDING_NAMES = ("meta.json", "samples", "events", "attach", "report.json", "report.html", "report.md",
-                   "replay_measure.json")
+                   "replay_measure.json", "trial", "apply.json")
 _held: dict[tuple[int, int], int] = {}  # (st_dev, st_ino) -> descriptor holding the lock, per process
 
 

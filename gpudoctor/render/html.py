@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.render import charts
+from gpudoctor.render import charts, trial
 from gpudoctor.render.base import (
     NO_PRICE,
     SEVERITY_COLORS,
@@ -94,6 +94,7 @@ def build_view(report: dict[str, Any]) -> dict[str, Any]:
         "ranks": ranks_view(report.get("per_rank")),
         "preflight": replay_view(report.get("preflight"), "preflight"),
         "prediction_check": replay_view(report.get("prediction_check"), "check"),
+        "trial": trial.view(report.get("trial")),
         "notes": [str(n) for n in report.get("notes") or []],
         "schema": str(report.get("schema") or ""),
     }

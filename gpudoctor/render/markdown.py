@@ -99,6 +99,7 @@ class MarkdownRenderer(Renderer):
             ranks_section(report.get("per_rank")),
             replay_section(report.get("prediction_check"), "check"),
             replay_section(report.get("preflight"), "preflight"),
+            trial_section(report.get("trial")),
             notes_section(report.get("notes")),
             footer(report),
         ]
@@ -257,6 +258,23 @@ def replay_section(section: Any, kind: str) -> str:
         return "### Prediction checked on this GPU\n\n" + show.check_markdown(section)
     except (KeyError, TypeError, ValueError):
         return ""
+
+
+def trial_section(section: Any) -> str:
+    """``gpudoctor try``: the fix tried on the command itself, predicted vs achieved steps/s."""
+    from gpudoctor.render import trial
+
+    v = trial.view(_inert(section))  # rule names, values and reasons come from outside
+    if v is None:
+        return ""
+    parts = [f"### Fix tried: {v['title']}",
+             f"Predicted {v['predicted']}, achieved {v['achieved']}" + (f" ({v['basis']})." if v["basis"] else ".")]
+    if v["rows"]:
+        parts.append(table(["", "baseline", "with the fix"], [list(r) for r in v["rows"]], right={1, 2}))
+    parts += ["\n".join(f"- applied: {line}" for line in v["applied"]),
+              "\n".join(f"- not applied: {line}" for line in v["not_applied"]),
+              "\n".join(f"- {n}" for n in v["notes"])]
+    return "\n\n".join(p for p in parts if p)
 
 
 def _inert(value: Any) -> Any:

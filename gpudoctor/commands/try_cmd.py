@@ -1,0 +1,116 @@
+"""``gpudoctor try [--fix RULE] [--seconds S] -- CMD``: prove a fix before anyone edits code.
+
+Profiles CMD for S seconds of training as ``run`` does (the baseline), picks the fix
+(``--fix`` or the top finding the hooks can apply), runs CMD again for S seconds of training
+with the fix's values set by the same hooks that watch the Trainer, the DataLoader and the
+tokenizer (:mod:`gpudoctor.hooks.apply`), and writes the baseline's report with a ``trial``
+section: predicted vs achieved steady-state steps/s. A fix that needs a code change is said,
+not tried. Both runs are the user's own command, with its side effects.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpudoctor import safefs
+from gpudoctor.analysis import analyze
+from gpudoctor.commands.run import run
+from gpudoctor.errors import UserError
+from gpudoctor.hooks.apply import ENV
+from gpudoctor.recorder import default_out
+from gpudoctor.recording.store import load_recording
+from gpudoctor.tryfix import plan as planning
+from gpudoctor.tryfix import section as trial_section
+from gpudoctor.tryfix import steady
+from gpudoctor.tryfix.limit import TrainingLimit
+
+STARTUP_CAP_MIN_S = 120.0  # a trial that never reaches a step is stopped after this (or 3x baseline's)
+APPLY_FILE = "apply.json"
+TRIAL_DIR = "trial"
+
+
+def main(args: Any) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UserError("no command to try; usage: gpudoctor try [--fix RULE] [--seconds S] -- python train.py")
+    sets = planning.parse_sets(args.set)
+    seconds = float(args.seconds)
+    out = args.out or default_out("try")
+
+    print(f"gpudoctor try: baseline: profiling {seconds:g} s of training", file=sys.stderr)
+    base_limit = TrainingLimit(Path(out) / "events", seconds, math.inf)  # its startup is what it is
+    code, report, folder = run(command, out, args.interval, args.price_per_gpu_hour, args.gpus, False,
+                               mode="try", limit=base_limit)
+    if report is None:
+        return code or 1
+    if report["run"].get("status") == "interrupted" and not base_limit.stopped:
+        print("gpudoctor try: interrupted during the baseline; no trial run", file=sys.stderr)
+        return code
+    a = analyze(load_recording(folder))
+    plan = planning.make_plan(report, a, args.fix, sets)
+    if plan is None:
+        print("gpudoctor try: the baseline has no finding: nothing to try", file=sys.stderr)
+        return 0
+    if not plan.applicable:
+        section = trial_section.build(plan, prediction=None, baseline=steady.steady_rate(a, None), trial=None,
+                                      applied=None,
+                                      seconds=seconds, trial_run=None, notes=_plan_notes(plan))
+        _finish(report, section, folder, args.json)
+        return 0
+
+    safefs.replace_file(folder / APPLY_FILE, json.dumps(plan.spec(), indent=2))
+    startup = report["steps"].get("first_step_at_s") or 0.0
+    limit = TrainingLimit(folder / TRIAL_DIR / "events", seconds, max(STARTUP_CAP_MIN_S, 3 * startup))
+    values = "; ".join(f"{p.call}({', '.join(f'{k}={v!r}' for k, v in p.apply.items())})"
+                       for p in plan.parts if p.apply)
+    print(f"gpudoctor try: trial: {plan.rule} with {values}, {seconds:g} s of training", file=sys.stderr)
+    trial_code, trial_report, trial_dir = run(
+        command, folder / TRIAL_DIR, args.interval, args.price_per_gpu_hour, args.gpus, False, mode="try",
+        extra_env={ENV: str((folder / APPLY_FILE).resolve())}, limit=limit, summary=False)
+    a_trial = analyze(load_recording(trial_dir))
+    lengths = [x for x in (steady.training_s(a), steady.training_s(a_trial)) if x is not None]
+    length = min(lengths) if len(lengths) == 2 else None
+    notes = _plan_notes(plan)
+    if limit.note:
+        notes.append(limit.note)
+    section = trial_section.build(
+        plan,
+        prediction=steady.predict(a, plan.rule, plan.workers),
+        baseline=steady.steady_rate(a, length),
+        trial=steady.steady_rate(a_trial, length),
+        applied=trial_section.applied_events(a_trial.rec.events),
+        seconds=seconds,
+        trial_run={"folder": TRIAL_DIR, "exit_code": trial_code, "stopped": limit.stopped,
+                   "status": (trial_report or {}).get("run", {}).get("status"), "window_s": length},
+        notes=notes,
+    )
+    _finish(report, section, folder, args.json)
+    return 0
+
+
+def _plan_notes(plan: planning.Plan) -> list[str]:
+    notes = []
+    if plan.applicable and not plan.complete:
+        notes.append("Only part of the fix can be set without editing code (see not_applied): "
+                     "the trial measures that part.")
+    workers_set = any(k in plan.user_set for k in ("num_workers", "dataloader_num_workers"))
+    if plan.user_set and not workers_set:
+        notes.append("Values set with --set: the prediction is the finding's, for its own values.")
+    return notes
+
+
+def _finish(report: dict[str, Any], section: dict[str, Any], folder: Path, as_json: bool) -> None:
+    from gpudoctor.render import write_all
+
+    report["trial"] = section
+    write_all(report, folder)
+    if as_json:
+        print(json.dumps(report, indent=2))
+    print(trial_section.headline(section), file=sys.stderr)
+    print(f"  report: {folder / 'report.html'}", file=sys.stderr)

@@ -1,0 +1,259 @@
+"""Apply a fix inside the training process, for ``gpudoctor try``: no code edited.
+
+``gpudoctor try`` writes the fix's values to a JSON file in its run folder and names it in
+``GPUDOCTOR_APPLY``. At install, the hooks read it and change the arguments of the calls
+they already see: ``TrainingArguments`` fields (set before its ``__post_init__``, so the
+library still validates them), ``DataLoader(...)`` arguments, and tokenizer call arguments.
+What was actually changed is recorded as ``applied`` events, so the report shows what ran,
+not what was asked. Stdlib-only, like the rest of the injected part.
+
+Never fatal: every body of ours is guarded, and when ``TrainingArguments`` refuses our
+values (``__post_init__`` raises), the object is put back and validated with the user's
+own values, so the trial runs as written rather than dying (the event says why).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import sys
+import time
+from types import ModuleType
+from typing import Any
+
+from gpudoctor import safefs
+from gpudoctor.hooks import imports, patch
+from gpudoctor.hooks.guard import guarded
+from gpudoctor.hooks.writer import EventWriter
+
+ENV = "GPUDOCTOR_APPLY"
+SCHEMA = "gpudoctor.apply/1"
+MAX_SPEC_BYTES = 64 * 1024
+MAX_EVENTS_PER_CALL = 5  # a loader built every epoch is said a few times, not thousands
+
+LOADER_KEYS = {"num_workers": int, "persistent_workers": bool, "prefetch_factor": int, "pin_memory": bool}
+TOKENIZER_KEYS = {"max_length": int, "padding": (bool, str), "pad_to_multiple_of": int, "truncation": (bool, str)}
+Scalar = int | float | bool | str | None
+
+
+class Overrides:
+    """The values to apply, one mapping per call the hooks see."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.rule = str(spec.get("rule") or "")
+        self.training_arguments = _scalars(spec.get("training_arguments"), None)
+        self.dataloader = _scalars(spec.get("dataloader"), LOADER_KEYS)
+        self.tokenizer = _scalars(spec.get("tokenizer"), TOKENIZER_KEYS)
+        self.said: dict[str, int] = {}
+
+
+_overrides: Overrides | None = None
+_writer: EventWriter | None = None
+
+
+def _scalars(section: Any, allowed: dict[str, Any] | None) -> dict[str, Scalar]:
+    """Only plain values under known (or identifier) names: the file is ours, but stays checked."""
+    if not isinstance(section, dict):
+        return {}
+    out: dict[str, Scalar] = {}
+    for key, value in section.items():
+        if not isinstance(key, str) or not key.isidentifier():
+            continue
+        if allowed is not None:
+            kind = allowed.get(key)
+            if kind is None or not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                continue
+        elif value is not None and not isinstance(value, (int, float, bool, str)):
+            continue
+        out[key] = value
+    return out
+
+
+def load(path: str) -> Overrides | None:
+    """The overrides in ``path`` (ours, 0600, not a link), or None when unreadable."""
+    try:
+        data = json.loads(safefs.read_bytes(path, owner=os.geteuid(), limit=MAX_SPEC_BYTES))
+    except (OSError, ValueError, RecursionError) as exc:
+        print(f"gpudoctor: the fix to try ({path}) could not be read ({exc}); running unchanged",
+              file=sys.stderr)
+        return None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        return None
+    return Overrides(data)
+
+
+def install(writer: EventWriter) -> None:
+    """Read ``GPUDOCTOR_APPLY`` (if set) and patch the calls its values belong to."""
+    global _overrides, _writer
+    path = os.environ.get(ENV)
+    if not path or _overrides is not None:
+        return
+    found = load(path)
+    if found is None:
+        return
+    _overrides, _writer = found, writer
+    if found.dataloader:
+        imports.when_imported("torch.utils.data.dataloader", _install_dataloader)
+    if found.training_arguments:
+        imports.when_imported("transformers.training_args", _install_training_arguments)
+
+
+def active() -> bool:
+    return _overrides is not None
+
+
+def _emit(call: str, values: dict[str, Any], was: dict[str, Any], skipped: dict[str, str]) -> None:
+    o, w = _overrides, _writer
+    if o is None or w is None:
+        return
+    o.said[call] = o.said.get(call, 0) + 1
+    if o.said[call] <= MAX_EVENTS_PER_CALL:
+        w.emit({"k": "applied", "t": time.time(), "rule": o.rule, "call": call, "values": values,
+                "was": was, "skipped": skipped, "pid": os.getpid()})
+
+
+# -- DataLoader(...) ------------------------------------------------------------------
+def _install_dataloader(mod: ModuleType) -> None:
+    loader = getattr(mod, "DataLoader", None)
+    if loader is not None:
+        patch.replace(loader, "__init__", _wrap_loader_init)
+
+
+def _wrap_loader_init(fn: Any) -> Any:
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        changed = _loader_arguments(fn, self, args, kwargs)
+        if changed is not None:
+            args, kwargs = changed
+        fn(self, *args, **kwargs)
+
+    return __init__
+
+
+@guarded("apply DataLoader fix")
+def _loader_arguments(fn: Any, self: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+                      ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    o = _overrides
+    if o is None or not o.dataloader:
+        return None
+    sig = inspect.signature(fn)
+    try:
+        bound = sig.bind(self, *args, **kwargs)
+    except TypeError:  # the call is wrong as written: the loader will say so itself
+        return None
+    params = sig.parameters
+
+    def current(name: str) -> Any:
+        if name in bound.arguments:
+            return bound.arguments[name]
+        return params[name].default if name in params else None
+
+    values: dict[str, Any] = {}
+    was: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
+    for key, value in o.dataloader.items():
+        if key not in params:
+            skipped[key] = f"this DataLoader ({type(self).__name__}) takes no {key} argument"
+            continue
+        was[key], values[key] = current(key), value
+        bound.arguments[key] = value
+    if current("num_workers") == 0:  # torch refuses these without workers
+        for key, off in (("prefetch_factor", None), ("persistent_workers", False)):
+            if key not in params:
+                continue
+            if key in values and values[key] != off:
+                skipped[key] = "only with num_workers > 0"
+                del values[key]
+                bound.arguments[key] = was.pop(key)
+            if "num_workers" in values and current(key) != off:  # we took the workers away
+                was.setdefault(key, current(key))
+                values[key] = bound.arguments[key] = off
+    _emit("DataLoader", values, was, skipped)
+    return bound.args[1:], bound.kwargs
+
+
+# -- TrainingArguments ----------------------------------------------------------------
+def _install_training_arguments(mod: ModuleType) -> None:
+    cls = getattr(mod, "TrainingArguments", None)
+    if cls is not None:
+        patch.replace(cls, "__post_init__", _wrap_post_init)
+
+
+def _wrap_post_init(fn: Any) -> Any:
+    def __post_init__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        before = _set_fields(self)
+        if before is None:
+            return fn(self, *args, **kwargs)
+        try:
+            result = fn(self, *args, **kwargs)
+        except Exception as exc:
+            if not _put_back(self, before, exc):
+                raise
+            return fn(self, *args, **kwargs)  # the user's own values, validated as written
+        _fields_kept(self, before)
+        return result
+
+    return __post_init__
+
+
+@guarded("apply TrainingArguments fix")
+def _set_fields(self: Any) -> dict[str, Any] | None:
+    o = _overrides
+    if o is None or not o.training_arguments:
+        return None
+    snapshot = dict(self.__dict__)
+    for key, value in o.training_arguments.items():
+        if key in snapshot:
+            setattr(self, key, value)
+    return snapshot
+
+
+@guarded("apply TrainingArguments fix", default=False)
+def _put_back(self: Any, before: dict[str, Any], exc: Exception) -> bool:
+    self.__dict__.clear()
+    self.__dict__.update(before)
+    o = _overrides
+    asked = dict(o.training_arguments) if o is not None else {}
+    reason = f"TrainingArguments refused them: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+    _emit("TrainingArguments", {}, {}, {key: reason for key in asked})
+    return True
+
+
+@guarded("apply TrainingArguments fix")
+def _fields_kept(self: Any, before: dict[str, Any]) -> None:
+    o = _overrides
+    if o is None:
+        return
+    values: dict[str, Any] = {}
+    was: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
+    for key in o.training_arguments:
+        if key not in before:
+            skipped[key] = "this transformers' TrainingArguments has no such field"
+            continue
+        values[key], was[key] = _plain(getattr(self, key, None)), _plain(before[key])
+    _emit("TrainingArguments", values, was, skipped)
+
+
+def _plain(value: Any) -> Scalar:
+    if value is None or isinstance(value, (int, float, bool, str)):
+        return value
+    return str(getattr(value, "value", value))  # enums (save_strategy) as their value
+
+
+# -- tokenizer(...) -------------------------------------------------------------------
+def tokenizer_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The tokenizer call's keyword arguments with the fix's values (called by the tokenizer hook)."""
+    changed = _tokenizer_kwargs(kwargs)
+    return kwargs if changed is None else changed
+
+
+@guarded("apply tokenizer fix")
+def _tokenizer_kwargs(kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    o = _overrides
+    if o is None or not o.tokenizer:
+        return None
+    out = {**kwargs, **o.tokenizer}
+    if o.said.get("tokenizer", 0) < 1:
+        _emit("tokenizer", dict(o.tokenizer), {k: kwargs.get(k) for k in o.tokenizer}, {})
+    return out

@@ -1,0 +1,63 @@
+"""The ``trial`` section (``gpudoctor try``) as display rows: predicted vs achieved, side by side.
+
+Shared by the HTML and Markdown renderers; a section in an unexpected shape (a hand-edited
+report.json) renders as nothing rather than failing the page.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudoctor.render.base import num
+
+
+def view(section: Any) -> dict[str, Any] | None:
+    """Display strings: title, rows (figure, baseline, trial), applied and not-applied lines, notes."""
+    if not isinstance(section, dict):
+        return None
+    try:
+        return _view(section)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+def _view(s: dict[str, Any]) -> dict[str, Any]:
+    from gpudoctor.tryfix.section import speedups
+
+    base, trial = s.get("baseline") or {}, s.get("trial") or {}
+    applied = [f"{row['call']}: " + ", ".join(f"{k}={_show(v)} (was {_show((row.get('was') or {}).get(k))})"
+                                              for k, v in (row.get("values") or {}).items())
+               for row in s.get("applied") or [] if row.get("values")]
+    missing = [f"{row.get('call') or 'script'}: {row.get('key')}: {row.get('reason')}"
+               for row in s.get("not_applied") or []]
+    rows = [("steady-state steps/s", _fmt(s.get("baseline_steps_per_s")), _fmt(s.get("trial_steps_per_s"))),
+            ("steps measured (after warm-up)", _int(base.get("steps")), _int(trial.get("steps"))),
+            ("window (s of training)", _fmt(base.get("window_s"), 1), _fmt(trial.get("window_s"), 1))]
+    return {
+        "title": f"{s.get('rule')}: " + (speedups(s) if s.get("applied") else "nothing applied, no trial run"),
+        "predicted": _x(s.get("predicted_speedup"), s.get("predicted_speedup_range")),
+        "achieved": _x(s.get("achieved_speedup"), None),
+        "basis": str(s.get("prediction_basis") or ""),
+        "rows": rows if s.get("applied") else [],
+        "applied": applied,
+        "not_applied": missing,
+        "notes": [str(n) for n in s.get("notes") or []],
+    }
+
+
+def _x(value: Any, rng: Any) -> str:
+    if isinstance(rng, list) and len(rng) == 2 and all(num(v) is not None for v in rng):
+        return f"{rng[0]:.2f}-{rng[1]:.2f}x"
+    return f"{value:.2f}x" if num(value) is not None else "n/a"
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    return f"{value:.{digits}f}" if num(value) is not None else "n/a"
+
+
+def _int(value: Any) -> str:
+    return str(int(value)) if num(value) is not None else "n/a"
+
+
+def _show(value: Any) -> str:
+    return repr(value) if isinstance(value, str) else str(value)

@@ -1,0 +1,194 @@
+"""Which fix ``gpudoctor try`` applies, and which of its values the hooks can set.
+
+A fix is one or more tables, each the arguments of one call (the finding's ``config`` with
+its ``call``, then ``also``). The hooks can set ``TrainingArguments`` fields, a few
+``DataLoader`` arguments and tokenizer call arguments; anything else (``ds.map``, a
+collator, a custom loop's save interval, an upgrade) is the user's code, and the trial says
+so instead of pretending. A value equal to what the baseline already ran is not a change.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpudoctor.analysis import Analysis
+from gpudoctor.errors import UserError
+from gpudoctor.hooks.apply import LOADER_KEYS, SCHEMA, TOKENIZER_KEYS
+from gpudoctor.rules.names import Names, names_for
+
+TARGETS = {"TrainingArguments": "training_arguments", "DataLoader": "dataloader", "tokenizer": "tokenizer"}
+_CODE_REASONS = {
+    "ds.map": "datasets.map runs in the script before training: pre-processing it needs a code change",
+    "DataCollatorWithPadding": "the collator is built in the script: passing it needs a code change",
+}
+
+
+@dataclass
+class Part:
+    """One table of the fix: what the trial sets, what already ran, what needs the user's code."""
+
+    call: str | None
+    library: str | None
+    target: str | None  # the Overrides section its values go to; None: not settable by the hooks
+    apply: dict[str, Any] = field(default_factory=dict)
+    unchanged: dict[str, Any] = field(default_factory=dict)
+    code_change: dict[str, str] = field(default_factory=dict)  # key -> why the hooks cannot set it
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"call": self.call, "library": self.library, "apply": self.apply,
+                "unchanged": self.unchanged, "code_change": self.code_change}
+
+
+@dataclass
+class Plan:
+    rule: str
+    finding: dict[str, Any]
+    parts: list[Part]
+    user_set: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def applicable(self) -> bool:
+        return any(p.apply for p in self.parts)
+
+    @property
+    def complete(self) -> bool:
+        """Every value of the fix is either set by the trial or already what ran."""
+        return self.applicable and not any(p.code_change for p in self.parts)
+
+    @property
+    def workers(self) -> int | None:
+        for p in self.parts:
+            for key in ("num_workers", "dataloader_num_workers"):
+                if isinstance(p.apply.get(key), int):
+                    return int(p.apply[key])
+        return None
+
+    def spec(self) -> dict[str, Any]:
+        """The JSON the hooks read (:mod:`gpudoctor.hooks.apply`)."""
+        out: dict[str, Any] = {"schema": SCHEMA, "rule": self.rule}
+        for p in self.parts:
+            if p.target and p.apply:
+                out.setdefault(p.target, {}).update(p.apply)
+        return out
+
+    def not_applied(self) -> list[dict[str, Any]]:
+        return [{"call": p.call, "key": k, "reason": why} for p in self.parts for k, why in p.code_change.items()]
+
+
+def tables(finding: dict[str, Any]) -> list[dict[str, Any]]:
+    fix = finding.get("fix") or {}
+    main = {"library": fix.get("library"), "call": fix.get("call"), "config": fix.get("config") or {}}
+    also = [t for t in fix.get("also") or [] if isinstance(t, dict)]
+    return [t for t in [main, *also] if t.get("config")]
+
+
+def parse_sets(items: list[str] | None) -> dict[str, Any]:
+    """``--set KEY=VALUE``: VALUE as JSON (2, true, null) when it parses, else as text."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise UserError(f"--set {item!r} is not KEY=VALUE (e.g. --set num_workers=2)")
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+        if isinstance(value, (list, dict)):
+            raise UserError(f"--set {key}: a single value, not {type(value).__name__}")
+        out[key] = value
+    return out
+
+
+def make_plan(report: dict[str, Any], a: Analysis, rule: str | None, sets: dict[str, Any]) -> Plan | None:
+    """The plan for ``rule``, else for the top finding whose fix the hooks can apply fully, else
+    partly, else the top finding's (nothing applicable). None: no finding at all."""
+    findings = [f for f in report.get("findings") or [] if f.get("severity") != "info"]
+    names = names_for(a.primary)
+    if rule is not None:
+        chosen = [f for f in findings if f.get("rule") == rule]
+        if not chosen:
+            found = ", ".join(str(f.get("rule")) for f in findings) or "none"
+            raise UserError(f"--fix {rule}: the baseline has no such finding (found: {found}); "
+                            "pick one of those, or leave --fix out for the top one")
+        return _plan(chosen[0], names, a, sets)
+    plans = [_plan(f, names, a, sets) for f in findings]
+    return (next((p for p in plans if p.complete), None) or next((p for p in plans if p.applicable), None)
+            or (plans[0] if plans else None))
+
+
+def _plan(finding: dict[str, Any], names: Names, a: Analysis, sets: dict[str, Any]) -> Plan:
+    parts = [_part(t, names, a) for t in tables(finding)]
+    left = dict(sets)
+    for p in parts:  # --set changes a value of the table that has it
+        for key in [k for k in left if k in p.apply or k in p.unchanged or k in p.code_change]:
+            p.unchanged.pop(key, None)
+            p.code_change.pop(key, None)
+            if p.target is None:
+                raise UserError(f"--set {key}: {p.call or p.library} is the script's own code, not a setting")
+            p.apply[key] = left.pop(key)
+    for key in list(left):  # else it joins the main table, when that call takes it
+        main = next((p for p in parts if p.target), None) or _part(
+            {"library": names.library, "call": names.call, "config": {}}, names, a)
+        if not _settable(main.target, key, names):
+            raise UserError(f"--set {key}: not an argument the trial can set on {main.call} "
+                            f"(DataLoader: {', '.join(LOADER_KEYS)}; TrainingArguments fields; "
+                            f"tokenizer: {', '.join(TOKENIZER_KEYS)})")
+        main.apply[key] = left.pop(key)
+        if main not in parts:
+            parts.insert(0, main)
+    return Plan(str(finding.get("rule")), finding, parts, user_set=dict(sets))
+
+
+def _settable(target: str | None, key: str, names: Names) -> bool:
+    if target == "dataloader":
+        return key in LOADER_KEYS
+    if target == "tokenizer":
+        return key in TOKENIZER_KEYS
+    return target == "training_arguments" and (not names.trainer_fields or key in names.trainer_fields)
+
+
+def _part(table: dict[str, Any], names: Names, a: Analysis) -> Part:
+    call = table.get("call")
+    target = TARGETS.get(call) if isinstance(call, str) else None
+    part = Part(call, table.get("library"), target)
+    saw_tokenizer = any(p.tokenize_calls for p in a.procs)
+    for key, value in (table.get("config") or {}).items():
+        reason = _why_not(target, key, value, names, saw_tokenizer, table)
+        if reason:
+            part.code_change[key] = reason
+        elif _current(target, key, names) == value:
+            part.unchanged[key] = value
+        else:
+            part.apply[key] = value
+    return part
+
+
+def _why_not(target: str | None, key: str, value: Any, names: Names, saw_tokenizer: bool,
+             table: dict[str, Any]) -> str | None:
+    if target is None:
+        call = table.get("call")
+        if isinstance(call, str) and call in _CODE_REASONS:
+            return _CODE_REASONS[call]
+        if table.get("library") == "your command line":
+            return "a flag of the script itself: the trial runs the command as given (add the flag to try it)"
+        if table.get("library") == "pip":
+            return "an upgrade, not a setting: install it, then measure again"
+        return f"{table.get('library') or 'the script'} is the script's own code: it needs a code change"
+    if value is not None and not isinstance(value, (int, float, bool, str)):
+        return "not a single value the hooks can pass"
+    if not _settable(target, key, names):
+        return f"not an argument the hooks set on {table.get('call')}"
+    if target == "tokenizer" and not saw_tokenizer:
+        return "the hooks saw no tokenizer call in this run (pre-tokenized data): it needs a code change"
+    return None
+
+
+def _current(target: str | None, key: str, names: Names) -> Any:
+    if target == "training_arguments":
+        return names.args.get(key, object())
+    if target == "dataloader" and names.loader is not None:
+        return names.loader.get(key, object())
+    return object()  # unknown: never equal, so the value is applied

@@ -1,0 +1,118 @@
+"""The report's ``trial`` section: the fix tried, what the hooks really set, predicted vs achieved.
+
+What was applied is taken from the trial's own ``applied`` events, not from what was asked:
+a value the trial never got to set (no such call in the script, a library that refused it)
+is listed under ``not_applied`` with the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudoctor.tryfix.plan import Plan
+from gpudoctor.tryfix.steady import Prediction, Rate
+
+SIDE_EFFECTS = ("The trial ran the command itself, with its side effects (outputs, checkpoints), and was "
+                "stopped after its seconds of training.")
+
+
+def applied_events(events: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Distinct ``applied`` events of a recording: which call got which values, in which process."""
+    seen: list[dict[str, Any]] = []
+    for pid_events in events.values():
+        for e in pid_events:
+            if e.get("k") != "applied":
+                continue
+            row = {"call": str(e.get("call")), "values": _dict(e.get("values")), "was": _dict(e.get("was")),
+                   "skipped": _dict(e.get("skipped"))}
+            if row not in seen:
+                seen.append(row)
+    return seen
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def not_applied(plan: Plan, applied: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """What needs a code change, what a library refused, and what the trial never had a call for."""
+    rows = plan.not_applied()
+    if applied is None:  # no trial ran
+        return rows
+    by_call: dict[str, set[str]] = {}
+    for row in applied:
+        done = by_call.setdefault(row["call"], set())
+        done.update(row["values"])
+        for key, why in row["skipped"].items():
+            rows.append({"call": row["call"], "key": key, "reason": str(why)})
+            done.add(key)
+    for part in plan.parts:
+        for key in part.apply if part.target else ():
+            if key not in by_call.get(str(part.call), set()):
+                rows.append({"call": part.call, "key": key,
+                             "reason": f"the trial made no {part.call} call the hooks could see"})
+    return rows
+
+
+def build(plan: Plan, *, prediction: Prediction | None, baseline: Rate | None, trial: Rate | None,
+          applied: list[dict[str, Any]] | None, seconds: float, trial_run: dict[str, Any] | None,
+          notes: list[str]) -> dict[str, Any]:
+    fix = plan.finding.get("fix") or {}
+    b = baseline.steps_per_s if baseline else None
+    t = trial.steps_per_s if trial else None
+    achieved = t / b if b and t is not None else None
+    missing = not_applied(plan, applied)
+    section: dict[str, Any] = {
+        "rule": plan.rule,
+        "fix": fix,
+        "values": {k: v for k, v in plan.spec().items() if k not in ("schema", "rule")},
+        "unchanged": {str(p.call): p.unchanged for p in plan.parts if p.unchanged},
+        "set_by_user": plan.user_set,
+        "applied": applied or [],
+        "not_applied": missing,
+        "complete": bool(applied) and not missing,
+        "predicted_speedup": _r(prediction.speedup) if prediction else None,
+        "predicted_speedup_range": ([_r(prediction.speedup or 1.0), _r(prediction.up_to)]
+                                    if prediction and prediction.up_to is not None else None),
+        "prediction_basis": prediction.basis if prediction else None,
+        "finding_predicted_speedup": plan.finding.get("predicted_speedup"),
+        "achieved_speedup": _r(achieved),
+        "baseline_steps_per_s": _r(b),
+        "trial_steps_per_s": _r(t),
+        "baseline": baseline.to_dict() if baseline else None,
+        "trial": trial.to_dict() if trial else None,
+        "seconds": seconds,
+        "trial_run": trial_run,
+        "notes": notes,
+    }
+    if applied is not None:
+        section["notes"] = [*notes, SIDE_EFFECTS]
+    return section
+
+
+def headline(section: dict[str, Any]) -> str:
+    """One terminal line: ``predicted 1.2x, achieved 1.15x (steps/s 8.1 -> 9.3)``."""
+    rule = section.get("rule")
+    if not section.get("applied"):
+        why = "; ".join(f"{r.get('call')}.{r.get('key')}: {r.get('reason')}" for r in section.get("not_applied") or [])
+        return f"gpudoctor try: {rule}: nothing applied, no trial run" + (f" ({why})" if why else "")
+    return f"gpudoctor try: {rule}: {speedups(section)}"
+
+
+def speedups(section: dict[str, Any]) -> str:
+    rng = section.get("predicted_speedup_range")
+    predicted = section.get("predicted_speedup")
+    if isinstance(rng, list) and len(rng) == 2 and all(isinstance(x, (int, float)) for x in rng):
+        said = f"predicted {rng[0]:.2f}-{rng[1]:.2f}x"
+    else:
+        said = f"predicted {predicted:.2f}x" if isinstance(predicted, (int, float)) else "no prediction"
+    achieved = section.get("achieved_speedup")
+    b, t = section.get("baseline_steps_per_s"), section.get("trial_steps_per_s")
+    got = f"achieved {achieved:.2f}x" if isinstance(achieved, (int, float)) else "achieved n/a"
+    rates = (f" (steps/s {b:.2f} -> {t:.2f})" if isinstance(b, (int, float)) and isinstance(t, (int, float))
+             else " (steady-state steps/s unavailable: too few steps; raise --seconds)")
+    return f"{said}, {got}{rates}"
+
+
+def _r(x: float | None) -> float | None:
+    return round(x, 4) if isinstance(x, (int, float)) else None

@@ -1,0 +1,100 @@
+"""Steady-state steps/s of two runs, like with like; and what the fix predicts for it.
+
+Startup is left out (a fix that changes steps/s does not change imports), and so are the
+first steps of training (DataLoader workers starting, caches warming): each run is measured
+from its first steps after the warm-up to the end of the same length of training, so a
+bounded trial is compared with the same stretch of the baseline, never with its whole.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from gpudoctor.analysis import Analysis
+from gpudoctor.rules import account, data, run_rules
+from gpudoctor.rules.account import Claim
+
+MIN_WARMUP_STEPS = 3
+WARMUP_SHARE = 0.1
+MIN_STEPS = 3
+LOOP_BUCKETS = ("data_wait", "compute", "checkpoint", "eval")
+
+
+@dataclass
+class Rate:
+    steps_per_s: float | None
+    steps: int  # steps inside the measured window
+    warmup_steps: int
+    window_s: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"steps_per_s": _r(self.steps_per_s), "steps": self.steps, "warmup_steps": self.warmup_steps,
+                "window_s": _r(self.window_s)}
+
+
+def training_s(a: Analysis) -> float | None:
+    """Seconds from the first training step to the last one."""
+    p = a.primary
+    if p is None or not p.step_times or p.first_step is None:
+        return None
+    return max(p.step_times) - p.first_step
+
+
+def steady_rate(a: Analysis, length_s: float | None) -> Rate:
+    """Steps/s over ``length_s`` seconds of training (all of it: None), warm-up dropped."""
+    p = a.primary
+    if p is None or not p.step_times or p.first_step is None:
+        return Rate(None, 0, 0, None)
+    end = p.first_step + length_s if length_s is not None else math.inf
+    times = sorted(t for t in p.step_times if t <= end + 1e-9)
+    warm = max(MIN_WARMUP_STEPS, math.ceil(WARMUP_SHARE * len(times)))
+    kept = times[warm:]
+    if len(kept) < MIN_STEPS or kept[-1] <= kept[0]:
+        return Rate(None, len(kept), warm, None)
+    window = kept[-1] - kept[0]
+    return Rate((len(kept) - 1) / window, len(kept), warm, window)
+
+
+@dataclass
+class Prediction:
+    speedup: float | None
+    up_to: float | None
+    basis: str
+
+
+def predict(a: Analysis, rule: str, workers: int | None) -> Prediction:
+    """Steps/s after the fix over steps/s now, from the same models the findings use.
+
+    A worker count is predicted per batch by the data rules' machine model (the interim
+    worker part of a tokenization fix included); other fixes by their finding's claims,
+    settled on the training loop's buckets only (startup is not in steps/s).
+    """
+    if workers is not None:
+        d = data.data_wait(a)
+        per_batch = d.worker_batch_s(workers) if d is not None else None
+        if d is None or per_batch is None or not d.batch_s:
+            return Prediction(None, None, "workers: batch build cost or compute per batch not measured")
+        low, high = d.batch_s / per_batch[0], d.batch_s / per_batch[1]
+        return Prediction(low, high if high > low + 5e-4 else None,
+                          f"loop time per batch with {workers} worker(s), from the measured batch build "
+                          "cost, compute per batch and free cores (the data rules' model)")
+    findings, _ = run_rules(a)
+    finding = next((f for f in findings if f.rule == rule), None)
+    if finding is None or not finding.claims:
+        return Prediction(None, None, "the finding claims no seconds of the training loop")
+    shares = a.breakdown()
+    loop = sum(shares.get(b) or 0.0 for b in LOOP_BUCKETS)
+    if loop <= 0:
+        return Prediction(None, None, "no training loop measured")
+    loop_shares = {b: (shares.get(b) or 0.0) / loop for b in LOOP_BUCKETS}
+    claims = [c for c in finding.claims if c.bucket in LOOP_BUCKETS]
+    low = account.speedup(account.wasted_share(loop_shares, claims))
+    high = account.speedup(account.wasted_share(loop_shares, [Claim.optimistic(c) for c in claims]))
+    return Prediction(low or 1.0, high if high and high > (low or 1.0) + 5e-4 else None,
+                      f"{rule}'s claims on the training loop's seconds (startup left out)")
+
+
+def _r(x: float | None) -> float | None:
+    return round(x, 4) if x is not None else None

@@ -1,0 +1,62 @@
+"""``gpudoctor try``: a fix applied through the hooks to a real loop, measured against its baseline.
+
+Real CPU training loops under the real CLI. The speedup itself is not asserted (a busy
+machine); what is: the trial's DataLoader really got the workers, the ``applied`` event says
+so, both runs have steady-state steps/s and the achieved speedup is their ratio; a fix that
+needs a code change is reported, not tried.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import PROBES, ROOT, run_cli
+
+STALL = ROOT / "tests" / "scripts" / "stall_loop.py"
+
+
+def test_try_applies_workers_and_compares_steps_per_s(tmp_path: Path) -> None:
+    out = tmp_path / "try"
+    loader_file = tmp_path / "loader"
+    proc = run_cli("try", "--out", str(out), "--seconds", "3", "--set", "num_workers=2", "--",
+                   "python", str(STALL), "--loader-file", str(loader_file), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    trial = report["trial"]
+    assert trial["rule"] in ("data_stall", "cpu_saturated")  # which one depends on the machine's load
+    assert trial["values"]["dataloader"]["num_workers"] == 2
+    assert trial["applied"] == [{"call": "DataLoader", "values": {"num_workers": 2}, "was": {"num_workers": 0},
+                                 "skipped": {}}]
+    seen = sorted(json.loads(p.read_text())["num_workers"] for p in tmp_path.glob("loader.*.json"))
+    assert seen == [0, 2]  # the baseline's loader as written, the trial's with the fix
+    events = [json.loads(line) for f in (out / "trial" / "events").glob("*.jsonl")
+              for line in f.read_text().splitlines()]
+    assert any(e["k"] == "applied" and e["values"] == {"num_workers": 2} for e in events)
+    b, t = trial["baseline_steps_per_s"], trial["trial_steps_per_s"]
+    assert b > 0 and t > 0
+    assert abs(trial["achieved_speedup"] - t / b) < 1e-3
+    assert trial["baseline"]["steps"] >= 3 and trial["trial"]["steps"] >= 3
+    assert trial["trial_run"]["stopped"] and trial["trial_run"]["status"] == "interrupted"
+    assert "achieved" in proc.stderr and "steps/s" in proc.stderr
+    md = (out / "report.md").read_text()
+    assert "Fix tried" in md and "applied: DataLoader: num_workers=2 (was 0)" in md
+    assert "Fix tried on this command" in (out / "report.html").read_text()
+    # re-rendering the folder rebuilds the baseline and keeps the trial
+    again = run_cli("report", str(out), "-o", str(tmp_path / "again.json"))
+    assert again.returncode == 0, again.stderr
+    assert json.loads((tmp_path / "again.json").read_text())["trial"] == trial
+
+
+def test_try_says_a_code_change_is_needed(tmp_path: Path) -> None:
+    out = tmp_path / "try"
+    proc = run_cli("try", "--out", str(out), "--seconds", "2", "--fix", "startup_idle", "--",
+                   "python", str(PROBES / "slow_startup.py"), "--examples", "40000", "--steps", "100000",
+                   timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    trial = json.loads((out / "report.json").read_text())["trial"]
+    assert trial["rule"] == "startup_idle"
+    assert trial["applied"] == [] and trial["trial_run"] is None and not (out / "trial").exists()
+    assert trial["not_applied"] and all("code change" in row["reason"] for row in trial["not_applied"])
+    assert trial["achieved_speedup"] is None
+    assert "nothing applied, no trial run" in proc.stderr
