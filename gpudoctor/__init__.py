@@ -7,7 +7,7 @@ torch, pandas or matplotlib at module load.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from gpudoctor._version import __version__
 
 __all__ = ["__version__", "profile", "step", "GpuDoctorCallback", "GpuDoctorLightningCallback"]
 

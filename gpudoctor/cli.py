@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from gpudoctor import __version__
+from gpudoctor._version import __version__
 from gpudoctor.errors import UserError
 
 

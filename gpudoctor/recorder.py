@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudoctor import __version__
+from gpudoctor._version import __version__
 from gpudoctor.recording.claim import unique_folder
 from gpudoctor.recording.store import RunFolder
 from gpudoctor.redact import redact_argv

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from gpudoctor import __version__
+from gpudoctor._version import __version__
 from gpudoctor.errors import UserError
 from gpudoctor.replay.config import ReplayConfig, load_config_text
 from gpudoctor.sweep.plan import Point

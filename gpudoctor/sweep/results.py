@@ -13,7 +13,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from gpudoctor import __version__
+from gpudoctor._version import __version__
 from gpudoctor.errors import UserError
 from gpudoctor.sweep import SCHEMA
 from gpudoctor.sweep.points import label
