@@ -36,13 +36,16 @@ def install(run_dir: str | os.PathLike[str]) -> EventWriter:
     if _writer is not None:
         return _writer
     from gpudoctor.hooks.eval_regions import EvalRegions
-    from gpudoctor.hooks import hf_hooks
+    from gpudoctor.hooks import cli_hooks, hf_hooks
     from gpudoctor.hooks.torch_hooks import TorchHooks
 
     w = _writer = EventWriter(Path(run_dir))
     guard.arm(w)
     patch.reset_depths()
     th = _torch_hooks = TorchHooks(w)
+    imports.when_imported("argparse", lambda m: cli_hooks.install_argparse(w, m))
+    cli_hooks.record_existing_parser(w)  # attach: the script parsed its command line before
+    cli_hooks.record_script_globals(w)
     imports.when_imported("torch", th.install_save)
     imports.when_imported("torch.utils.data.dataloader", th.install_dataloader)
     imports.when_imported("torch.utils.data._utils.fetch", th.install_fetch)

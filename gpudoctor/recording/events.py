@@ -39,6 +39,12 @@ In-process events (key ``k``):
 ``trainer``   Hugging Face Trainer seen: ``args`` (TrainingArguments.to_dict(),
               redacted; its keys are the installed version's field names),
               ``max_steps``, ``num_train_epochs``, ``version``.
+``cli``       the script's own options, so a fix can name its flag: ``style``
+              (``argparse``: a parse, HfArgumentParser's included; ``globals``: literal
+              module globals a configurator overrides from ``--key=value``), ``parser``,
+              ``from_argv`` (parsed ``sys.argv``), ``args`` (redacted, when another list
+              was parsed), ``options``: ``[{dest, flags, default, value, takes_value,
+              const}]``, values redacted (see :mod:`gpudoctor.hooks.cli_hooks`).
 ``profiler``  a short torch.profiler window: ``t0, dt, steps``, ``dataloader_s``
               (time in DataLoader ``__next__`` events), ``cuda_kernel_s`` (null on CPU).
 ``exit``      the process is exiting normally: ``t``.

@@ -109,6 +109,10 @@ EVENT_FIELDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
          "version": opt(is_str)},
     ),
     "hf_plan": ({}, {"t": is_time, "max_steps": opt(is_int)}),
+    "cli": (
+        {"options": lambda v: type(v) is list and all(type(o) is dict and is_str(o.get("dest")) for o in v)},
+        {"t": is_time, "style": is_str, "parser": opt(is_str), "from_argv": is_bool, "args": opt(is_str_list)},
+    ),
     "profiler": (
         {"t0": is_time, "dt": is_duration},
         {"steps": is_count, "dataloader_s": opt(is_duration), "cuda_kernel_s": opt(is_duration)},

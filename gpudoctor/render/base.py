@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import keyword
 import math
+import shlex
 from typing import Any
 
 from gpudoctor.report_schema import BREAKDOWN_KEYS
@@ -184,14 +185,17 @@ def fix_tables(fix: dict[str, Any]) -> list[dict[str, Any]]:
 def config_code(config: dict[str, Any] | None, library: str | None, call: str | None = None) -> tuple[str, str]:
     """One table of a fix as ``(language, code)`` that pastes where it belongs.
 
-    With a ``call`` (``TrainingArguments``, ``DataLoader``, ``ds.map``), keyword arguments
-    inside that call; without one, plain Python assignments when the names are identifiers
-    (a loop's own settings), YAML otherwise. Python code always parses.
+    A script's flags (keys ``--name``) are one shell line. With a ``call`` (``TrainingArguments``,
+    ``DataLoader``, ``ds.map``), keyword arguments inside that call; without one, plain Python
+    assignments when the names are identifiers (a loop's own settings), YAML otherwise. Python
+    code always parses.
     """
     config = config or {}
     if not config:
         return "text", ""
     header = f"# {library}\n" if library else ""
+    if all(isinstance(k, str) and k.startswith("-") for k in config):  # a script's flags
+        return "bash", header + " ".join(_flag_text(k, v) for k, v in config.items())
     names_ok = all(isinstance(k, str) and k.isidentifier() and not keyword.iskeyword(k) for k in config)
     if call and names_ok and _is_call_name(call):
         lines = [f"    {name}={py_literal(value)}," for name, value in config.items()]
@@ -200,6 +204,13 @@ def config_code(config: dict[str, Any] | None, library: str | None, call: str | 
         return "python", header + "\n".join(f"{name} = {py_literal(value)}" for name, value in config.items())
     lines = [f"{json.dumps(str(name))}: {json.dumps(value, default=str)}" for name, value in config.items()]
     return "yaml", header + "\n".join(lines)
+
+
+def _flag_text(flag: str, value: Any) -> str:
+    """``--name=value`` (argparse and nanoGPT's configurator both read it), ``-n value``."""
+    if flag.startswith("--"):
+        return shlex.quote(f"{flag}={value}")
+    return shlex.join([flag, str(value)])
 
 
 def _is_call_name(call: str) -> bool:

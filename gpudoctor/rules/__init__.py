@@ -11,6 +11,9 @@ def run_rules(analysis):  # type: ignore[no-untyped-def]
     Each finding's waste is its claims on the breakdown settled alone; the total settles every
     claim at once (see :mod:`gpudoctor.rules.account`), so it is never a plain sum.
     """
+    from gpudoctor.rules import script_flags
+
     findings = [f for rule in all_rules() if (f := rule.match(analysis)) is not None]
     wasted = settle_findings(analysis.breakdown(), findings)
+    script_flags.apply(analysis, findings)  # each fix also in the script's own flags, where it has them
     return sorted(findings, key=lambda f: -f.waste_fraction), wasted

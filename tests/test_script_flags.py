@@ -1,0 +1,184 @@
+"""Fixes in the script's own terms: its flags and the whole edited command line.
+
+Recordings pin the mapping (same name, alias, a value that disagrees, configurator style,
+redaction); real scripts under ``gpudoctor run`` show the hooks record what they parse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.hooks import cli_hooks
+from gpudoctor.recording.store import load_recording
+from gpudoctor.render.base import config_code
+from gpudoctor.render.markdown import MarkdownRenderer
+from gpudoctor.report import build_report
+from tests.conftest import ROOT, run_cli
+from tests.recording_builder import T0, RecordingBuilder
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def _opt(dest: str, flag: str, value: object, default: object = None) -> dict[str, object]:
+    return {"dest": dest, "flags": [flag], "default": default, "value": value, "takes_value": True,
+            "const": None}
+
+
+def _saving_loop(tmp_path: Path, args: list[str], options: list[dict[str, object]],
+                 style: str = "argparse") -> dict:
+    """A loop saving every 5 steps (6 s each) whose script parsed ``args``."""
+    b = RecordingBuilder(tmp_path, cores=8, duration_s=100.0)
+    rows = b.process()
+    rows[0]["argv"] = ["/usr/bin/python3", "train.py", *args]
+    b.meta_extra["command"] = ["torchrun", "--nproc-per-node", "1", "train.py", *args]
+    rows.append({"k": "cli", "t": T0 + 0.5, "style": style, "parser": "ArgumentParser", "from_argv": True,
+                 "args": None, "options": options})
+    b.training_loop(rows, start_s=2.0, steps=100, compute_s=0.08, wait_s=0.0005, fetch_s=0.0004,
+                    save_every=5, save_s=0.6)
+    b.host_rows(cpu_total_pct=20.0, cpu_proc_pct=100.0)
+    return build_report(load_recording(b.write()))
+
+
+def _finding(report: dict, rule: str) -> dict:
+    return next(f for f in report["findings"] if f["rule"] == rule)
+
+
+def test_save_interval_named_by_the_scripts_flag_with_the_whole_command(tmp_path):
+    args = ["--save-every", "5", "--lr", "0.1", "--hf-token", "***"]
+    report = _saving_loop(tmp_path, args, [_opt("save_every", "--save-every", 5, 100),
+                                           _opt("lr", "--lr", 0.1, 0.001)])
+    fix = _finding(report, "checkpoint_overhead")["fix"]
+    new = fix["config"]["save_steps"]  # the library's names stay, for code and for 'try'
+    assert fix["summary"].startswith(f"Run with `--save-every {new}` instead of 5.")
+    expected = ["torchrun", "--nproc-per-node", "1", "train.py", "--save-every", str(new), "--lr", "0.1",
+                "--hf-token", "***"]
+    assert shlex.split(fix["snippet"]) == expected  # the launcher as typed, the value edited in place
+    assert {"library": "your command line", "call": None, "config": {"--save-every": new}} in fix["also"]
+    md = MarkdownRenderer().render(report)
+    assert f"```bash\n{shlex.join(expected)}\n```" in md
+    assert f"# your command line\n--save-every={new}" in md
+
+
+def test_a_flag_holding_another_value_is_not_the_knob(tmp_path):
+    """--save-every 50 while saves came every 5 steps: something else sets the interval."""
+    report = _saving_loop(tmp_path, ["--save-every", "50"], [_opt("save_every", "--save-every", 50, 100)])
+    fix = _finding(report, "checkpoint_overhead")["fix"]
+    assert "--save-every" not in fix["summary"] and "command_line" not in _finding(
+        report, "checkpoint_overhead")["data"]
+    assert all(t["library"] != "your command line" for t in fix["also"])
+
+
+def test_a_flag_not_given_is_appended_with_its_default_said(tmp_path):
+    report = _saving_loop(tmp_path, ["--lr", "0.1"], [_opt("save_interval", "--save_interval", 5, 5),
+                                                      _opt("lr", "--lr", 0.1, 0.001)])
+    fix = _finding(report, "checkpoint_overhead")["fix"]
+    new = fix["config"]["save_steps"]
+    assert f"`--save_interval {new}` instead of its default (5)" in fix["summary"]
+    assert shlex.split(fix["snippet"])[-4:] == ["--lr", "0.1", "--save_interval", str(new)]
+
+
+def test_configurator_globals_get_key_equals_value(tmp_path):
+    """nanoGPT's style: the edited line says --key=value, as its configurator reads it."""
+    report = _saving_loop(tmp_path, ["config/small.py", "--save_every=5"],
+                          [_opt("save_every", "--save_every", 5, 1000)], style="globals")
+    fix = _finding(report, "checkpoint_overhead")["fix"]
+    new = fix["config"]["save_steps"]
+    assert f"`--save_every={new}` instead of 5" in fix["summary"]
+    assert fix["snippet"].endswith(f"train.py config/small.py --save_every={new}")
+
+
+def test_configurator_source_read_as_nanogpt_does(tmp_path):
+    """Literal globals before exec(configurator.py); a config file, then --key=value, override."""
+    cfg = tmp_path / "small.py"
+    cfg.write_text("eval_interval = 5\nbatch_size = 16\n")
+    event = cli_hooks.globals_event([str(SCRIPTS / "nanogpt_exec_loop.py"), str(cfg), "--eval_iters=20",
+                                     "--wandb_api_key=hunter2"])
+    assert event is not None and event["style"] == "globals"
+    opts = {o["dest"]: o for o in event["options"]}
+    assert set(opts) == {"eval_interval", "eval_iters", "batch_size", "learning_rate", "wandb_api_key",
+                         "max_iters"}  # not config_keys, config or iter_num: after the exec, or not literal
+    assert (opts["eval_iters"]["default"], opts["eval_iters"]["value"]) == (200, 20)
+    assert (opts["eval_interval"]["value"], opts["batch_size"]["value"]) == (5, 16)
+    assert opts["wandb_api_key"]["value"] == "***" and opts["wandb_api_key"]["default"] == "***"
+    assert cli_hooks.globals_event([str(SCRIPTS / "tiny_loop.py")]) is None  # an argparse script
+
+
+def test_parser_event_keeps_names_defaults_values_and_hides_secrets():
+    p = argparse.ArgumentParser()
+    p.add_argument("--num-workers", type=int, default=0)
+    p.add_argument("--api-key", default="default-secret")
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--db", default="postgres://user:pw@host/db")
+    ns = p.parse_args(["--num-workers", "2", "--api-key", "sk-live", "--resume"])
+    event = cli_hooks.parser_event(p, ns, ["--num-workers", "2"])
+    opts = {o["dest"]: o for o in event["options"]}
+    assert "help" not in opts and event["from_argv"] is False and event["args"] == ["--num-workers", "2"]
+    assert opts["num_workers"] == {"dest": "num_workers", "flags": ["--num-workers"], "default": 0, "value": 2,
+                                   "takes_value": True, "const": None}
+    assert opts["api_key"]["value"] == opts["api_key"]["default"] == "***"
+    assert opts["resume"]["takes_value"] is False and opts["resume"]["const"] is True
+    assert "pw" not in json.dumps(opts["db"])
+
+
+def test_attach_reads_a_parser_kept_in_main(tmp_path, monkeypatch):
+    """After the parse, attach finds a module-level parser and its Namespace in __main__."""
+    from gpudoctor.hooks.writer import EventWriter
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--save_steps", type=int, default=500)
+    main = types.ModuleType("__main__")
+    main.parser, main.args = p, p.parse_args(["--save_steps", "5"])
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    w = EventWriter(tmp_path)
+    cli_hooks.record_existing_parser(w)
+    w.close(exiting=False)
+    events = [json.loads(line) for f in (tmp_path / "events").glob("*.jsonl") for line in f.read_text().splitlines()]
+    [cli] = [e for e in events if e["k"] == "cli"]
+    assert cli["options"][0]["value"] == 5
+
+
+def test_flag_tables_render_as_a_shell_line():
+    assert config_code({"--eval_iters": 10, "-j": 4}, "your command line") == (
+        "bash", "# your command line\n--eval_iters=10 -j 4")
+
+
+def test_exec_configurator_script_recorded_under_run(tmp_path):
+    folder = tmp_path / "run"
+    proc = run_cli("run", "--out", str(folder), "--", sys.executable,
+                   str(SCRIPTS / "nanogpt_exec_loop.py"), "--eval_iters=20", cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    events = [json.loads(line) for f in (folder / "events").glob("*.jsonl") for line in f.read_text().splitlines()]
+    [cli] = [e for e in events if e.get("k") == "cli"]
+    values = {o["dest"]: o["value"] for o in cli["options"]}
+    assert cli["style"] == "globals" and values["eval_iters"] == 20 and values["eval_interval"] == 10
+
+
+@pytest.mark.slow
+def test_real_argparse_scripts_get_their_own_flags(probe_run):
+    """heavy_checkpoints takes --save-every, tokenize_in_getitem --num-workers."""
+    run = probe_run("heavy_checkpoints")
+    f = _finding(run.report, "checkpoint_overhead")
+    new = f["fix"]["config"]["save_steps"]
+    assert f"`--save-every {new}` instead of its default (1)" in f["fix"]["summary"]
+    assert shlex.split(f["fix"]["snippet"])[-2:] == ["--save-every", str(new)]
+    run = probe_run("tokenize_in_getitem")
+    f = _finding(run.report, "tokenization_in_loop")
+    workers = f["fix"]["config"]["num_workers"]
+    assert f"`--num-workers {workers}` instead of its default (0)" in f["fix"]["summary"]
+    assert f"--num-workers {workers}" in f["data"]["command_line"]
+
+
+@pytest.mark.slow
+def test_nanogpt_like_eval_fix_in_key_equals_value_form(probe_run):
+    run = probe_run("nanogpt_like")
+    f = _finding(run.report, "eval_overhead")
+    new = f["fix"]["config"]["eval_interval"]
+    assert f"`--eval_interval={new}` instead of its default ({run.truth['eval_interval']})" in f["fix"]["summary"]
+    assert f"--eval_interval={new}" in f["fix"]["snippet"]
