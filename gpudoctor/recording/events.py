@@ -60,6 +60,3 @@ Sampler lines (no ``k``): see :mod:`gpudoctor.samplers.host` and
 """
 
 from __future__ import annotations
-
-SPAN_CATEGORIES = ("data_wait", "checkpoint", "eval", "format", "data_load", "model_load")
-COUNTER_NAMES = ("tokenize", "fetch")

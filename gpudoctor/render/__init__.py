@@ -56,7 +56,7 @@ def write_all(report: dict[str, Any], folder: str | Path) -> list[Path]:
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    texts = {f"report.{ext}": renderer_for(ext).render(report) for ext in ("json", "html", "md")}
+    texts = {f"report.{r.output_file_extension}": r.render(report) for r in map(renderer_for, _RENDERERS)}
     fd = safefs.open_dir(folder)
     try:
         for name, text in texts.items():

@@ -42,10 +42,6 @@ def _cell(fig: dict[str, Any], key: str, fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def _hours(h: float) -> str:
-    return f"{h:.2f} h" if h >= 0.1 else f"{h * 3600:.0f} s"
-
-
 def table(prediction: dict[str, Any]) -> dict[str, Any]:
     """Display strings for the before/after table; shared by this Markdown and the HTML report."""
     target = prediction["target"]
