@@ -77,18 +77,25 @@ class LowGpuUtilization(Rule):
         )
 
 
-@register
-class GpuMemoryUnderused(Rule):
-    name = "gpu_memory_underused"
-    description = "The batch uses a small part of GPU memory while the GPU is not saturated."
+class _BatchHeadroom(Rule):
+    """Peak GPU memory well under half while the GPU is not saturated: a larger batch fits.
+
+    Two names for two situations a user acts on differently: a batch of 1-2 is a choice
+    to revisit (``small_batch``), a larger one simply leaves memory unused.
+    """
+
+    def applies(self, batch_size: int) -> bool:
+        raise NotImplementedError
 
     def match(self, a: Analysis) -> Finding | None:
         used, total, busy = a.gpu.mem_used_max_mib, a.gpu.mem_total_mib, a.gpu.busy_fraction
         if not used or not total or busy is None or busy >= 0.85 or used / total >= 0.5:
             return None
         names = names_for(a.primary)
-        factor = 2 ** max(1, int(math.log2(0.8 * total / used)))
         bs = names.current("per_device_train_batch_size", "batch_size") or 1
+        if not self.applies(int(bs)):
+            return None
+        factor = 2 ** max(1, int(math.log2(0.8 * total / used)))
         accum = names.current("gradient_accumulation_steps")
         config: dict[str, object] = {names.loader_key("per_device_train_batch_size", "batch_size"): int(bs) * factor}
         if isinstance(accum, int) and accum >= factor:
@@ -96,9 +103,8 @@ class GpuMemoryUnderused(Rule):
         idle = gpu_idle_share(a)
         # Larger batches amortize launch overhead: about half of the idle time below 85% busy.
         fraction = min(1.0, max(0.0, (0.85 - busy) * 0.5) / idle) if idle > 0 else 0.0
-        rule = "small_batch" if int(bs) <= 2 else self.name
         return Finding(
-            rule=rule,
+            rule=self.name,
             title="Batches are small for this GPU",
             claims=[compute_part(a, "gpu_idle", fraction)],
             evidence=(
@@ -117,6 +123,24 @@ class GpuMemoryUnderused(Rule):
             ),
             data={"mem_used_mib": used, "mem_total_mib": total, "batch_size": bs},
         )
+
+
+@register
+class SmallBatch(_BatchHeadroom):
+    name = "small_batch"
+    description = "A batch of 1-2 per device leaves most GPU memory unused while the GPU waits."
+
+    def applies(self, batch_size: int) -> bool:
+        return batch_size <= 2
+
+
+@register
+class GpuMemoryUnderused(_BatchHeadroom):
+    name = "gpu_memory_underused"
+    description = "The batch uses a small part of GPU memory while the GPU is not saturated."
+
+    def applies(self, batch_size: int) -> bool:
+        return batch_size > 2
 
 
 @register
