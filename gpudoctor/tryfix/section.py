@@ -94,7 +94,10 @@ def headline(section: dict[str, Any]) -> str:
     """One terminal line: ``predicted 1.2x, achieved 1.15x (steps/s 8.1 -> 9.3)``."""
     rule = section.get("rule")
     if not section.get("applied"):
-        why = "; ".join(f"{r.get('call')}.{r.get('key')}: {r.get('reason')}" for r in section.get("not_applied") or [])
+        why = "; ".join([*(f"{call}({', '.join(f'{k}={v!r}' for k, v in values.items())}) is what the run "
+                           "already used" for call, values in (section.get("unchanged") or {}).items()),
+                         *(f"{r.get('call')}.{r.get('key')}: {r.get('reason')}"
+                           for r in section.get("not_applied") or [])])
         return f"gpudoctor try: {rule}: nothing applied, no trial run" + (f" ({why})" if why else "")
     return f"gpudoctor try: {rule}: {speedups(section)}"
 
