@@ -32,7 +32,7 @@ ODD = st.one_of(
     st.text(max_size=5),
 )
 KINDS = ["proc", "span", "step", "first_step", "batch", "loader", "counter", "torch_cfg", "trainer",
-         "hf_plan", "profiler", "exit", "unknown_kind"]
+         "plan", "hf_plan", "profiler", "exit", "unknown_kind"]
 TRAINER_ARGS = ["per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
                 "dataloader_num_workers", "save_steps", "eval_steps", "save_only_model", "max_steps",
                 "dataloader_pin_memory", "dataloader_persistent_workers", "dataloader_prefetch_factor", "bf16",

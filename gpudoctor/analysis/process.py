@@ -108,7 +108,7 @@ def build_process_view(
             view.torch_cfg = e
         elif kind == "trainer":
             view.trainer = e
-        elif kind == "hf_plan":
+        elif kind in ("plan", "hf_plan"):  # "hf_plan": recordings from before 0.1's rename
             view.plan = e
         elif kind == "counter":
             counters.append(e)

@@ -215,7 +215,7 @@ def _adopt_trainer(writer: Any, trainer: Any, now: float) -> None:
 
     writer.emit(trainer_event(trainer))
     state = getattr(trainer, "state", None)
-    writer.emit({"k": "hf_plan", "t": now, "max_steps": getattr(state, "max_steps", None),
+    writer.emit({"k": "plan", "t": now, "max_steps": getattr(state, "max_steps", None),
                  "num_train_epochs": getattr(trainer.args, "num_train_epochs", None),
                  "global_step": getattr(state, "global_step", None)})
     callback = GpuDoctorCallback(_writer=writer)

@@ -47,7 +47,7 @@ class GpuDoctorCallback(TrainerCallback):
                 from gpudoctor.hooks.hf_hooks import trainer_event
 
                 self._writer.emit(trainer_event(trainer))
-        self._emit({"k": "hf_plan", "t": time.time(), "max_steps": state.max_steps,
+        self._emit({"k": "plan", "t": time.time(), "max_steps": state.max_steps,
                     "num_train_epochs": getattr(args, "num_train_epochs", None),
                     "global_step": state.global_step})
 

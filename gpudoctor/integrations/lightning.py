@@ -55,7 +55,7 @@ def _make_class() -> type:
                 self._session.__enter__()
             w = hooks.writer()
             if w is not None:
-                w.emit({"k": "hf_plan", "t": time.time(), "max_steps": trainer.max_steps if trainer.max_steps > 0 else None,
+                w.emit({"k": "plan", "t": time.time(), "max_steps": trainer.max_steps if trainer.max_steps > 0 else None,
                         "num_train_epochs": trainer.max_epochs, "global_step": trainer.global_step})
 
         @_guard_val

@@ -49,8 +49,10 @@ In-process events (key ``k``):
               (time in DataLoader ``__next__`` events), ``cuda_kernel_s`` (null on CPU).
 ``exit``      the process is exiting normally: ``t``.
 ``detach``    ``attach`` took its hooks out of the process: ``t``.
-``hf_plan``   a Trainer adopted by ``attach`` mid-run: ``t, max_steps, num_train_epochs,
-              global_step``.
+``plan``      how long the training means to run, from the HF Trainer or Lightning
+              (at train begin, or when ``attach`` adopts a Trainer mid-run): ``t,
+              max_steps, num_train_epochs, global_step``. Older recordings call it
+              ``hf_plan``; both are read.
 ``hook_error`` one of our hooks failed and switched off (the training went on): ``t``,
               ``where``, ``vital`` (the whole in-process recording stopped), ``error``,
               ``message`` (redacted). The report says so in a ``partial_recording`` note.

@@ -108,7 +108,8 @@ EVENT_FIELDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
         {"t": is_time, "args": is_dict, "max_steps": opt(is_int), "num_train_epochs": opt(is_number),
          "version": opt(is_str)},
     ),
-    "hf_plan": ({}, {"t": is_time, "max_steps": opt(is_int)}),
+    "plan": ({}, {"t": is_time, "max_steps": opt(is_int)}),
+    "hf_plan": ({}, {"t": is_time, "max_steps": opt(is_int)}),  # the same, as older recordings name it
     "cli": (
         {"options": lambda v: type(v) is list and all(type(o) is dict and is_str(o.get("dest")) for o in v)},
         {"t": is_time, "style": is_str, "parser": opt(is_str), "from_argv": is_bool, "args": opt(is_str_list)},
