@@ -17,6 +17,7 @@ from gpudoctor.analysis import Analysis, analyze
 from gpudoctor.analysis.process import quantiles
 from gpudoctor.cost import Price, cost_section, resolve_price
 from gpudoctor.recording.store import Recording
+from gpudoctor.report_attach import attach_section, attach_time, summary_lines, timeline_caption
 from gpudoctor.report_schema import SCHEMA
 from gpudoctor.rules import Finding, Fix, account, run_rules
 
@@ -55,6 +56,10 @@ def build_report(rec: Recording, options: ReportOptions | None = None) -> dict[s
         "profiler": _profiler_windows(a),
         "notes": list(a.notes),
     }
+    attached = attach_section(rec.meta, a.start)
+    if attached is not None:  # what was loaded, from when, what is estimated: in every format
+        report["attach"] = attached
+        report["notes"] = [*summary_lines(attached), *report["notes"]]
     return report
 
 
@@ -170,7 +175,9 @@ def _per_rank(a: Analysis) -> list[dict[str, Any]]:
 
 
 def _timeline(a: Analysis) -> dict[str, Any]:
-    t0 = a.start
+    """Seconds since launch, or since the attach for ``attach`` (what came before is not drawn)."""
+    attached = attach_time(a.rec.meta)
+    t0 = attached if attached is not None else a.start
     host = a.rec.host
     stride = max(1, math.ceil(len(host) / MAX_POINTS))
     rows = host[::stride]
@@ -193,7 +200,10 @@ def _timeline(a: Analysis) -> dict[str, Any]:
         spans["format"] = _rel(p.spans.get("format", []), t0)
     times = p.step_times if p else []
     steps = [round(t - t0, 3) for t in times[:: max(1, math.ceil(len(times) / MAX_POINTS))]]
-    return {"duration_s": round(a.duration_s, 3), "series": series, "spans": spans, "steps_t_s": steps}
+    if attached is not None:
+        spans = {k: [[max(0.0, x), y] for x, y in v if y > 0] for k, v in spans.items()}
+    return {"duration_s": round(max(a.end - t0, 1e-9), 3), "series": series, "spans": spans, "steps_t_s": steps,
+            "origin": "attach" if attached is not None else "launch", "caption": timeline_caption(a.rec.meta)}
 
 
 def _mean_util(row: dict[str, Any]) -> float | None:

@@ -108,6 +108,50 @@ def test_healthy_control_attached_has_no_finding_above_10_percent(attached):
     assert abs(sum(run.report["breakdown"].values()) - 1.0) <= 0.01
 
 
+@pytest.mark.slow
+def test_hand_written_eval_attached_after_start_matches_truth(attached):
+    """nanoGPT's estimate_loss() under @torch.no_grad(): eval, not compute, under attach too."""
+    run = attached("nanogpt_like")
+    assert run.probe.returncode == 0 and run.doctor.returncode == 0, run.doctor.stderr[-2000:]
+    assert run.top["rule"] == "eval_overhead", [(f["rule"], f["waste_fraction"]) for f in run.report["findings"]]
+    assert within(run.report["breakdown"]["eval"], run.truth["eval_share"])
+
+
+@pytest.mark.slow
+def test_attach_notes_reach_every_report_format(attached):
+    """What was loaded, from when, what is estimated: in report.json, .html and .md, not only meta.json."""
+    run = attached("tokenize_in_getitem", doctor_args=("--no-inject",))
+    assert run.doctor.returncode == 0, run.doctor.stderr[-2000:]
+    section = run.report["attach"]
+    assert section["process_age_s"] > 0 and "not loaded" in section["loaded"][0]
+    assert "stack samples" in section["estimated"][0] and section["notes"] == run.meta["attach_notes"]
+    assert run.report["timeline"]["origin"] == "attach"
+    assert "since the attach" in run.report["timeline"]["caption"]
+    html = (run.folder / "report.html").read_text()
+    md = (run.folder / "report.md").read_text()
+    for line in (section["loaded"][0], section["estimated"][0]):
+        assert line in run.report["notes"]
+        assert line.split(";")[0].split("(")[0] in md
+        assert line.split(";")[0].split("(")[0] in html
+    assert "Seconds since the attach (the process was" in html
+
+
+@pytest.mark.slow
+def test_a_plain_sgd_loop_met_mid_run_is_training_not_starting(tmp_path: Path):
+    """No optimizer, no DataLoader: its backward passes and parameter updates say it is training."""
+    probe = start(sys.executable, str(ROOT / "tests" / "scripts" / "plain_sgd.py"), "--seconds", "14")
+    time.sleep(6)
+    doctor = attach(probe.pid, tmp_path / "run", "--duration", "4")
+    out, err = probe.communicate(timeout=60)
+    assert probe.returncode == 0 and doctor.returncode == 0, (err[-2000:], doctor.stderr[-2000:])
+    target = load(tmp_path / "run", "meta.json")["attach"]["targets"][0]
+    assert target["underway"] is True
+    report = load(tmp_path / "run", "report.json")
+    assert report["breakdown"]["startup"] == 0.0
+    total = int(out.strip().splitlines()[-1].removeprefix("STEPS="))
+    assert 0 < report["steps"]["count"] < total
+
+
 # -- the patient is left as it was ---------------------------------------------------------------
 @pytest.mark.slow
 def test_detach_leaves_the_process_training_to_a_correct_end(tmp_path: Path):

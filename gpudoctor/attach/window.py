@@ -142,6 +142,7 @@ class AttachRecord:
             "attach": {
                 "ended_by": self.ended_by,
                 "inject": self.inject,
+                "root_start_time": self.root_start_time or None,  # the process's age at the attach, for the report
                 "targets": [asdict(r) for r in self.targets.values()],
                 "stack_samples": self.stack_samples,
                 "sample_rate_hz": self.sample_rate_hz,
