@@ -84,6 +84,7 @@ def build_view(report: dict[str, Any]) -> dict[str, Any]:
         "kpis": kpi_view(report),
         "timeline_svg": markup(charts.timeline_svg(report.get("timeline"), duration_s)),
         "timeline_legend": timeline_legend(report.get("timeline")),
+        "timeline_caption": str((report.get("timeline") or {}).get("caption") or "Seconds since launch."),
         "breakdown_svg": markup(charts.breakdown_bar_svg(report.get("breakdown"))),
         "breakdown_rows": breakdown_rows(report.get("breakdown"), duration_s),
         "shares": shares_view(report.get("shares")),
