@@ -18,6 +18,7 @@ PLANTED = {
     "slow_startup": ("startup_idle", ("breakdown", "startup"), "startup_share"),
     "hf_trainer": ("padding_waste", ("padding", "pad_fraction"), "pad_fraction"),
     "nanogpt_like": ("eval_overhead", ("breakdown", "eval"), "eval_share"),
+    "run_clm_like": ("checkpoint_overhead", ("breakdown", "checkpoint"), "checkpoint_share"),
 }
 
 pytestmark = pytest.mark.slow
@@ -103,6 +104,20 @@ def test_hand_written_eval_fix_names_the_loops_interval_and_batches(probe_run):
     assert "eval_interval" in f["fix"]["summary"] and "eval_batches" in f["fix"]["summary"]
     assert within(run.report["breakdown"]["startup"], run.truth["startup_share"])  # the first eval is not startup
     assert run.report["steps"]["count"] == run.truth["steps"]
+
+
+def test_run_clm_like_fix_is_its_own_save_steps_flag(probe_run):
+    """HfArgumentParser's options are recorded: the fix is run_clm's --save_steps, whole line."""
+    import shlex
+
+    run = probe_run("run_clm_like")
+    f = run.finding("checkpoint_overhead")
+    new = f["fix"]["config"]["save_steps"]
+    assert f"`--save_steps {new}` instead of its default (1)" in f["fix"]["summary"]
+    line = shlex.split(f["fix"]["snippet"])
+    assert line[1].endswith("probes/run_clm_like.py") and "--truth" in line
+    assert line[line.index("--save_steps") + 1] == str(new)
+    assert f["data"]["saves"] == run.truth["checkpoints"]
 
 
 def test_healthy_control_gets_no_finding_above_ten_percent(probe_run):

@@ -171,8 +171,11 @@ def test_real_argparse_scripts_get_their_own_flags(probe_run):
     run = probe_run("tokenize_in_getitem")
     f = _finding(run.report, "tokenization_in_loop")
     workers = f["fix"]["config"]["num_workers"]
-    assert f"`--num-workers {workers}` instead of its default (0)" in f["fix"]["summary"]
-    assert f"--num-workers {workers}" in f["data"]["command_line"]
+    if workers:  # 0 when other programs keep every spare core busy: then nothing changes
+        assert f"`--num-workers {workers}` instead of its default (0)" in f["fix"]["summary"]
+        assert f"--num-workers {workers}" in f["data"]["command_line"]
+    else:
+        assert "--num-workers" not in f["fix"]["summary"]
 
 
 @pytest.mark.slow
