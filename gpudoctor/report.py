@@ -15,6 +15,7 @@ from typing import Any
 from gpudoctor import __version__
 from gpudoctor.analysis import Analysis, analyze
 from gpudoctor.analysis.process import quantiles
+from gpudoctor.analysis.saves import split_saves
 from gpudoctor.cost import Price, cost_section, resolve_price
 from gpudoctor.recording.store import Recording
 from gpudoctor.report_attach import attach_section, attach_time, summary_lines, timeline_caption
@@ -48,6 +49,8 @@ def build_report(rec: Recording, options: ReportOptions | None = None) -> dict[s
         "shares": _rounded(a.shares()),
         "padding": _rounded(a.padding()),
         "steps": _steps(a),
+        # each save counted once, by kind (analysis/saves.py); null when no process was hooked
+        "saves": split_saves(a.primary).to_dict() if a.primary is not None else None,
         "findings": finding_dicts + [f.to_dict(None) for f in infos],
         "cost": cost_section(price, wasted, a.duration_s, _projected_run_s(a)),
         "verdict": _verdict(a, findings, wasted),

@@ -45,6 +45,8 @@ def main(argv=None):
     p.add_argument("--median-words", type=float, default=20, help="median words per example")
     p.add_argument("--output-dir", default=None, help="Trainer output_dir (default: temp, removed)")
     p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--final-save", action="store_true",
+                   help="trainer.save_model() after training, like run_clm (model + training_args.bin)")
     args = C.add_common_args(p).parse_args(argv)
     C.setup(args)
     truth = C.Truth(PROBE, "padding_waste", C.truth_path(args))
@@ -133,6 +135,10 @@ def main(argv=None):
     truth.step_times = [b - a for a, b in zip(fetch_starts, fetch_starts[1:], strict=False)]
     truth.step_times = truth.step_times[: trainer.state.global_step]
 
+    if args.final_save:  # outside train(): its own field, not checkpoint_s
+        t = time.perf_counter()
+        trainer.save_model()
+        truth.fields.update(final_saves=1, final_save_s=time.perf_counter() - t)
     if own_dir:
         shutil.rmtree(out_dir, ignore_errors=True)
     f = pads.fields()

@@ -156,7 +156,8 @@ def _compute_breakdown(view: ProcessView) -> None:
     assigned = tl.assign_by_priority(
         [
             ("eval", evals),
-            ("checkpoint", view.spans.get("checkpoint", [])),
+            # side files (a torch.save without tensors) are saving time too, though not checkpoints
+            ("checkpoint", [*view.spans.get("checkpoint", []), *view.spans.get("save_side", [])]),
             ("data_wait", view.spans.get("data_wait", [])),
         ],
         first,

@@ -52,7 +52,19 @@ class TorchHooks:
                 patch.replace(cls, "fetch", patch.counted(self.writer, "fetch"))
 
     def install_save(self, torch: ModuleType) -> None:
-        make = patch.span(self.writer, "checkpoint", "torch.save")
+        """``torch.save`` as a checkpoint span, or a ``save_side`` span for a file without tensors
+        (``training_args.bin``, a config): timed as saving, never counted as a checkpoint."""
+        as_checkpoint = patch.span(self.writer, "checkpoint", "torch.save")
+        as_side = patch.span(self.writer, SIDE_FILE, "torch.save (no tensors)")
+
+        def make(fn: Any) -> Any:
+            checkpoint, side = as_checkpoint(fn), as_side(fn)
+
+            def save(obj: Any, *args: Any, **kwargs: Any) -> Any:
+                return (side if _holds_no_tensors(obj) else checkpoint)(obj, *args, **kwargs)
+
+            return save
+
         patch.replace(torch, "save", make)
         serialization = sys.modules.get("torch.serialization")
         if serialization is not None:
@@ -203,6 +215,27 @@ class TorchHooks:
         if not self.first_step_seen:
             self.mark_first_step()
         self.writer.emit(torch_cfg_event(torch, module))
+
+
+SIDE_FILE = "save_side"
+_WALK_MAX = 10_000  # objects looked at before calling a save a checkpoint anyway
+
+
+@guarded("save kinds", default=False)
+def _holds_no_tensors(obj: Any) -> bool:
+    """Does ``obj`` hold no tensor, module or optimizer state (a side file, not a checkpoint)?"""
+    torch = sys.modules["torch"]
+    todo, seen = [obj], 0
+    while todo:
+        item = todo.pop()
+        seen += 1
+        if seen > _WALK_MAX or isinstance(item, (torch.Tensor, torch.nn.Module, torch.optim.Optimizer)):
+            return False
+        if isinstance(item, Mapping):
+            todo.extend(item.values())
+        elif isinstance(item, (list, tuple, set)):
+            todo.extend(item)
+    return True
 
 
 def safe_attr(obj: Any, name: str) -> Any:

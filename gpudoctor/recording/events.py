@@ -15,19 +15,24 @@ In-process events (key ``k``):
               checkpoints), ``eval`` (Trainer.evaluate, Lightning validation,
               ``gpudoctor.profile().eval()``), ``format`` (``datasets`` map/filter),
               ``data_load`` (``datasets.load_dataset``/``load_from_disk``),
-              ``model_load`` (``from_pretrained``). Only the outermost span of a
-              category is written when calls nest.
+              ``model_load`` (``from_pretrained``), ``save_side`` (a ``torch.save`` of
+              an object without tensors, e.g. ``training_args.bin``: saving time, not a
+              checkpoint), ``eval_loop`` (a hand-written loop's eval region: forward passes
+              without backward, see :mod:`gpudoctor.hooks.eval_regions`). Only the
+              outermost span of a category is written when calls nest.
 ``first_step`` ``t``: start of the first training step (first batch request from a
               DataLoader, or first forward of a module in training mode).
-``step``      ``t`` (end of an optimizer step), ``n`` (1-based count), ``dt`` (time
-              inside ``optimizer.step``).
+``step``      ``t`` (end of an optimizer step, or of a hand-written parameter update in a
+              loop with no optimizer), ``n`` (1-based count), ``dt`` (time inside
+              ``optimizer.step``; 0 for a hand-written update).
 ``loader``    a DataLoader iterator was created: ``id, num_workers, batch_size,
               pin_memory, prefetch_factor, persistent_workers, dataset``,
               ``params`` (the installed DataLoader's argument names).
 ``batch``     padding seen in a training batch: ``t, tokens, pad, seq_len``,
               ``lengths`` (non-pad length of each row).
 ``counter``   periodic totals since the previous counter line: ``t``, ``name``
-              (``tokenize`` | ``fetch``), ``calls``, ``s`` (seconds). Written every
+              (``tokenize`` | ``fetch`` | ``eval_forwards``: forward passes inside
+              ``eval_loop`` regions), ``calls``, ``s`` (seconds). Written every
               0.5 s while the process is young, then every age/60 s up to 10 s,
               at the first step and at exit (see :mod:`gpudoctor.hooks.writer`). ``fetch`` is the
               time a process spent producing batches (dataset ``__getitem__`` +

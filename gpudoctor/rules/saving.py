@@ -6,6 +6,8 @@ import bisect
 import statistics
 
 from gpudoctor.analysis import Analysis
+from gpudoctor.analysis import timeline as tl
+from gpudoctor.analysis.saves import split_saves
 from gpudoctor.rules.account import claim
 from gpudoctor.rules.base import (
     Finding,
@@ -29,8 +31,9 @@ class CheckpointOverhead(Rule):
         p = a.primary
         if p is None:
             return None
-        share = p.seconds("checkpoint") / p.wall_s
-        saves = p.spans.get("checkpoint", [])
+        kinds = split_saves(p)  # the final save and side files are not "saving too often"
+        saves = kinds.checkpoints
+        share = tl.total(saves) / p.wall_s
         if share < MIN_SHARE or not saves:
             return None
         names = names_for(p)
@@ -74,11 +77,13 @@ class CheckpointOverhead(Rule):
             title="Checkpoints are saved too often",
             claims=claims,
             evidence=(
-                f"{len(saves)} saves ({top}) took {per_save_s:.2f} s each, {pct(share)} of wall time"
+                f"{len(saves)} checkpoint saves ({top}) took {per_save_s:.2f} s each, {pct(share)} of wall time"
                 + (f", one every {current} steps" if current else "")
                 + (f" of {1000 * compute_step_s:.0f} ms" if compute_step_s else "")
                 + (f"; the step after each save ran {slow_up_to_s / len(saves):.2f} s slower than a normal "
                    "one" if slow_up_to_s > 0 else "")
+                + (f"; besides them, the final save took {tl.total(kinds.final):.2f} s" if kinds.final else "")
+                + (f" and {len(kinds.side)} side file(s) without tensors" if kinds.side else "")
                 + "."
             ),
             fix=Fix(
@@ -91,7 +96,8 @@ class CheckpointOverhead(Rule):
                 library=names.library if names.is_trainer else "your training loop",
                 call=names.call if names.is_trainer else None,
             ),
-            data={"saves": len(saves), "per_save_s": round(per_save_s, 3), "current_save_steps": current,
+            data={"saves": len(saves), "final_saves": len(kinds.final), "side_files": len(kinds.side),
+                  "per_save_s": round(per_save_s, 3), "current_save_steps": current,
                   "after_save_excess_s": round(slow_up_to_s, 3)},
         )
 
