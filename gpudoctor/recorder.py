@@ -31,6 +31,9 @@ class RecorderOptions:
     price_per_gpu_hour: float | None = None
     gpus: int | None = None
     nvml_binding: Any = None  # tests inject a fake pynvml here
+    adaptive: bool = True  # sampler intervals follow the step time (samplers.pace)
+    doctor_priority: dict[str, str] | None = None  # what gpudoctor.priority gave the doctor, for meta.json
+    events_owner: int | None = None  # the uid that writes events/ (attach beside another user)
 
 
 class Recorder:
@@ -76,6 +79,8 @@ class Recorder:
             "gpus_option": self.options.gpus,
             "gpudoctor_version": __version__,
         }
+        if self.options.doctor_priority is not None:
+            self.meta["doctor_priority"] = self.options.doctor_priority
         try:
             self.folder.write_meta(self.meta)
         except OSError as exc:  # --out full already: keep going (the patient is running), report at stop
@@ -88,6 +93,17 @@ class Recorder:
                 self._nvml, self.folder.appender("samples/gpu.jsonl"), interval_s=interval, pids_provider=self._host.pids
             )
             self._gpu.start()
+        if self.options.adaptive:
+            from gpudoctor.samplers.pace import Pace, StepClock
+
+            clock = StepClock(self.folder.events_dir, self.options.events_owner)
+            for sampler in (self._host, self._gpu):
+                if sampler is not None:
+                    sampler.pace = Pace(interval, clock)
+
+    def sampler_cpu_s(self) -> float:
+        """CPU seconds of the sampler threads (known once stopped)."""
+        return sum(s.cpu_s for s in (self._host, self._gpu) if s is not None)
 
     def stop(self, status: str, exit_code: int | None) -> None:
         """Stop the samplers and finalize meta.json; a full or vanished --out is kept in
@@ -105,10 +121,26 @@ class Recorder:
                 if error is not None and self.write_error is None:
                     self.write_error = error
         self.meta.update(end_time=time.time(), status=status, exit_code=exit_code, nvml_problems=problems)
+        if self._host is not None:
+            self.meta["sampling"] = {"adaptive": self.options.adaptive, "base_interval_s": self.options.interval_s,
+                                     "last_interval_s": round(self._host.interval_s, 3),
+                                     "host_rows": self._host.rows_written}
+        if self.options.doctor_priority is not None:  # a doctor of its own (not the Python API's, in the training)
+            self.meta["doctor_cpu_s"] = doctor_cpu(self.sampler_cpu_s())
         try:
             self.folder.write_meta(self.meta)
         except OSError as exc:
             self.write_error = self.write_error or exc
+
+
+def doctor_cpu(samplers_s: float, **parts: float) -> dict[str, float]:
+    """The doctor process's own CPU seconds by part (call on its main thread), and all its threads'."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    out = {"samplers": samplers_s, **parts, "main_thread": time.thread_time(),
+           "process": own.ru_utime + own.ru_stime}
+    return {k: round(v, 4) for k, v in out.items()}
 
 
 def host_info() -> dict[str, Any]:

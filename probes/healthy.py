@@ -7,7 +7,8 @@ serving ready index batches, no checkpoints, no tokenization in the loop.
 Runs for ``--seconds S`` of training (default 6) or ``--steps N`` (whichever comes first
 when both are given) and prints its steady-state throughput as the last stdout line,
 ``STEPS_PER_S=<float>``, measured over the steps after a warm-up of ``--warmup`` steps
-(the overhead benchmark compares bare vs profiled runs with it).
+(the overhead benchmark compares bare vs profiled runs with it). ``--threads``, ``--workers``
+and ``--worker-ms`` make it keep every core busy (``bench/saturated_overhead.py``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ def main(argv=None):
     p.add_argument("--examples", type=int, default=1000)
     p.add_argument("--max-length", type=int, default=256, help="truncation length (default 256)")
     p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--workers", type=int, default=0,
+                   help="DataLoader workers (default 0); with --worker-ms they keep cores busy, as a real "
+                        "input pipeline does (the saturated-host overhead bench uses it)")
+    p.add_argument("--worker-ms", type=float, default=0.0,
+                   help="CPU milliseconds each batch costs in the loader (decoding/augmenting stand-in)")
     p.add_argument("--step-log", default=None,
                    help="append each step's wall-clock and main-thread CPU end times and the padded tokens so far "
                         "here, a line per step "
@@ -56,8 +62,17 @@ def main(argv=None):
     buckets = [order[i:i + args.batch_size] for i in range(0, len(order), args.batch_size)]
     pad = C.pad_id(tok)
     g = torch.Generator().manual_seed(args.seed)
-    loader = DataLoader(buckets, batch_size=None, shuffle=True, num_workers=0, generator=g,
-                        collate_fn=lambda idx: C.collate_ids([seqs[i] for i in idx], pad))
+    work_s = args.worker_ms / 1000.0
+
+    def collate(idx):
+        if work_s > 0:  # CPU work, not a sleep: it must occupy a core, as tokenizing or decoding does
+            end = time.thread_time() + work_s
+            while time.thread_time() < end:
+                pass
+        return C.collate_ids([seqs[i] for i in idx], pad)
+
+    loader = DataLoader(buckets, batch_size=None, shuffle=True, num_workers=args.workers, generator=g,
+                        collate_fn=collate, persistent_workers=args.workers > 0)
 
     model = C.TinyCausalLM(tok.get_vocab_size())
     opt = C.make_adamw(model.parameters(), args.lr, truth)
@@ -76,6 +91,8 @@ def main(argv=None):
 
     step_log = open(args.step_log, "w", buffering=1) if args.step_log else None  # noqa: SIM115 (lives for the run)
 
+    cpu_warm = [0.0]  # the main thread's CPU at the warm-up's end: the hooks' cost shows in CPU per step
+
     def on_step(n: int, t_end: float) -> None:
         nonlocal t_warm, step
         step = n
@@ -83,6 +100,7 @@ def main(argv=None):
             step_log.write(f"{time.time():.6f} {time.thread_time():.6f} {pads.total}\n")
         if n == args.warmup:
             t_warm = t_end
+            cpu_warm[0] = time.thread_time()
 
     loss = C.train_timed(model, loader, opt, truth, pads, done=done, on_step=on_step)
     t_last = time.perf_counter()
@@ -91,6 +109,8 @@ def main(argv=None):
         steps_per_s = (step - args.warmup) / (t_last - t_warm)
     else:  # too short for a warm-up: use every step
         steps_per_s = step / max(t_last - t_begin, 1e-9)
+    if t_warm is not None and step > args.warmup:
+        print(f"MAIN_CPU_MS_PER_STEP={1000 * (time.thread_time() - cpu_warm[0]) / (step - args.warmup):.4f}")
     print(f"STEPS_PER_S={steps_per_s:.4f}", flush=True)
     if step_log is not None:
         step_log.close()

@@ -26,7 +26,6 @@ doctor creates ``<control>/detach`` or exits.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
@@ -43,7 +42,7 @@ from typing import Any
 import psutil
 
 import gpudoctor
-from gpudoctor import safefs
+from gpudoctor import priority, safefs
 from gpudoctor.attach import scratch, symbols
 from gpudoctor.errors import UserError
 
@@ -310,8 +309,9 @@ def _private_script(pid: int, text: str) -> Path:
 
 def _run_gdb(argv: list[str], timeout_s: float) -> str:
     """Run gdb in its own session (a Ctrl-C at the doctor must not reach it mid-call)."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, preexec_fn=_normal_priority)
+    # gdb holds the patient stopped: it must never wait behind the doctor's idle priority
+    proc = priority.popen_normal(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=timeout_s)
         return out
@@ -325,12 +325,6 @@ def _run_gdb(argv: list[str], timeout_s: float) -> str:
             out, _ = proc.communicate()
         raise InjectError(f"gdb timed out after {timeout_s:.0f} s attaching to the process; "
                           f"last output: {(out or '').strip()[-200:]}") from None
-
-
-def _normal_priority() -> None:
-    """gdb holds the patient stopped: it must not wait behind the doctor's own niceness."""
-    with contextlib.suppress(OSError):  # lowering niceness needs CAP_SYS_NICE; else it keeps the doctor's
-        os.setpriority(os.PRIO_PROCESS, 0, 0)
 
 
 def read_status(control_dir: Path, pid: int, kind: str, owner: int | None = None) -> dict[str, object] | None:

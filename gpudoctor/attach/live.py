@@ -4,7 +4,10 @@ The figures come from the run folder itself (the same analysis as the final
 report), so what the user watches is what the report will say. Analysing a
 long recording gets slower as it grows, and this runs on the patient's
 machine: the breakdown is recomputed at most every ~50x its own cost (2% of
-one core at worst), the clock ticks every second regardless. Without a TTY
+one core at worst) and no more often than every ``STEPS_PER_ANALYSIS`` steps
+(the breakdown moves by the step: beside 10 s steps, re-reading it every 2 s is
+waste); the clock ticks every second regardless, redrawn by our own tick (no
+rich refresh thread). Without a TTY
 (logs, CI) one plain line every 10 s replaces the rich panel, and the
 analysis runs only for it.
 """
@@ -23,6 +26,8 @@ PLAIN_EVERY_S = 10.0
 REFRESH_HZ = 1.0
 MIN_ANALYSIS_S = 2.0
 COST_FACTOR = 50.0  # analysing at most 2% of the time
+STEPS_PER_ANALYSIS = 10.0
+MAX_STEPS_WAIT_S = 30.0  # the step count waits no longer than this
 
 
 @dataclass
@@ -84,7 +89,7 @@ class LiveView:
         from rich.live import Live
 
         self._live = Live(self._render(), console=Console(file=self.stream), refresh_per_second=REFRESH_HZ,
-                          transient=True)
+                          transient=True, auto_refresh=False)
         self._live.start()
 
     def tick(self) -> None:
@@ -93,7 +98,7 @@ class LiveView:
         if self._live is not None:
             if now >= self._next_analysis:
                 self._analyse(now)
-            self._live.update(self._render())
+            self._live.update(self._render(), refresh=True)
         elif now >= self._next_plain:
             self._next_plain = now + PLAIN_EVERY_S
             self._analyse(now)
@@ -105,7 +110,7 @@ class LiveView:
             self.state.breakdown, self.state.steps, self.state.sampled = current_figures(self.folder)
         except Exception as exc:  # a half-written folder must not end the session; shown, not hidden
             self.state.notes = [f"live figures unavailable: {exc}"]
-        self._next_analysis = now + max(MIN_ANALYSIS_S, COST_FACTOR * (time.perf_counter() - t0))
+        self._next_analysis = now + analysis_period_s(time.perf_counter() - t0, self.state)
 
     def stop(self) -> None:
         if self._live is not None:
@@ -133,6 +138,13 @@ class LiveView:
         for note in s.notes[-2:]:
             table.add_row("", f"[dim]{note}[/dim]", "")
         return table
+
+
+def analysis_period_s(cost_s: float, state: LiveState) -> float:
+    """Seconds until the next analysis: 50x its cost, and ``STEPS_PER_ANALYSIS`` steps up to a cap."""
+    step_s = state.elapsed_s / state.steps if state.steps else 0.0  # start-up included: an upper bound
+    by_steps = min(MAX_STEPS_WAIT_S, STEPS_PER_ANALYSIS * step_s)
+    return max(MIN_ANALYSIS_S, COST_FACTOR * cost_s, by_steps)
 
 
 def plain_line(s: LiveState) -> str:

@@ -48,6 +48,8 @@ class AttachOptions:
     sample_rate_hz: float = 20.0
     window_s: float = 4.0
     nvml_binding: Any = None
+    doctor_priority: dict[str, str] | None = None  # what gpudoctor.priority gave this doctor
+    stacks_when_hooked: bool = False  # keep sampling a hooked process's stacks (no figure needs them)
 
 
 @dataclass
@@ -78,7 +80,7 @@ class AttachSession:
         self.recorder = Recorder(self.folder, RecorderOptions(
             mode="attach", command=_cmdline(root), interval_s=options.interval_s,
             price_per_gpu_hour=options.price_per_gpu_hour, gpus=options.gpus,
-            nvml_binding=options.nvml_binding))
+            nvml_binding=options.nvml_binding, doctor_priority=options.doctor_priority))
         self.stacks = StackSampler(root.pid, self.folder.appender("samples/stacks.jsonl"),
                                    rate_hz=options.sample_rate_hz, window_s=options.window_s,
                                    describe=targets.describe)
@@ -88,6 +90,8 @@ class AttachSession:
         self.bootstrap = inject.write_bootstrap(self.control, self.folder.root, self.patient_ids)
         if self.patient_ids:
             _let_patient_write(self.patient_ids, self.folder.root, [self.control, self.folder.events_dir])
+        self.recorder.options.events_owner = self.status_owner
+        self.live_cpu_s = 0.0  # the live view's CPU on the main thread
 
     # -- the session ----------------------------------------------------------------
     def run(self, view: Any = None) -> AttachRecord:
@@ -126,7 +130,9 @@ class AttachSession:
             if view is not None and now >= next_tick:
                 next_tick = now + 1.0
                 view.state.source = self.record.source()
+                t0 = time.thread_time()
                 view.tick()
+                self.live_cpu_s += time.thread_time() - t0
             self.stop.event.wait(POLL_S)
         self.record.end_time = time.time()
 
@@ -202,6 +208,8 @@ class AttachSession:
                 rec.install_s = _seconds(status.get("install_s"))
                 self.stacks.rate_hz = max(5.0, self.options.sample_rate_hz / HOOKED_RATE_DIVISOR)
                 self.stacks.window_s = max(self.options.window_s, HOOKED_WINDOW_S)
+                if not self.options.stacks_when_hooked:  # its figures come from the hooks now
+                    self.stacks.hooked.add(rec.pid)
                 # The live view reads the folder: give it the report's window already.
                 self.recorder.meta["start_time"] = self.record.window_start(self.folder.root)
                 self.folder.write_meta(self.recorder.meta)
@@ -241,7 +249,22 @@ class AttachSession:
         self.record.sample_rate_hz = self.options.sample_rate_hz
         self.recorder.stop(_status(self.record.ended_by), None)  # the patient's exit code is not ours to see
         self.recorder.meta.update(self.record.meta_fields(self.folder.root))
+        self.recorder.meta["doctor_cpu_s"] = self._doctor_cpu()
+        self.recorder.meta["attach"]["stacks_when_hooked"] = self.options.stacks_when_hooked
         self.folder.write_meta(self.recorder.meta)
+
+
+    def _doctor_cpu(self) -> dict[str, float]:
+        """CPU seconds by part: samplers, py-spy (its processes), the stacks thread, the live view, gdb."""
+        import resource
+
+        from gpudoctor.recorder import doctor_cpu
+
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # every py-spy and gdb, reaped by now
+        children = kids.ru_utime + kids.ru_stime
+        return doctor_cpu(self.recorder.sampler_cpu_s(), py_spy=self.stacks.cpu_s,
+                          stacks_thread=self.stacks.thread_cpu_s, live_view=self.live_cpu_s,
+                          gdb_and_other_children=max(0.0, children - self.stacks.cpu_s))
 
 
 def _seconds(value: object) -> float | None:

@@ -15,6 +15,7 @@ Each window adds one row per process to ``samples/stacks.jsonl`` (format in
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -32,6 +33,7 @@ from typing import Any
 
 import psutil
 
+from gpudoctor import priority
 from gpudoctor.analysis.sampled import Code
 from gpudoctor.attach import scratch, targets
 from gpudoctor.attach.classify import Frame, classify
@@ -62,6 +64,9 @@ class StackSampler:
         self.describe = describe or (lambda pid: {})
         self.errors: list[str] = []
         self.samples = 0
+        self.cpu_s = 0.0  # py-spy's own CPU seconds, all windows
+        self.thread_cpu_s = 0.0  # this sampler's thread: spawning, reading and classifying
+        self.hooked: set[int] = set()  # their stacks are not needed (the hooks measure them): not sampled
         self._error_counts: dict[str, int] = {}
         self._stop = threading.Event()
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
@@ -84,8 +89,9 @@ class StackSampler:
         self._stop.set()
         with self._lock:
             for proc in self._procs.values():
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGINT)
+                if proc.returncode is None:  # not poll(): _reap waits for it, with its CPU time
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(proc.pid, signal.SIGINT)
         if self._thread is not None:
             self._thread.join(timeout=15)
         self.writer.flush()
@@ -93,11 +99,17 @@ class StackSampler:
         shutil.rmtree(self._tmp, ignore_errors=True)
 
     def _run(self) -> None:
-        while not self._stop.is_set() and pid_alive(self.root_pid):
-            if not self._window():
-                if self._gave_up():
-                    return
-                self._stop.wait(1.0)
+        priority.name_thread("gd-stacks")
+        try:
+            while not self._stop.is_set() and pid_alive(self.root_pid):
+                if not self._window():
+                    if self._gave_up():
+                        return
+                    self._stop.wait(1.0)
+                elif not self._procs:  # nothing to sample (every process hooked): look again later
+                    self._stop.wait(self.window_s)
+        finally:
+            self.thread_cpu_s = time.thread_time()
 
     def _window(self) -> bool:
         """One py-spy per Python process of the tree, all for the same few seconds."""
@@ -110,7 +122,7 @@ class StackSampler:
         for pid in self._procs:  # asked once, while the process is alive
             if pid not in self._described:
                 self._described[pid] = self.describe(pid)
-        errors = {pid: proc.communicate()[1] for pid, proc in self._procs.items()}
+        errors = {pid: self._reap(proc) for pid, proc in self._procs.items()}
         t1 = time.time()
         rows = []
         for pid in self._procs:
@@ -138,8 +150,23 @@ class StackSampler:
                 "--format", "speedscope", "--output", str(out)]
         # Own session: a Ctrl-C meant for the doctor must not end the window unrecorded.
         # Killed with the doctor: a SIGKILLed doctor must leave no py-spy behind.
+        # Idle CPU and I/O priority, whatever the spawning thread's: it only ever takes spare cycles.
         return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-                                preexec_fn=functools.partial(scratch.die_with_parent, os.getpid()))
+                                preexec_fn=functools.partial(_pyspy_preexec, os.getpid()))
+
+    def _reap(self, proc: subprocess.Popen[bytes]) -> bytes:
+        """Wait for one py-spy and add its CPU seconds to :attr:`cpu_s`; returns its stderr."""
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+        proc.stderr.close()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        except ChildProcessError:  # reaped elsewhere: its CPU is not known
+            proc.wait()
+            return err
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        self.cpu_s += usage.ru_utime + usage.ru_stime
+        return err
 
     def _python_tree(self) -> list[int]:
         """The root and its descendants that run Python.
@@ -152,6 +179,9 @@ class StackSampler:
             tree = [root, *root.children(recursive=True)]
         except psutil.Error:
             return []
+        hooked = set(self.hooked)
+        if hooked:  # a hooked process and its DataLoader workers: the analysis never reads their samples
+            tree = [proc for proc in tree if not _under(proc, hooked)]
         return [proc.pid for proc in tree if _runs_python(proc.pid)]
 
     def _error(self, message: str) -> None:
@@ -161,6 +191,11 @@ class StackSampler:
 
     def _gave_up(self) -> bool:
         return any(n >= MAX_SAME_ERROR for n in self._error_counts.values())
+
+
+def _pyspy_preexec(parent: int) -> None:
+    priority.lower_self()
+    scratch.die_with_parent(parent)
 
 
 def window_rows(profile: dict[str, Any], t0: float, t1: float, rate_hz: float, root_pid: int) -> list[dict[str, Any]]:
@@ -197,6 +232,14 @@ def _frames(frames: list[dict[str, Any]], sample: tuple[int, ...]) -> list[Frame
             continue  # the --subprocesses / thread root frames
         out.append((name, file))
     return out
+
+
+def _under(proc: psutil.Process, pids: set[int]) -> bool:
+    """``proc`` is one of ``pids`` or descends from one."""
+    try:
+        return proc.pid in pids or any(p.pid in pids for p in proc.parents())
+    except psutil.Error:
+        return False
 
 
 def _runs_python(pid: int) -> bool:

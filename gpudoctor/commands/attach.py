@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
-NICE = 10  # the doctor yields the CPU to the patient, from its first import on
+from gpudoctor import priority
 
 
 def main(args: Any) -> int:
-    with contextlib.suppress(OSError):
-        os.nice(NICE)
+    # The doctor takes only idle cycles, from its first import on; gdb is started from a thread kept normal.
+    priority.start_normal_spawner()
+    doctor_priority = {**priority.lower_doctor(), "py_spy": "idle, as the doctor (set in its preexec)",
+                       "gdb": "normal: SCHED_OTHER, nice 0 (it holds the patient stopped)"}
     from gpudoctor.attach.live import LiveState, LiveView
     from gpudoctor.attach.lock import AttachLock
     from gpudoctor.attach.session import AttachOptions, open_session
@@ -25,7 +25,7 @@ def main(args: Any) -> int:
     options = AttachOptions(
         pid=args.pid, out=args.out, duration_s=args.duration or None, interval_s=args.interval,
         price_per_gpu_hour=args.price_per_gpu_hour, gpus=args.gpus, inject=not args.no_inject,
-        sample_rate_hz=args.sample_rate,
+        sample_rate_hz=args.sample_rate, doctor_priority=doctor_priority,
     )
     from gpudoctor.attach import scratch
 

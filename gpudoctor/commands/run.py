@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import gpudoctor
+from gpudoctor import priority
 from gpudoctor.errors import UserError
 from gpudoctor.recorder import Recorder, RecorderOptions, default_out
 from gpudoctor.recording.store import RunFolder
@@ -101,7 +102,9 @@ def run(command: list[str], out: Path | None, interval_s: float, price: float | 
     old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     start = time.time()
     try:
-        proc = subprocess.Popen(command, env=env, process_group=0 if limit is not None else None)
+        # From a normal-priority thread: a doctor lowered by an earlier run (try's trials) must not pass it on
+        priority.start_normal_spawner()
+        proc = priority.popen_normal(command, env=env, process_group=0 if limit is not None else None)
     except FileNotFoundError:
         _restore(old)
         raise UserError(f"cannot start {command[0]!r}: no such command; check the command after --", 127) from None
@@ -110,11 +113,14 @@ def run(command: list[str], out: Path | None, interval_s: float, price: float | 
         raise UserError(f"cannot start {command[0]!r}: permission denied; make it executable or run it "
                         "through its interpreter", 126) from None
     handler.proc = proc
+    # The child is spawned at normal priority; from here the doctor takes only idle cycles.
+    recorder.options.doctor_priority = priority.lower_doctor()
     recorder.start(proc.pid, start)
     try:
         code = _wait(proc, handler, limit)
     finally:
         _restore(old)
+        priority.restore_doctor()  # where allowed (root): a process that goes on is not left idle
     stopped = handler.count or (limit is not None and limit.stopped)
     status = "finished" if code == 0 else ("interrupted" if stopped else "crashed")
     recorder.stop(status, code)

@@ -10,7 +10,12 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gpudoctor.priority import name_thread
+
+if TYPE_CHECKING:
+    from gpudoctor.samplers.pace import Pace
 
 
 class RowWriter(Protocol):
@@ -30,13 +35,15 @@ class Sampler:
 
     name = "sampler"
 
-    def __init__(self, writer: RowWriter | None, interval_s: float = 0.1) -> None:
+    def __init__(self, writer: RowWriter | None, interval_s: float = 0.1, pace: Pace | None = None) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
         self.writer = writer
         self.interval_s = interval_s
         self.errors: list[str] = []
         self.rows_written = 0
+        self.pace = pace  # when set, the interval follows the run's step time (see samplers.pace)
+        self.cpu_s = 0.0  # this sampler thread's CPU seconds, once stopped
         self._seen_errors: set[str] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -78,9 +85,18 @@ class Sampler:
             self._record_error(exc)
 
     def _run(self) -> None:
+        name_thread(f"gd-{self.name}")
+        try:
+            self._loop()
+        finally:
+            self.cpu_s = time.thread_time()
+
+    def _loop(self) -> None:
         next_t = time.monotonic()
         while not self._stop.is_set():
             self.tick()
+            if self.pace is not None:
+                self.interval_s = self.pace.interval_s()
             next_t += self.interval_s
             delay = next_t - time.monotonic()
             if delay < 0:  # fell behind (slow sample): skip, do not burst to catch up

@@ -1,0 +1,187 @@
+"""The doctor's own CPU and I/O priority: it takes only the cycles the patient leaves idle.
+
+Why: on a host whose cores the training keeps busy (torch threads, DataLoader
+workers), every cycle the doctor takes comes out of the patient, and torch's
+thread pool loses more than its share when one of its threads is preempted.
+So the doctor, its threads and py-spy run ``SCHED_IDLE`` (else nice 19) with
+the idle I/O class.
+
+On Linux these belong to a *thread*, and a new thread or child inherits its
+creator's. Hence: :func:`lower_doctor` lowers every thread of the doctor and is
+called after the training child is spawned (``run``); gdb, which holds the
+patient stopped, must never wait behind an idle doctor, so it is spawned from
+:func:`popen_normal`'s thread, kept at normal priority (an unprivileged process
+cannot leave ``SCHED_IDLE``), and :func:`restore_normal` runs in its preexec too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import platform
+import queue
+import subprocess
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+NICE_IDLE = 19
+_IOPRIO_CLASS_SHIFT = 13
+IOPRIO_CLASS_NONE, IOPRIO_CLASS_BE, IOPRIO_CLASS_IDLE = 0, 2, 3
+_IOPRIO_WHO_PROCESS = 1
+_SYS_IOPRIO = {"x86_64": (251, 252), "aarch64": (30, 31), "i686": (289, 290), "ppc64le": (273, 274)}
+_PR_SET_NAME = 15
+_POLICIES = {0: "SCHED_OTHER", 1: "SCHED_FIFO", 2: "SCHED_RR", 3: "SCHED_BATCH", 5: "SCHED_IDLE"}
+
+_libc: Any = None
+with contextlib.suppress(OSError, TypeError):
+    _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+
+_spawner: _Spawner | None = None
+
+
+# -- one thread / process ------------------------------------------------------------
+def _lower_thread(tid: int) -> tuple[str, str]:
+    """Lower thread ``tid`` (0: the caller); returns (cpu, io) as said in meta.json."""
+    cpu = "unchanged"
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, tid, NICE_IDLE)  # the fallback, and harmless under SCHED_IDLE
+        cpu = f"nice {NICE_IDLE}"
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+        cpu = "SCHED_IDLE"
+    io = "idle" if set_ioprio(tid, IOPRIO_CLASS_IDLE) else "unchanged"
+    return cpu, io
+
+
+def lower_self() -> None:
+    """``preexec_fn`` for the doctor's helpers (py-spy): idle CPU and I/O, whatever its spawner's."""
+    _lower_thread(0)
+
+
+def restore_normal() -> None:
+    """``preexec_fn`` for what must run at normal priority (gdb): SCHED_OTHER, nice 0, default I/O.
+
+    Needs CAP_SYS_NICE once lowered; without it the child keeps what it inherited, which is why
+    gdb is spawned from :func:`popen_normal`'s normal-priority thread.
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, 0, 0)
+    set_ioprio(0, IOPRIO_CLASS_NONE)
+
+
+def set_ioprio(tid: int, io_class: int, level: int = 0) -> bool:
+    """``ioprio_set`` for one thread (0: the caller); False where the OS has none or refuses."""
+    nums = _SYS_IOPRIO.get(platform.machine())
+    if _libc is None or nums is None or platform.system() != "Linux":
+        return False
+    value = (io_class << _IOPRIO_CLASS_SHIFT) | (level if io_class != IOPRIO_CLASS_NONE else 0)
+    return int(_libc.syscall(nums[0], _IOPRIO_WHO_PROCESS, tid, value)) == 0
+
+
+def get_ioprio_class(tid: int = 0) -> int | None:
+    nums = _SYS_IOPRIO.get(platform.machine())
+    if _libc is None or nums is None:
+        return None
+    value = int(_libc.syscall(nums[1], _IOPRIO_WHO_PROCESS, tid))
+    return None if value < 0 else value >> _IOPRIO_CLASS_SHIFT
+
+
+def thread_priority(pid: int, tid: int) -> tuple[str, int]:
+    """(policy name, nice) of one thread, from ``/proc/<pid>/task/<tid>/stat`` (tests check these)."""
+    with open(f"/proc/{pid}/task/{tid}/stat", encoding="utf-8", errors="replace") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    # fields[0] is field 3 (state): nice is field 19, policy field 41
+    return _POLICIES.get(int(fields[38]), fields[38]), int(fields[16])
+
+
+def name_thread(name: str) -> None:
+    """Give the calling thread a kernel name (``/proc/self/task/*/comm``), so its CPU can be told apart."""
+    if _libc is not None:
+        with contextlib.suppress(Exception):
+            _libc.prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
+
+
+# -- the whole doctor ----------------------------------------------------------------
+def lower_doctor() -> dict[str, str]:
+    """Lower every thread of this process but :func:`popen_normal`'s; what it got, for meta.json.
+
+    Call it after spawning the training (``run``) and before starting samplers; threads
+    started later inherit it. Never call it in the training process itself (the Python API).
+    """
+    keep = {_spawner.native_id} if _spawner is not None else set()
+    got: list[tuple[str, str]] = []
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        tids = [0]
+    for tid in tids:
+        if tid not in keep:
+            got.append(_lower_thread(tid))
+    order = ["SCHED_IDLE", f"nice {NICE_IDLE}", "unchanged"]
+    cpu = max((c for c, _ in got), key=order.index, default="unchanged")  # the least lowered thread
+    io = "idle" if got and all(i == "idle" for _, i in got) else "unchanged"
+    return {"cpu": cpu, "io": io}
+
+
+def restore_doctor() -> None:
+    """Best effort: every thread back to SCHED_OTHER, nice 0, default I/O (needs CAP_SYS_NICE).
+
+    For a process that runs on after being a doctor (``run`` called in-process, ``try``'s trials).
+    """
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        return
+    for tid in tids:
+        with contextlib.suppress(OSError, AttributeError):
+            os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+        with contextlib.suppress(OSError, AttributeError):
+            os.setpriority(os.PRIO_PROCESS, tid, 0)
+        set_ioprio(tid, IOPRIO_CLASS_NONE)
+
+
+class _Spawner(threading.Thread):
+    """A thread left at normal priority whose only work is starting gdb (a fork and an exec)."""
+
+    def __init__(self) -> None:
+        super().__init__(name="gpudoctor-spawn", daemon=True)
+        self.jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
+        self.ready = threading.Event()
+
+    def run(self) -> None:
+        name_thread("gd-spawn")
+        self.ready.set()
+        while True:
+            fn, fut = self.jobs.get()
+            try:
+                fut.set_result(fn())
+            except BaseException as exc:  # handed back to the caller
+                fut.set_exception(exc)
+
+
+def start_normal_spawner() -> None:
+    """Start :func:`popen_normal`'s thread; call it before :func:`lower_doctor`."""
+    global _spawner
+    if _spawner is None:
+        _spawner = _Spawner()
+        _spawner.start()
+        _spawner.ready.wait(5)
+
+
+def popen_normal(argv: list[str], **kwargs: Any) -> subprocess.Popen[Any]:
+    """``subprocess.Popen`` from a normal-priority thread, with :func:`restore_normal` in the child."""
+    def spawn() -> subprocess.Popen[Any]:
+        return subprocess.Popen(argv, preexec_fn=restore_normal, **kwargs)
+
+    spawner = _spawner
+    if spawner is None or threading.current_thread() is spawner:
+        return spawn()
+    fut: Future[subprocess.Popen[Any]] = Future()
+    spawner.jobs.put((spawn, fut))
+    return fut.result()

@@ -1,0 +1,93 @@
+"""Sample as often as the run's steps need, not faster: intervals that follow the step time.
+
+Why: the samplers' figures (CPU, GPU busy, memory) are read per step or over many
+steps; a 10 Hz sampler beside a 3 s step takes 30 samples a step where a few do,
+and on a host whose cores the training keeps busy every tick comes out of the
+patient. The step time comes from the step lines the hooks already write
+(``events/<pid>.jsonl``), read incrementally (only new bytes, a few times a
+minute; a line is parsed only to read the first and last step's time).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+from gpudoctor import safefs
+
+SAMPLES_PER_STEP = 5.0  # at least this many samples per step, whatever the interval
+MAX_INTERVAL_S = 2.0  # and never slower than this (a stall shorter than ~2 samples would vanish)
+REFRESH_S = 5.0
+MAX_READ = 4 << 20  # bytes per file per refresh: a flood of lines is skipped, not parsed
+_STEP = b'"k":"step"'
+
+
+class StepClock:
+    """Seconds per step of the busiest process writing to ``events_dir`` (None before two steps)."""
+
+    def __init__(self, events_dir: Path, owner: int | None = None, refresh_s: float = REFRESH_S) -> None:
+        self.events_dir = events_dir
+        self.owner = owner
+        self.refresh_s = refresh_s
+        self._offsets: dict[Path, int] = {}
+        self._steps: dict[Path, tuple[float, float, int]] = {}  # first t, last t, steps
+        self._next = 0.0
+        self._value: float | None = None
+        self._lock = threading.Lock()  # the host and GPU samplers share one clock
+
+    def step_s(self) -> float | None:
+        with self._lock:
+            now = time.monotonic()
+            if now >= self._next:
+                self._next = now + self.refresh_s
+                self._read()
+                rates = [(n, (t1 - t0) / (n - 1)) for t0, t1, n in self._steps.values() if n >= 2 and t1 > t0]
+                self._value = max(rates)[1] if rates else None
+            return self._value
+
+    def _read(self) -> None:
+        try:
+            paths = sorted(self.events_dir.glob("*.jsonl"))
+        except OSError:
+            return
+        for path in paths:
+            try:
+                self._read_one(path)
+            except (OSError, ValueError):  # a file being removed or refused: skip it this time
+                continue
+
+    def _read_one(self, path: Path) -> None:
+        offset = self._offsets.get(path, 0)
+        with safefs.open_read(path, self.owner) as fh:
+            fh.seek(offset)
+            chunk = fh.read(MAX_READ)
+        end = chunk.rfind(b"\n") + 1  # a line being written is read next time
+        if end == 0:
+            return
+        self._offsets[path] = offset + end
+        lines = [ln for ln in chunk[:end].splitlines() if _STEP in ln]
+        if not lines:
+            return
+        first, last = _time(lines[0]), _time(lines[-1])
+        t0, _, n = self._steps.get(path, (first, first, 0))
+        self._steps[path] = (t0, last, n + len(lines))
+
+
+def _time(line: bytes) -> float:
+    return float(json.loads(line)["t"])
+
+
+class Pace:
+    """A sampler's interval: ``base_s`` while steps are fast, longer beside slow steps."""
+
+    def __init__(self, base_s: float, clock: StepClock | None) -> None:
+        self.base_s = base_s
+        self.clock = clock
+
+    def interval_s(self) -> float:
+        step = self.clock.step_s() if self.clock is not None else None
+        if step is None:
+            return self.base_s
+        return max(self.base_s, min(MAX_INTERVAL_S, step / SAMPLES_PER_STEP))
