@@ -65,7 +65,9 @@ def test_padding_fix_uses_observed_p99(probe_run):
     run = probe_run("fixed_padding")
     fix = run.finding("padding_waste")["fix"]
     p99 = run.report["padding"]["p99_length"]
-    assert fix["config"]["max_length"] == -(-p99 // 64) * 64
+    multiple = fix["config"]["pad_to_multiple_of"]
+    assert multiple in (8, 16, 32, 64) and 4 * multiple <= run.report["padding"]["p50_length"]
+    assert fix["config"]["max_length"] == -(-p99 // multiple) * multiple  # p99 rounded up, never below
     assert fix["config"]["max_length"] < run.report["padding"]["max_length"]
 
 

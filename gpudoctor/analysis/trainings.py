@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpudoctor.recording.read import LoopData
-from gpudoctor.recording.validate import is_time
+from gpudoctor.recording.validate import is_duration, is_time
 
 Lifetime = tuple[float, float]
 
@@ -30,8 +30,8 @@ def lifetime(rows: list[dict[str, Any]], loop: LoopData | None, start: float, en
             died = float(e["t"])
         if is_time(e.get("t")):
             times.append(float(e["t"]))
-        if is_time(e.get("t0")):
-            times.append(float(e["t0"]) + float(e.get("dt") or 0.0))
+        if is_time(e.get("t0")):  # an event of a newer kind may carry anything in dt
+            times.append(float(e["t0"]) + (float(e["dt"]) if is_duration(e.get("dt")) else 0.0))
     if loop is not None:
         if loop.steps:
             times += [min(loop.steps), max(loop.steps)]
