@@ -1,8 +1,8 @@
 """Rules as small objects (the shape of torch.profiler's pattern matcher).
 
 Each rule has a ``name`` (a SPEC rule name), a ``description`` and
-``match(analysis) -> Finding | None``. Rules register themselves where they
-are defined with ``@register``; :func:`all_rules` returns them in a stable order.
+``match(analysis) -> Finding | None``. The rules that run are listed, in order, in
+:mod:`gpudoctor.rules.catalog` (a test checks that no rule class is left out).
 
 A finding states what its fix gives back as :class:`~gpudoctor.rules.account.Claim`s
 on the breakdown's buckets; its ``waste_fraction``, ``severity`` and
@@ -99,22 +99,6 @@ class Rule:
 
     def match(self, a: Analysis) -> Finding | None:
         raise NotImplementedError
-
-
-_REGISTRY: dict[str, type[Rule]] = {}
-
-
-def register(cls: type[Rule]) -> type[Rule]:
-    if cls.name in _REGISTRY:
-        raise ValueError(f"rule {cls.name} registered twice")
-    _REGISTRY[cls.name] = cls
-    return cls
-
-
-def all_rules() -> list[Rule]:
-    import gpudoctor.rules.catalog  # noqa: F401 - importing registers the rules
-
-    return [cls() for cls in _REGISTRY.values()]
 
 
 def severity_for(waste_fraction: float) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.process import dynamic_padding_tokens
 from gpudoctor.rules.account import Claim
-from gpudoctor.rules.base import Finding, Fix, Rule, Table, pct, register
+from gpudoctor.rules.base import Finding, Fix, Rule, Table, pct
 from gpudoctor.rules.names import names_for
 from gpudoctor.rules.values import max_length_for, pad_multiple_for
 
@@ -13,7 +13,6 @@ MIN_PAD_FRACTION = 0.10
 MIN_RECOVERABLE = 0.05
 
 
-@register
 class PaddingWaste(Rule):
     name = "padding_waste"
     description = "Batches carry pad tokens the model computes on for nothing."

@@ -1,3 +1,58 @@
-"""Importing this module registers every built-in rule."""
+"""The rules that run, in order: one explicit list, so a rule is never silently left out.
 
-from gpudoctor.rules import batches, data, evaluation, gpu, ranks, saving, startup  # noqa: F401
+``tests/test_catalog.py`` fails when a :class:`~gpudoctor.rules.base.Rule` subclass in
+``gpudoctor/rules/`` is missing here, or two rules share a name.
+"""
+
+from __future__ import annotations
+
+from gpudoctor.analysis import Analysis
+from gpudoctor.rules import script_flags
+from gpudoctor.rules.base import Finding, Rule, settle_findings
+from gpudoctor.rules.batches import PaddingWaste
+from gpudoctor.rules.data import CpuSaturated, DataStall, IoBound, TokenizationInLoop
+from gpudoctor.rules.evaluation import EvalOverhead
+from gpudoctor.rules.gpu import (
+    GpuMemoryUnderused,
+    LowGpuUtilization,
+    NoMixedPrecision,
+    NoTf32,
+    SmallBatch,
+)
+from gpudoctor.rules.ranks import OutdatedLibraries, StragglerRank
+from gpudoctor.rules.saving import CheckpointOverhead
+from gpudoctor.rules.startup import StartupIdle
+
+RULES: tuple[type[Rule], ...] = (
+    TokenizationInLoop,
+    DataStall,
+    IoBound,
+    CpuSaturated,
+    PaddingWaste,
+    CheckpointOverhead,
+    EvalOverhead,
+    StartupIdle,
+    LowGpuUtilization,
+    SmallBatch,
+    GpuMemoryUnderused,
+    NoTf32,
+    NoMixedPrecision,
+    StragglerRank,
+    OutdatedLibraries,
+)
+
+
+def all_rules() -> list[Rule]:
+    return [cls() for cls in RULES]
+
+
+def run_rules(analysis: Analysis) -> tuple[list[Finding], float]:
+    """Every rule that matches, largest waste first, and the wasted fraction of all of them together.
+
+    Each finding's waste is its claims on the breakdown settled alone; the total settles every
+    claim at once (see :mod:`gpudoctor.rules.account`), so it is never a plain sum.
+    """
+    findings = [f for rule in all_rules() if (f := rule.match(analysis)) is not None]
+    wasted = settle_findings(analysis.breakdown(), findings)
+    script_flags.apply(analysis, findings)  # each fix also in the script's own flags, where it has them
+    return sorted(findings, key=lambda f: -f.waste_fraction), wasted

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from gpudoctor.analysis import Analysis
 from gpudoctor.rules import values
 from gpudoctor.rules.account import Claim, claim
-from gpudoctor.rules.base import Finding, Fix, Rule, Table, pct, register
+from gpudoctor.rules.base import Finding, Fix, Rule, Table, pct
 from gpudoctor.rules.names import Names, names_for
 
 MIN_SHARE = 0.05
@@ -187,7 +187,6 @@ def worker_fix(d: DataWait) -> tuple[int, Fix, tuple[float, float] | None]:
     return workers, Fix(summary=summary, config=cfg, snippet=snippet, library=names.library, call=names.call), predicted
 
 
-@register
 class TokenizationInLoop(Rule):
     name = "tokenization_in_loop"
     description = "The training process tokenizes text while the loop waits for the batch."
@@ -239,7 +238,6 @@ class TokenizationInLoop(Rule):
         )
 
 
-@register
 class DataStall(Rule):
     name = "data_stall"
     description = "The loop waits for batches because too few processes build them."
@@ -287,7 +285,6 @@ class DataStall(Rule):
         )
 
 
-@register
 class IoBound(Rule):
     name = "io_bound"
     description = "The loop waits for batches because the disk cannot deliver them."
@@ -323,7 +320,6 @@ class IoBound(Rule):
         )
 
 
-@register
 class CpuSaturated(Rule):
     name = "cpu_saturated"
     description = "Every core is busy, so more DataLoader workers would buy nothing."

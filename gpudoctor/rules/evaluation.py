@@ -18,7 +18,7 @@ from gpudoctor.analysis import timeline as tl
 from gpudoctor.analysis.process import ProcessView, eval_spans
 from gpudoctor.hooks.eval_regions import FORWARDS
 from gpudoctor.rules.account import claim
-from gpudoctor.rules.base import Finding, Fix, Rule, pct, register
+from gpudoctor.rules.base import Finding, Fix, Rule, pct
 from gpudoctor.rules.names import names_for
 from gpudoctor.rules.values import nice_round_up
 
@@ -55,7 +55,6 @@ def cadence(p: ProcessView) -> EvalCadence:
     )
 
 
-@register
 class EvalOverhead(Rule):
     name = "eval_overhead"
     description = "Evaluation takes a large share of the run."

@@ -10,7 +10,7 @@ import math
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.rules.account import Claim
-from gpudoctor.rules.base import Finding, Fix, Rule, pct, register
+from gpudoctor.rules.base import Finding, Fix, Rule, pct
 from gpudoctor.rules.names import names_for
 
 # Fraction of compute time matmuls could save; deliberately conservative
@@ -46,7 +46,6 @@ def _ampere_or_newer(cfg: dict) -> bool:
     return bool(cfg.get("cuda")) and cfg.get("device") == "cuda" and cap[0] >= 8
 
 
-@register
 class LowGpuUtilization(Rule):
     name = "low_gpu_utilization"
     description = "NVML shows the GPU idle for a large part of the run, beyond causes already named."
@@ -125,7 +124,6 @@ class _BatchHeadroom(Rule):
         )
 
 
-@register
 class SmallBatch(_BatchHeadroom):
     name = "small_batch"
     description = "A batch of 1-2 per device leaves most GPU memory unused while the GPU waits."
@@ -134,7 +132,6 @@ class SmallBatch(_BatchHeadroom):
         return batch_size <= 2
 
 
-@register
 class GpuMemoryUnderused(_BatchHeadroom):
     name = "gpu_memory_underused"
     description = "The batch uses a small part of GPU memory while the GPU is not saturated."
@@ -143,7 +140,6 @@ class GpuMemoryUnderused(_BatchHeadroom):
         return batch_size > 2
 
 
-@register
 class NoTf32(Rule):
     name = "no_tf32"
     description = "FP32 matmuls on an Ampere+ GPU without TF32 tensor cores."
@@ -173,7 +169,6 @@ class NoTf32(Rule):
         )
 
 
-@register
 class NoMixedPrecision(Rule):
     name = "no_mixed_precision"
     description = "FP32 training on a GPU with bf16 tensor cores."

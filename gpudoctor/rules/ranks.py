@@ -6,13 +6,12 @@ import statistics
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.rules.account import Claim
-from gpudoctor.rules.base import Finding, Fix, Rule, pct, register
+from gpudoctor.rules.base import Finding, Fix, Rule, pct
 
 # Versions before these miss loader and attention speedups users report (see seeds/002).
 MINIMUM = {"torch": (2, 1), "transformers": (4, 40), "datasets": (2, 19), "accelerate": (0, 30)}
 
 
-@register
 class StragglerRank(Rule):
     name = "straggler_rank"
     description = "One rank waits for data much longer than the others, and they all wait for it."
@@ -72,7 +71,6 @@ def _version(text: str | None) -> tuple[int, ...] | None:
     return tuple(parts)
 
 
-@register
 class OutdatedLibraries(Rule):
     name = "outdated_libraries"
     description = "Library versions older than the ones with known training-speed fixes."

@@ -14,7 +14,6 @@ from gpudoctor.rules.base import (
     Fix,
     Rule,
     pct,
-    register,
 )
 from gpudoctor.rules.names import names_for
 from gpudoctor.rules.values import CHECKPOINT_TARGET, save_steps_for
@@ -22,7 +21,6 @@ from gpudoctor.rules.values import CHECKPOINT_TARGET, save_steps_for
 MIN_SHARE = 0.05
 
 
-@register
 class CheckpointOverhead(Rule):
     name = "checkpoint_overhead"
     description = "Saving checkpoints takes a real share of the run."

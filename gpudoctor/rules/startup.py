@@ -7,14 +7,13 @@ import statistics
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis import timeline as tl
 from gpudoctor.rules.account import claim
-from gpudoctor.rules.base import Finding, Fix, Rule, pct, register
+from gpudoctor.rules.base import Finding, Fix, Rule, pct
 
 MIN_RECOVERABLE_SHARE = 0.05
 LONG_STARTUP_S = 60.0
 CPU_BOUND_CORES = 0.8  # a map that keeps most of a core busy is limited by the CPU
 
 
-@register
 class StartupIdle(Rule):
     name = "startup_idle"
     description = "Work done before the first step that could be done before renting the GPUs."
