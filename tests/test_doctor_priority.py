@@ -1,0 +1,199 @@
+"""The doctor takes only idle cycles (issue 16): its threads and py-spy idle, the training and gdb normal.
+
+Every check reads the kernel's own record (``/proc/<pid>/task/<tid>/stat``, ``ioprio_get``) of
+real processes; nothing is timed. The lowering happens in subprocesses, never in pytest itself.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from gpudoctor import priority
+from gpudoctor.attach.stacks import pyspy_path
+from gpudoctor.samplers.pace import MAX_INTERVAL_S, Pace, StepClock
+from tests.conftest import gpudoctor_cmd
+
+IDLE = 3  # IOPRIO_CLASS_IDLE
+
+# The training child: its own priority, then its parent's (the doctor's) threads once the samplers run.
+CHILD = textwrap.dedent("""
+    import json, os, sys, time
+    from gpudoctor import priority
+    me, doctor = os.getpid(), os.getppid()
+    def threads(pid):
+        out = {}
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            comm = open(f"/proc/{pid}/task/{tid}/comm").read().strip()
+            out[tid] = [comm, *priority.thread_priority(pid, int(tid)), priority.get_ioprio_class(int(tid))]
+        return out
+    deadline = time.time() + 60
+    while time.time() < deadline and not any(t[0] == "gd-host" for t in threads(doctor).values()):
+        time.sleep(0.05)
+    json.dump({"child": [*priority.thread_priority(me, me), priority.get_ioprio_class(0)],
+               "doctor": threads(doctor)}, open(sys.argv[1], "w"))
+""")
+
+
+def test_run_child_keeps_normal_priority_and_the_doctor_is_idle(tmp_path: Path) -> None:
+    script, seen, out = tmp_path / "child.py", tmp_path / "seen.json", tmp_path / "run"
+    script.write_text(CHILD)
+    done = subprocess.run(gpudoctor_cmd("run", "--out", str(out), "--", sys.executable, str(script), str(seen)),
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(seen.read_text())
+    assert got["child"][:2] == ["SCHED_OTHER", 0] and got["child"][2] in (0, 2)  # none / best effort
+    doctor = {comm: rest for comm, *rest in got["doctor"].values()}
+    assert "gd-host" in doctor and "gd-spawn" in doctor
+    for comm, (policy, nice, io) in doctor.items():
+        if comm == "gd-spawn":  # the thread that starts children: kept normal on purpose
+            assert (policy, nice) == ("SCHED_OTHER", 0)
+        else:
+            assert (policy, nice, io) == ("SCHED_IDLE", 19, IDLE), comm
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["doctor_priority"] == {"cpu": "SCHED_IDLE", "io": "idle"}
+    assert meta["doctor_cpu_s"]["samplers"] >= 0 and meta["doctor_cpu_s"]["process"] > 0
+
+
+# gdb's spawn, through the real _run_gdb, and py-spy's preexec, in a doctor lowered the real way.
+SPAWNS = textwrap.dedent("""
+    import json, subprocess, sys
+    from gpudoctor import priority
+    from gpudoctor.attach import inject, stacks
+    priority.start_normal_spawner()
+    priority.lower_doctor()
+    stat = "cat /proc/self/stat; echo; cat /proc/self/task/*/comm >/dev/null"
+    gdb = inject._run_gdb(["sh", "-c", stat], 30)
+    spy = subprocess.run(["sh", "-c", "cat /proc/self/stat"], capture_output=True, text=True,
+                         preexec_fn=lambda: stacks._pyspy_preexec(__import__("os").getppid())).stdout
+    print(json.dumps({"gdb": gdb.split(")")[-1].split(), "spy": spy.split(")")[-1].split()}))
+""")
+
+
+def test_gdb_runs_normal_and_pyspy_idle_under_an_idle_doctor() -> None:
+    done = subprocess.run([sys.executable, "-c", SPAWNS], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    # fields after the comm: [16] nice, [38] policy
+    assert (got["gdb"][16], got["gdb"][38]) == ("0", "0")
+    assert (got["spy"][16], got["spy"][38]) == ("19", "5")
+
+
+PATIENT = "import time\nwhile True:\n    sum(range(10000)); time.sleep(0.001)\n"
+
+
+@pytest.mark.skipif(pyspy_path() is None, reason="py-spy is not installed")
+def test_attach_doctor_threads_and_pyspy_are_idle(tmp_path: Path) -> None:
+    patient = subprocess.Popen([sys.executable, "-c", PATIENT])
+    doctor = subprocess.Popen(gpudoctor_cmd("attach", str(patient.pid), "--no-inject", "--duration", "60",
+                                            "--out", str(tmp_path / "run")),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        seen_spy: list[tuple[str, int, int | None]] = []
+        threads: dict[str, tuple[str, int, int | None]] = {}
+        deadline = time.time() + 90
+        while time.time() < deadline and not (seen_spy and "gd-stacks" in threads):
+            threads = _threads(doctor.pid)
+            for child in _children(doctor.pid):
+                comm = Path(f"/proc/{child}/comm").read_text().strip() if Path(f"/proc/{child}").exists() else ""
+                if comm == "py-spy":
+                    try:
+                        seen_spy.append((*priority.thread_priority(child, child), priority.get_ioprio_class(child)))
+                    except OSError:
+                        continue
+            time.sleep(0.05)
+        assert seen_spy and "gd-stacks" in threads, "no py-spy window seen"
+        for comm, got in threads.items():
+            assert got == (("SCHED_OTHER", 0, got[2]) if comm == "gd-spawn" else ("SCHED_IDLE", 19, IDLE)), comm
+        assert all(s == ("SCHED_IDLE", 19, IDLE) for s in seen_spy), seen_spy
+    finally:
+        doctor.terminate()
+        doctor.wait(timeout=60)
+        patient.kill()
+        patient.wait()
+    meta = json.loads((tmp_path / "run" / "meta.json").read_text())
+    assert meta["doctor_priority"]["cpu"] == "SCHED_IDLE" and meta["doctor_priority"]["io"] == "idle"
+    assert "normal" in meta["doctor_priority"]["gdb"]
+    assert {"samplers", "py_spy", "stacks_thread", "live_view"} <= set(meta["doctor_cpu_s"])
+
+
+def _threads(pid: int) -> dict[str, tuple[str, int, int | None]]:
+    out = {}
+    try:
+        for tid in Path(f"/proc/{pid}/task").iterdir():
+            comm = (tid / "comm").read_text().strip()
+            out[comm] = (*priority.thread_priority(pid, int(tid.name)), priority.get_ioprio_class(int(tid.name)))
+    except OSError:
+        pass
+    return out
+
+
+def _children(pid: int) -> list[int]:
+    """Children of every thread of ``pid`` (a child is listed under the thread that forked it)."""
+    out = []
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            out += [int(c) for c in (task / "children").read_text().split()]
+    except OSError:
+        pass
+    return out
+
+
+# -- adaptive intervals -----------------------------------------------------------------
+def _steps(path: Path, times: list[float]) -> None:
+    with path.open("a") as fh:
+        for n, t in enumerate(times):
+            fh.write(json.dumps({"k": "step", "t": t, "n": n, "dt": 0.0}, separators=(",", ":")) + "\n")
+
+
+def test_interval_grows_with_the_step_time(tmp_path: Path) -> None:
+    events = tmp_path / "events"
+    events.mkdir()
+    clock = StepClock(events, refresh_s=0.0)
+    pace = Pace(0.1, clock)
+    assert pace.interval_s() == 0.1  # no step yet
+    _steps(events / "1.jsonl", [100.0 + 0.05 * i for i in range(20)])  # fast steps: the base rate holds
+    assert pace.interval_s() == 0.1
+    _steps(events / "2.jsonl", [200.0 + 2.0 * i for i in range(30)])  # the busiest process: 2 s steps
+    assert clock.step_s() == pytest.approx(2.0)
+    assert pace.interval_s() == pytest.approx(0.4)
+    _steps(events / "2.jsonl", [260.0 + 60.0 * i for i in range(1000)])  # very slow steps: capped
+    assert pace.interval_s() == MAX_INTERVAL_S
+    (events / "3.jsonl").write_text('{"k":"step","t":1.0')  # a line being written: read later, not parsed
+    assert pace.interval_s() == MAX_INTERVAL_S
+
+
+SLOW_STEPS = textwrap.dedent("""
+    import sys, time, torch
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(int(sys.argv[1])):
+        model(torch.ones(2, 4)).sum().backward()
+        opt.step(); opt.zero_grad()
+        time.sleep(float(sys.argv[2]))
+""")
+
+
+def test_host_sampler_ticks_fewer_times_per_slow_step(tmp_path: Path) -> None:
+    """Base 0.1 s beside 1.5 s steps: 15 rows a step unadapted, 5 once the step time is known."""
+    script, out = tmp_path / "slow.py", tmp_path / "run"
+    script.write_text(SLOW_STEPS)
+    done = subprocess.run(gpudoctor_cmd("run", "--out", str(out), "--interval", "0.1", "--",
+                                        sys.executable, str(script), "14", "1.5"),
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    steps = [json.loads(line)["t"] for f in (out / "events").glob("*.jsonl")
+             for line in f.read_text().splitlines() if '"k":"step"' in line]
+    steps.sort()
+    assert len(steps) == 14
+    rows = [json.loads(line)["t"] for line in (out / "samples" / "host.jsonl").read_text().splitlines()]
+    late = [t for t in rows if steps[8] <= t < steps[13]]  # after the clock has seen steps (5 s refresh)
+    assert 0 < len(late) / 5 <= 8, len(late)  # per step: ~5 adapted, ~15 at the base rate
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["sampling"]["last_interval_s"] > 0.1
