@@ -22,6 +22,19 @@ from gpudoctor.recording.claim import unique_folder
 from gpudoctor.recording.store import RunFolder
 from gpudoctor.redact import redact_argv
 
+INJECT_DIR = Path(__file__).resolve().parent / "_inject"
+PKG_PARENT = Path(__file__).resolve().parent.parent
+
+
+def child_env(run_dir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment that makes every Python process of a child load the hooks into ``run_dir``."""
+    env = dict(os.environ if base is None else base)
+    old = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = str(INJECT_DIR) + (os.pathsep + old if old else "")
+    env["GPUDOCTOR_RUN_DIR"] = str(run_dir.resolve())
+    env["GPUDOCTOR_PKG_PARENT"] = str(PKG_PARENT)
+    return env
+
 
 @dataclass
 class RecorderOptions:

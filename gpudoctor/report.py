@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from operator import itemgetter, sub
 from typing import Any
 
-from gpudoctor import __version__
+from gpudoctor._version import __version__
 from gpudoctor.analysis import Analysis, analyze
 from gpudoctor.analysis.process import quantiles
 from gpudoctor.analysis.saves import split_saves

@@ -46,10 +46,11 @@ def main(args: Any) -> int:
 
 def _report(folder: Path, args: Any, observed_s: float) -> int:
     """Write the report; exit 1 when nothing about training could be measured."""
-    from gpudoctor.commands.finish import print_summary, write_report
+    from gpudoctor.pipeline import finish
+    from gpudoctor.render.terminal import print_summary
     from gpudoctor.report import ReportOptions
 
-    report = write_report(folder, ReportOptions(price_per_gpu_hour=args.price_per_gpu_hour, gpus=args.gpus))
+    report = finish(folder, ReportOptions(price_per_gpu_hour=args.price_per_gpu_hour, gpus=args.gpus))
     print_summary(report, folder, args.json)
     if report["breakdown"].get("compute") is None:
         print(f"gpudoctor: no training activity seen in pid {args.pid} during {observed_s:.0f} s "

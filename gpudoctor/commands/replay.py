@@ -19,7 +19,7 @@ from gpudoctor.errors import UserError
 
 def main(args: Any) -> int:
     from gpudoctor.commands import run as run_cmd
-    from gpudoctor.commands.finish import write_report
+    from gpudoctor.pipeline import finish
     from gpudoctor.replay.config import load_config
     from gpudoctor.report import ReportOptions
 
@@ -73,7 +73,7 @@ def main(args: Any) -> int:
             prediction["notes"].append(ON_CPU_NOTE)
         extra["preflight"] = prediction
     if extra:
-        report = write_report(folder, ReportOptions(price_per_gpu_hour=price, gpus=args.gpus), extra=extra)
+        report = finish(folder, ReportOptions(price_per_gpu_hour=price, gpus=args.gpus), extra=extra)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0

@@ -15,24 +15,11 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-import gpudoctor
 from gpudoctor import priority
 from gpudoctor.errors import UserError
-from gpudoctor.recorder import Recorder, RecorderOptions, default_out
+from gpudoctor.recorder import Recorder, RecorderOptions, child_env, default_out
 from gpudoctor.recording.store import RunFolder
 from gpudoctor.report import ReportOptions
-
-INJECT_DIR = Path(__file__).resolve().parent.parent / "_inject"
-PKG_PARENT = Path(gpudoctor.__file__).resolve().parent.parent
-
-
-def child_env(run_dir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ if base is None else base)
-    old = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = str(INJECT_DIR) + (os.pathsep + old if old else "")
-    env["GPUDOCTOR_RUN_DIR"] = str(run_dir.resolve())
-    env["GPUDOCTOR_PKG_PARENT"] = str(PKG_PARENT)
-    return env
 
 
 class _Interrupts:
@@ -164,9 +151,10 @@ def _exit_code(code: int) -> int:
 
 def _report(folder: RunFolder, price: float | None, gpus: int | None, as_json: bool,
             summary: bool = True) -> dict[str, Any] | None:
-    from gpudoctor.commands.finish import print_summary, write_report
+    from gpudoctor.pipeline import finish
+    from gpudoctor.render.terminal import print_summary
 
-    report = write_report(folder.root, ReportOptions(price_per_gpu_hour=price, gpus=gpus))
+    report = finish(folder.root, ReportOptions(price_per_gpu_hour=price, gpus=gpus))
     if summary:
         print_summary(report, folder.root, as_json)
     return report

@@ -80,10 +80,12 @@ class profile:  # noqa: N801 - reads as a function at the call site, like torch.
         status = "finished" if exc_type is None else ("interrupted" if exc_type is KeyboardInterrupt else "crashed")
         self._recorder.stop(status, None if exc_type is None else 1)
         if self.write_reports and self.folder is not None:
-            from gpudoctor.commands.finish import write_report
+            from gpudoctor.pipeline import (
+                finish,  # the analysis stack: only when a report is wanted
+            )
             from gpudoctor.report import ReportOptions
 
-            self.report = write_report(self.folder, ReportOptions(price_per_gpu_hour=self.price, gpus=self.gpus))
+            self.report = finish(self.folder, ReportOptions(price_per_gpu_hour=self.price, gpus=self.gpus))
 
     def step(self) -> None:
         step()

@@ -62,7 +62,7 @@ def run_trial(
     nvml: Any = None,
 ) -> TrialRun:
     """Run the worker once and classify how it ended."""
-    from gpudoctor.commands.run import child_env
+    from gpudoctor.recorder import child_env
 
     run_dir.mkdir(parents=True, exist_ok=True)
     env = child_env(run_dir)

@@ -1,4 +1,4 @@
-"""Shared ending of every recording command: build, write and summarize the report."""
+"""The terminal's few lines about a finished report (stderr: stdout stays the patient's)."""
 
 from __future__ import annotations
 
@@ -6,20 +6,6 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
-
-from gpudoctor.recording.store import load_recording
-from gpudoctor.report import ReportOptions, build_report
-
-
-def write_report(folder: Path, options: ReportOptions, *, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Analyse the folder's recording and write report.json/html/md next to it (0600, by rename)."""
-    from gpudoctor.render import write_all
-
-    report = build_report(load_recording(folder), options)
-    if extra:
-        report.update(extra)
-    write_all(report, folder)
-    return report
 
 
 def print_summary(report: dict[str, Any], folder: Path, as_json: bool) -> None:
