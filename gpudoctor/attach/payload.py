@@ -210,15 +210,15 @@ def _catch_up(writer: Any, th: Any, live: dict[str, list[Any]]) -> None:
 
 
 def _adopt_trainer(writer: Any, trainer: Any, now: float) -> None:
+    from gpudoctor.hooks.hf_callback import EventsCallback  # transformers: only with a live Trainer
     from gpudoctor.hooks.hf_hooks import trainer_event
-    from gpudoctor.integrations.hf import GpuDoctorCallback
 
     writer.emit(trainer_event(trainer))
     state = getattr(trainer, "state", None)
     writer.emit({"k": "plan", "t": now, "max_steps": getattr(state, "max_steps", None),
                  "num_train_epochs": getattr(trainer.args, "num_train_epochs", None),
                  "global_step": getattr(state, "global_step", None)})
-    callback = GpuDoctorCallback(_writer=writer)
+    callback = EventsCallback(writer)
     trainer.add_callback(callback)
     _state.callbacks.append((trainer, callback))
 

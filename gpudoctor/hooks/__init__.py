@@ -35,8 +35,8 @@ def install(run_dir: str | os.PathLike[str]) -> EventWriter:
     global _writer, _torch_hooks, _eval_regions
     if _writer is not None:
         return _writer
-    from gpudoctor.hooks.eval_regions import EvalRegions
     from gpudoctor.hooks import cli_hooks, hf_hooks
+    from gpudoctor.hooks.eval_regions import EvalRegions
     from gpudoctor.hooks.torch_hooks import TorchHooks
 
     w = _writer = EventWriter(Path(run_dir))
@@ -66,9 +66,9 @@ def install(run_dir: str | os.PathLike[str]) -> EventWriter:
 
 
 def _install_lightning(mod: object) -> None:
-    from gpudoctor.integrations.lightning import install_into_trainer_class
+    from gpudoctor.hooks.lightning_callback import install_into_trainer_class  # imports Lightning
 
-    install_into_trainer_class(mod)
+    install_into_trainer_class(mod, writer)  # type: ignore[arg-type]
 
 
 def uninstall() -> None:

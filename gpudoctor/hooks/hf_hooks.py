@@ -72,10 +72,12 @@ def install_trainer(writer: EventWriter, mod: ModuleType) -> None:
 @guarded("Trainer settings")
 def _adopt_trainer(writer: EventWriter, trainer: Any) -> None:
     writer.emit(trainer_event(trainer))
-    from gpudoctor.integrations.hf import GpuDoctorCallback
+    from gpudoctor.hooks.hf_callback import (
+        EventsCallback,  # imports transformers: only with a Trainer
+    )
 
-    if not any(isinstance(cb, GpuDoctorCallback) for cb in trainer.callback_handler.callbacks):
-        trainer.add_callback(GpuDoctorCallback(_writer=writer))
+    if not any(isinstance(cb, EventsCallback) for cb in trainer.callback_handler.callbacks):
+        trainer.add_callback(EventsCallback(writer))
 
 
 def trainer_event(trainer: Any) -> dict[str, Any]:

@@ -1,0 +1,120 @@
+"""No import cycles in the package: module-level and function-level imports alike.
+
+A function-level import hides a cycle from Python, not from a reader: the layers
+(recording -> analysis -> rules -> report -> render; hooks below integrations; commands on
+top, imported by nothing) must stay one-way. ``if TYPE_CHECKING:`` imports never run and
+are left out.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "gpudoctor"
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        mods[name] = path
+    return mods
+
+
+def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement, outside ``if TYPE_CHECKING:`` blocks."""
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def _targets(module: str, node: ast.Import | ast.ImportFrom, mods: dict[str, Path]) -> set[str]:
+    """The package modules an import statement runs (a submodule if it names one)."""
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            pkg = module.split(".")
+            if mods[module].name != "__init__.py":
+                pkg = pkg[:-1]
+            pkg = pkg[: len(pkg) - node.level + 1]
+            base = ".".join([*pkg, base] if base else pkg)
+        names = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+    return {n for n in names if n in mods}
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+    return {m: {t for node in _imports(ast.parse(p.read_text())) for t in _targets(m, node, mods)} - {m}
+            for m, p in mods.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, children = work[-1]
+            w = next(children, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_the_package_has_no_import_cycle():
+    assert _cycles(_graph()) == []
+
+
+def test_nothing_below_the_commands_imports_them():
+    graph = _graph()
+    upward = sorted(f"{m} -> {t}" for m, targets in graph.items() for t in targets
+                    if t.startswith("gpudoctor.commands") and not m.startswith(("gpudoctor.commands", "gpudoctor.cli")))
+    assert upward == []
+
+
+def test_the_finder_sees_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
