@@ -1,0 +1,286 @@
+"""What the doctor costs a patient that keeps every core busy (issue 16): the hard case.
+
+``bench/attach_overhead.py`` and ``bench/run_overhead.py`` use the healthy probe
+with one torch thread, which leaves a core free for the doctor on a 2-core box.
+Here the patient saturates the cores (``--patient``):
+
+* ``threads``: torch intra-op threads = cores;
+* ``workers``: one torch thread, DataLoader workers = cores, each batch costing
+  ``--worker-ms`` of CPU in a worker (a data-bound pipeline: the workers set the pace);
+* ``both``: the two together (oversubscribed).
+
+``--mode attach``: ONE long patient, bare and attached blocks interleaved
+(bare, attached, bare, ...), each attached block one whole ``gpudoctor attach
+--duration S`` session. Each session is split by its own meta.json: from the
+doctor's launch to the hooks' install plus ``--settle-hooked`` seconds (gdb, the
+install) and from the detach to the doctor's exit (detach, report) are the
+*one-time* cost, stated in seconds of the patient's work lost; between them is
+the *steady state*, compared with the bare blocks either side (speed weighted by
+each step's batch width, as in attach_overhead.py).
+
+``--mode run``: separate runs, bare, profiled, bare, ..., bare (``--blocks``
+profiled runs); each profiled run's steps/s over the mean of the bare runs
+either side.
+
+Both print the geometric mean of profiled/bare over the blocks with its standard
+error, and the doctor's CPU seconds per minute by part (meta.json
+``doctor_cpu_s``: samplers, py-spy, its stacks thread, the live view, gdb), the
+event writer's thread in the patient (its ``exit``/``detach`` event) and the
+hooks (the patient's main-thread CPU per step over a bare step's). Usage::
+
+    python bench/saturated_overhead.py --mode attach --patient threads --blocks 8 --seconds 30
+    python bench/saturated_overhead.py --mode run --patient both --blocks 8 --seconds 30
+    python bench/saturated_overhead.py --mode attach --patient workers --blocks 2 --seconds 5   # smoke
+
+Numbers taken while anything else runs on the machine are noise: measure on a quiet host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from attach_overhead import Step, read_steps, startup_s, typical_seconds  # noqa: E402
+
+PROBE = ROOT / "probes" / "healthy.py"
+FIELD = re.compile(r"^([A-Z_]+)=([0-9.eE+-]+)$", re.M)
+PARTS = ("samplers", "py_spy", "stacks_thread", "live_view", "gdb_and_other_children", "main_thread", "process")
+
+
+def patient_args(kind: str, cores: int, worker_ms: float) -> list[str]:
+    threads = cores if kind in ("threads", "both") else 1
+    args = ["--threads", str(threads)]
+    if kind in ("workers", "both"):
+        args += ["--workers", str(cores), "--worker-ms", str(worker_ms)]
+    return args
+
+
+def doctor_env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+# -- per-block figures ---------------------------------------------------------------------
+def speed(steps: list[Step], typical: dict[int, float], t0: float, t1: float, min_steps: int = 3) -> float | None:
+    """Typical seconds of the steps inside [t0, t1] over the seconds they took (1.0: a bare block)."""
+    inside = [s for s in steps if t0 <= s.end - s.seconds and s.end <= t1 and s.width in typical]
+    if len(inside) < min_steps:
+        return None
+    return sum(typical[s.width] for s in inside) / sum(s.seconds for s in inside)
+
+
+def cpu_rows(log: Path) -> list[tuple[float, float, int]]:
+    """(wall end, main-thread CPU end, padded tokens so far) per step, from the probe's step log."""
+    rows = [line.split() for line in log.read_text().splitlines()]
+    return [(float(r[0]), float(r[1]), int(r[2])) for r in rows if len(r) == 3]
+
+
+def extra_main_cpu_s(rows: list[tuple[float, float, int]], bare: list[tuple[float, float]],
+                     t0: float, t1: float) -> float | None:
+    """Main-thread CPU the steps in [t0, t1] took beyond what bare steps of their widths take: the hooks."""
+    per: dict[int, list[float]] = {}
+    steps = [(b[0], b[1] - a[1], b[2] - a[2]) for a, b in zip(rows, rows[1:], strict=False)]
+    for end, cpu, width in steps:
+        if any(a <= end <= b for a, b in bare):
+            per.setdefault(width, []).append(cpu)
+    typical = {w: statistics.median(v) for w, v in per.items()}
+    inside = [(cpu, typical[w]) for end, cpu, w in steps if t0 <= end <= t1 and w in typical]
+    return sum(c - t for c, t in inside) if inside else None
+
+
+def session_times(folder: Path) -> dict[str, Any]:
+    meta = json.loads((folder / "meta.json").read_text())
+    target = (meta.get("attach", {}).get("targets") or [{}])[0]
+    return {"installed_at": target.get("installed_at"), "detach_time": meta.get("detach_time"),
+            "gdb_s": target.get("gdb_s"), "install_s": target.get("install_s"),
+            "cpu": meta.get("doctor_cpu_s") or {}, "priority": meta.get("doctor_priority")}
+
+
+def writer_cpu_s(folder: Path) -> float:
+    """The patient's event-writer threads' CPU, from their last exit/detach events."""
+    total = 0.0
+    for path in (folder / "events").glob("*.jsonl"):
+        for line in reversed(path.read_text().splitlines()):
+            if '"writer_cpu_s"' in line:
+                total += float(json.loads(line)["writer_cpu_s"])
+                break
+    return total
+
+
+# -- attach -----------------------------------------------------------------------------------
+def attach_mode(args: argparse.Namespace, tmp: Path, pargs: list[str]) -> dict[str, Any]:
+    settle = startup_s(tmp) + args.settle
+    budget = settle + (2 * args.blocks + 1) * (args.seconds + 20.0) + 60.0
+    log = tmp / "steps.log"
+    patient = subprocess.Popen([sys.executable, str(PROBE), "--seconds", str(budget), "--truth",
+                                str(tmp / "truth.json"), "--step-log", str(log), *pargs],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(settle)
+    blocks: list[tuple[str, float, float, Path | None]] = []
+
+    def bare(length: float) -> None:
+        t0 = time.time()
+        time.sleep(length)
+        blocks.append(("bare", t0, time.time(), None))
+
+    bare(args.seconds)
+    for i in range(args.blocks):
+        out = tmp / f"run-{i}"
+        t0 = time.time()
+        done = subprocess.run([sys.executable, "-m", "gpudoctor", "attach", str(patient.pid), "--out", str(out),
+                               "--duration", str(args.seconds), *args.doctor_args],
+                              capture_output=True, text=True, env=doctor_env())
+        t1 = time.time()
+        if done.returncode != 0:
+            print(f"  doctor exit {done.returncode}: {done.stderr.strip()[-300:]}", file=sys.stderr)
+        blocks.append(("attached", t0, t1, out))
+        bare(t1 - t0)
+    patient.terminate()
+    patient.communicate()
+    steps, rows = read_steps(log), cpu_rows(log)
+    bare_spans = [(t0, t1) for kind, t0, t1, _ in blocks if kind == "bare"]
+    typical = typical_seconds(steps, bare_spans)
+    res: dict[str, Any] = {"ratios": [], "one_time_s": [], "cpu_per_min": [], "priority": None}
+    for i, (kind, t0, t1, out) in enumerate(blocks):
+        if kind != "attached" or out is None:
+            continue
+        s = session_times(out)
+        res["priority"] = s["priority"]
+        around_v = [speed(steps, typical, b[1], b[2]) for b in (blocks[i - 1], blocks[i + 1])]
+        around = statistics.fmean([v for v in around_v if v is not None] or [float("nan")])
+        hooked = s["installed_at"] is not None and s["detach_time"] is not None
+        a = s["installed_at"] + args.settle_hooked if hooked else t0
+        b = s["detach_time"] if hooked else t1
+        steady = speed(steps, typical, a, b)
+        if steady is None or math.isnan(around):
+            print(f"block {len(res['ratios']) + 1}: too few steps to compare", flush=True)
+            continue
+        ratio = steady / around
+        # one-time: the seconds of work lost before the steady state and after it
+        lost = 0.0
+        for c, d in ((t0, a), (b, t1)):
+            v = speed(steps, typical, c, d, min_steps=1)
+            lost += (d - c) * (1 - (v if v is not None else 0.0) / around)
+        res["ratios"].append(ratio)
+        res["one_time_s"].append(lost)
+        minutes = (t1 - t0) / 60
+        per = {k: s["cpu"].get(k, 0.0) / minutes for k in PARTS}
+        hooked_min = max((b - a) / 60, 1e-9)
+        per["patient_writer"] = writer_cpu_s(out) / hooked_min
+        extra = extra_main_cpu_s(rows, bare_spans, a, b)
+        per["patient_hooks_main"] = extra / hooked_min if extra is not None else float("nan")
+        res["cpu_per_min"].append(per)
+        print(f"block {len(res['ratios'])}: steady {b - a:.1f} s, ratio {ratio:.4f}; one-time {lost:+.2f} s "
+              f"(gdb {s['gdb_s'] or 0:.2f} s, install {1000 * (s['install_s'] or 0):.0f} ms)"
+              + ("" if hooked else " [not hooked: whole block]"), flush=True)
+    return res
+
+
+# -- run ----------------------------------------------------------------------------------------
+def probe_fields(text: str) -> dict[str, float]:
+    return {k: float(v) for k, v in FIELD.findall(text)}
+
+
+def run_mode(args: argparse.Namespace, tmp: Path, pargs: list[str]) -> dict[str, Any]:
+    probe = [sys.executable, str(PROBE), "--seconds", str(args.seconds), *pargs]
+    runs: list[tuple[str, dict[str, float], Path | None, float]] = []
+    for i in range(2 * args.blocks + 1):
+        profiled = i % 2 == 1
+        out = tmp / f"run-{i}" if profiled else None
+        cmd = [sys.executable, "-m", "gpudoctor", "run", "--out", str(out), "--", *probe] if profiled else probe
+        t0 = time.time()
+        done = subprocess.run(cmd, capture_output=True, text=True, env=doctor_env(), cwd=ROOT)
+        fields = probe_fields(done.stdout)
+        if "STEPS_PER_S" not in fields:
+            raise SystemExit(f"no STEPS_PER_S from {cmd}: {done.stderr[-500:]}")
+        runs.append(("profiled" if profiled else "bare", fields, out, time.time() - t0))
+    res: dict[str, Any] = {"ratios": [], "one_time_s": [], "cpu_per_min": [], "priority": None}
+    for i in range(1, len(runs), 2):
+        _, f, out, wall = runs[i]
+        before, after = runs[i - 1][1], runs[i + 1][1]
+        ratio = f["STEPS_PER_S"] / statistics.fmean([before["STEPS_PER_S"], after["STEPS_PER_S"]])
+        assert out is not None
+        meta = json.loads((out / "meta.json").read_text())
+        res["priority"] = meta.get("doctor_priority")
+        minutes = max(float(meta["end_time"]) - float(meta["start_time"]), 1e-9) / 60
+        cpu = meta.get("doctor_cpu_s") or {}
+        per = {k: cpu.get(k, 0.0) / minutes for k in PARTS}
+        per["patient_writer"] = writer_cpu_s(out) / minutes
+        key = "MAIN_CPU_MS_PER_STEP"
+        if key in f and key in before and key in after:
+            extra_ms = f[key] - statistics.fmean([before[key], after[key]])
+            per["patient_hooks_main"] = extra_ms / 1000 * f["STEPS_PER_S"] * 60
+        res["ratios"].append(ratio)
+        res["cpu_per_min"].append(per)
+        print(f"run {len(res['ratios'])}: bare {before['STEPS_PER_S']:.3f} / {after['STEPS_PER_S']:.3f}, "
+              f"profiled {f['STEPS_PER_S']:.3f} steps/s; ratio {ratio:.4f}", flush=True)
+    return res
+
+
+# -- summary ------------------------------------------------------------------------------------
+def mean_se(values: list[float]) -> tuple[float, float]:
+    vals = [v for v in values if not math.isnan(v)]
+    if not vals:
+        return float("nan"), float("nan")
+    se = statistics.stdev(vals) / math.sqrt(len(vals)) if len(vals) > 1 else float("nan")
+    return statistics.fmean(vals), se
+
+
+def summary(args: argparse.Namespace, res: dict[str, Any]) -> None:
+    ratios = res["ratios"]
+    if not ratios:
+        print("no block could be compared")
+        return
+    logs = [math.log(r) for r in ratios]
+    gm = math.exp(statistics.fmean(logs))
+    se = gm * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else float("nan")
+    print(f"{args.mode}, patient {args.patient} on {args.cores} cores: {len(ratios)} blocks; profiled/bare "
+          f"geometric mean {gm:.4f} ± {se:.4f} (standard error), median {statistics.median(ratios):.4f}")
+    if res["one_time_s"]:
+        m, s = mean_se(res["one_time_s"])
+        print(f"one-time cost per attach (gdb, install, detach, report): {m:.2f} ± {s:.2f} s of the patient's "
+              f"work; the first session's: {res['one_time_s'][0]:.2f} s")
+    print(f"doctor priority: {json.dumps(res['priority'])}")
+    print("CPU seconds per minute, by part (mean ± SE over blocks):")
+    for key in (*PARTS, "patient_writer", "patient_hooks_main"):
+        m, s = mean_se([p.get(key, float("nan")) for p in res["cpu_per_min"]])
+        if not math.isnan(m):
+            print(f"  {key:24s} {m:8.3f} ± {s:.3f}")
+    print(f"COST_PCT={100 * (1 - gm):.2f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--mode", choices=("run", "attach"), default="attach")
+    p.add_argument("--patient", choices=("threads", "workers", "both"), default="threads")
+    p.add_argument("--blocks", type=int, default=8, help="profiled blocks / runs (default 8)")
+    p.add_argument("--seconds", type=float, default=30.0, help="seconds per block or run (default 30)")
+    p.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="threads/workers (default: all cores)")
+    p.add_argument("--worker-ms", type=float, default=40.0, help="CPU ms per batch in a worker (default 40)")
+    p.add_argument("--settle", type=float, default=2.0, help="attach: seconds after start-up before block 1")
+    p.add_argument("--settle-hooked", type=float, default=1.0,
+                   help="attach: seconds after the install still counted as one-time (default 1)")
+    p.add_argument("doctor_args", nargs="*", help="extra 'gpudoctor attach' options, after --")
+    args = p.parse_args(argv)
+    pargs = patient_args(args.patient, args.cores, args.worker_ms)
+    print(f"patient: healthy probe {' '.join(pargs)}; load average now {os.getloadavg()[0]:.2f} "
+          "(anything else running makes these numbers noise)", flush=True)
+    with tempfile.TemporaryDirectory(prefix="gpudoctor-sat-") as name:
+        res = (attach_mode if args.mode == "attach" else run_mode)(args, Path(name), pargs)
+    summary(args, res)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
