@@ -12,7 +12,7 @@ directory removed at the end (unless ``--out_dir=...``).
 
 Ground truth: ``eval_s`` = time inside ``estimate_loss()`` (the eval at iteration 0
 included: it is evaluation, not startup), ``evals``, ``eval_batches`` (forward passes per
-eval), ``checkpoint_s`` = time inside ``torch.save``, ``compute_s`` = the rest of the loop.
+eval), ``eval_windows`` (epoch ``[start, end]`` of each, for a share over an attach window), ``checkpoint_s`` = time inside ``torch.save``, ``compute_s`` = the rest of the loop.
 ``startup_s`` ends where the training loop begins (just before the first eval).
 """
 
@@ -154,6 +154,7 @@ def main() -> None:
     ckpt_dir = tempfile.mkdtemp(prefix="gpudoctor-probe-nanogpt-") if own_dir else out_dir
     os.makedirs(ckpt_dir, exist_ok=True)
     evals = saves = 0
+    eval_windows: list[list[float]] = []  # epoch [start, end] of each eval: shares over any window
     best_val_loss = 1e9
     losses = {}
 
@@ -166,8 +167,10 @@ def main() -> None:
         for group in optimizer.param_groups:
             group["lr"] = lr
         if iter_num % eval_interval == 0:
+            began = time.time()
             with t.timed("eval_s"):
                 losses = estimate_loss()
+            eval_windows.append([began, time.time()])
             evals += 1
             print(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
             if losses["val"] < best_val_loss or always_save_checkpoint:
@@ -197,7 +200,7 @@ def main() -> None:
 
     if own_dir:
         shutil.rmtree(ckpt_dir, ignore_errors=True)
-    t.write(evals=evals, eval_batches=2 * eval_iters,
+    t.write(evals=evals, eval_windows=eval_windows, eval_batches=2 * eval_iters,
             eval_interval=eval_interval, checkpoints=saves, final_loss=float(loss.detach()))
 
 
