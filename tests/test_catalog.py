@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+from pathlib import Path
 
 import gpudoctor.rules
 from gpudoctor.rules import RULES, Rule
@@ -27,3 +28,10 @@ def test_every_rule_class_is_in_the_catalog_once_with_its_own_name():
     names = [cls.name for cls in RULES]
     assert len(names) == len(set(names)), names
     assert all(cls.description for cls in RULES)
+
+
+def test_the_readme_rules_table_is_the_catalogs():
+    from gpudoctor.rules.catalog import rules_table
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert rules_table() in readme, "regenerate: python -c 'from gpudoctor.rules.catalog import rules_table; print(rules_table())'"

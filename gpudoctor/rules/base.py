@@ -96,6 +96,8 @@ class Finding:
 class Rule:
     name: ClassVar[str]
     description: ClassVar[str]
+    fires_when: ClassVar[str]  # the README's rules table is generated from these (catalog.rules_table)
+    fix_from: ClassVar[str]
 
     def match(self, a: Analysis) -> Finding | None:
         raise NotImplementedError

@@ -56,3 +56,10 @@ def run_rules(analysis: Analysis) -> tuple[list[Finding], float]:
     wasted = settle_findings(analysis.breakdown(), findings)
     script_flags.apply(analysis, findings)  # each fix also in the script's own flags, where it has them
     return sorted(findings, key=lambda f: -f.waste_fraction), wasted
+
+
+def rules_table() -> str:
+    """The README's rules table, from the catalog (tests/test_catalog.py keeps the README equal)."""
+    rows = ["| rule | fires when | the fix is computed from |", "|---|---|---|"]
+    rows += [f"| `{cls.name}` | {cls.fires_when} | {cls.fix_from} |" for cls in RULES]
+    return "\n".join(rows)
