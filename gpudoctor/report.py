@@ -101,6 +101,8 @@ def _run_section(rec: Recording, a: Analysis, price: Price) -> dict[str, Any]:
         # "running" in meta.json means the doctor never finalized it (killed): the report is partial
         "status": "partial" if meta.get("status", "running") == "running" else meta["status"],
         "gpudoctor_version": __version__,
+        # how the doctor kept out of the patient's way (SCHED_IDLE/nice 19, idle I/O); None: in-process API
+        "doctor_priority": meta.get("doctor_priority"),
     }
 
 

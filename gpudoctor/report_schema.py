@@ -5,7 +5,8 @@ from ``report.json`` alone (so ``gpudoctor report report.json -o x.html`` needs
 no raw samples). Extra keys, beyond SPEC.md:
 
 run:       ``exit_code`` (int|null), ``status`` ("finished"|"crashed"|"interrupted"|
-           "partial"), ``gpudoctor_version``.
+           "partial"), ``gpudoctor_version``, ``doctor_priority`` ({"cpu", "io", ...} from
+           meta.json: the doctor's own CPU and I/O priority; null for the in-process API).
 cost:      ``usd_per_hour``/``wasted_usd_per_hour`` are null when no price is known
            (no GPU seen and none given); ``wasted_usd_so_far`` (f|null),
            ``projected_run_hours`` (f|null), ``projected_run_usd`` (f|null),

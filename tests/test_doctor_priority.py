@@ -59,6 +59,8 @@ def test_run_child_keeps_normal_priority_and_the_doctor_is_idle(tmp_path: Path) 
     meta = json.loads((out / "meta.json").read_text())
     assert meta["doctor_priority"] == {"cpu": "SCHED_IDLE", "io": "idle"}
     assert meta["doctor_cpu_s"]["samplers"] >= 0 and meta["doctor_cpu_s"]["process"] > 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["run"]["doctor_priority"] == {"cpu": "SCHED_IDLE", "io": "idle"}
 
 
 # gdb's spawn, through the real _run_gdb, and py-spy's preexec, in a doctor lowered the real way.
