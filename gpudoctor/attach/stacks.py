@@ -9,6 +9,11 @@ and DataLoader workers that come and go are followed.
 ``--nonblocking`` reads the patient's memory without stopping it (py-spy's
 pausing mode cost ~17% of step throughput at 100 Hz, see issue 3).
 
+A hooked process and its workers are left out (the analysis reads only the
+hooks' events for them), so once every process is hooked no py-spy runs.
+py-spy runs at the doctor's idle priority (:mod:`gpudoctor.priority`); its CPU
+seconds are counted from ``wait4`` (``cpu_s``) for meta.json.
+
 Each window adds one row per process to ``samples/stacks.jsonl`` (format in
 :mod:`gpudoctor.analysis.sampled`).
 """
