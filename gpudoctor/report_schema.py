@@ -1,57 +1,434 @@
-"""The report dict every renderer consumes (and ``report.json`` stores).
+"""The report dict every renderer consumes (and ``report.json`` stores), as types.
 
-It is SPEC.md's ``gpudoctor.report/1`` plus keys renderers need to draw a run
-from ``report.json`` alone (so ``gpudoctor report report.json -o x.html`` needs
-no raw samples). Extra keys, beyond SPEC.md:
+``gpudoctor.report/1``: :class:`Report` and the TypedDicts below are the whole schema, the one
+place its fields are written down. ``gpudoctor report``, ``check`` and ``diff`` validate a
+report.json against them (:func:`gpudoctor.report_check.problem`), so the renderers and the CI
+gate get what the types say or one clear line. TypedDicts, not classes: a report stays a plain
+dict that ``json`` writes and reads as it is, and pydantic validates it without a copy to keep.
 
-run:       ``exit_code`` (int|null), ``status`` ("finished"|"crashed"|"interrupted"|
-           "partial"), ``gpudoctor_version``, ``doctor_priority`` ({"cpu", "io", ...} from
-           meta.json: the doctor's own CPU and I/O priority; null for the in-process API).
-cost:      ``usd_per_hour``/``wasted_usd_per_hour`` are null when no price is known
-           (no GPU seen and none given); ``wasted_usd_so_far`` (f|null),
-           ``projected_run_hours`` (f|null), ``projected_run_usd`` (f|null),
-           ``projected_wasted_usd`` (f|null), ``price_source`` (str).
-findings:  each also has ``title`` (str) and ``data`` ({name: number|str}, the figures
-           the evidence cites); ``fix.library`` names whose names ``fix.config``
-           uses (e.g. "transformers 5.23.0 TrainingArguments").
-           ``waste_usd_per_hour`` is null when no price is known.
-           ``claims``: [{"bucket", "part" (str|null), "part_share", "fraction"}], the
-           seconds of the breakdown the fix gives back (see :mod:`gpudoctor.rules.account`);
-           ``waste_fraction`` and ``predicted_speedup`` are these claims settled alone,
-           ``cost.wasted_fraction`` all findings' claims settled together.
-per_rank:  [{"rank": int, "pid": int, "breakdown": {...}, "steps": {...}}] (one
-           entry per training process; a single process is rank 0).
-timeline:  {"duration_s": f,
-            "series": {"t_s": [f], "gpu_busy_pct": [f]|null, "cpu_pct": [f],
-                       "rss_mib": [f]},
-            "spans": {"startup": [[s, e]], "data_wait": [[s, e]...],
-                      "checkpoint": [...], "eval": [...], "format": [...]},
-            "steps_t_s": [f]}          (seconds since run start, downsampled)
-notes:     [str]   (partial recording, skipped lines, ...)
+Constraints ride on the types (``Annotated`` with :mod:`annotated_types`, which pydantic reads):
+a fraction of the wall time lies in [0, 1], money and seconds are >= 0 and below an absurd
+bound, every number is finite, ``true`` is not a number and ``"3"`` not a count (strict). A
+forged ``wasted_fraction`` of -3 would pass the CI gate, a 1e308 would overflow the renderers.
 
-Only from ``gpudoctor replay``:
-preflight:         the full run predicted on ``--target`` before and after the fixes
-                   (``gpudoctor.preflight/1``, see :mod:`gpudoctor.replay.preflight`).
-prediction_check:  a replay that ran on a GPU: {"gpu", "known", "target", "mfu_assumed",
-                   "mfu_achieved", "precision", "rows": [{"figure", "unit", "predicted",
-                   "measured", "measured_over_predicted"}], "notes"} (:mod:`gpudoctor.replay.here`).
+Compatibility: keys this version does not know (a newer gpudoctor's) are allowed and ignored,
+so an older gpudoctor still reads a newer report of the same schema id. Sections and fields
+added after the first release are ``NotRequired``: a report written before them still loads.
 
-Only from ``gpudoctor try`` (the baseline's report; the trial's recording is in ``trial/``):
-trial:  {"rule", "fix" (the finding's fix), "values" ({section: {key: value}} asked),
-         "unchanged", "set_by_user", "applied" ([{"call", "values", "was", "skipped"}], from the
-         trial's own ``applied`` events), "not_applied" ([{"call", "key", "reason"}]: needs a code
-         change, refused, or no such call seen), "complete" (bool), "predicted_speedup" (f|null,
-         steady-state steps/s after over before), "predicted_speedup_range" ([lo, hi]|null),
-         "prediction_basis" (str|null), "finding_predicted_speedup" (the finding's, on wall time),
-         "achieved_speedup" (f|null, trial_steps_per_s / baseline_steps_per_s),
-         "baseline_steps_per_s", "trial_steps_per_s" (f|null), "baseline"/"trial" ({"steps_per_s",
-         "steps", "warmup_steps", "window_s"}|null), "seconds", "trial_run" ({"folder", "exit_code",
-         "stopped", "status", "window_s"}|null: null when nothing could be applied), "notes"}
-         (:mod:`gpudoctor.tryfix.section`).
+Optional sections go through :data:`SECTIONS`, the one registry ``gpudoctor report FOLDER``
+(what a re-render keeps), the renderers (:mod:`gpudoctor.render.sections`) and ``diff``
+consult. ``sweep`` and ``merge`` are not report sections: ``gpudoctor sweep`` writes its own
+``sweep.json`` (``gpudoctor.sweep/1``) and ``--merge`` joins those.
 """
 
-from __future__ import annotations
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from annotated_types import Ge, Le, Len
+from typing_extensions import NotRequired, TypedDict
 
 SCHEMA = "gpudoctor.report/1"
 BREAKDOWN_KEYS = ("startup", "data_wait", "compute", "checkpoint", "eval", "other")
 SEVERITIES = ("high", "medium", "low", "info")
+
+MAX_USD = 1e9  # per hour or per run: beyond it the figure is forged or corrupt
+MAX_SECONDS = 1e8  # ~3 years of wall time
+MAX_SPEEDUP = 1e6  # also the most steps/s: beyond it the figure is forged or corrupt
+MAX_COUNT = 1e12  # steps, batches, samples, tokens, parameters
+
+
+@dataclass(frozen=True)
+class Says:
+    """What a constrained figure is, for the one-line refusal (``cost.usd_per_hour is not ...``)."""
+
+    text: str
+
+
+Fraction = Annotated[float, Ge(0.0), Le(1.0), Says("a fraction from 0 to 1")]
+Usd = Annotated[float, Ge(0.0), Le(MAX_USD), Says(f"a number of dollars from 0 to {MAX_USD:g}")]
+Seconds = Annotated[float, Ge(0.0), Le(MAX_SECONDS), Says(f"a number of seconds from 0 to {MAX_SECONDS:g}")]
+# Timeline and profiler times: seconds since the launch or the attach; an attach report's window
+# may start before the attach (its launch), so these may be negative.
+Offset = Annotated[float, Ge(-MAX_SECONDS), Le(MAX_SECONDS), Says(f"a time in seconds within ±{MAX_SECONDS:g}")]
+Speedup = Annotated[float, Ge(0.0), Le(MAX_SPEEDUP), Says(f"a number from 0 to {MAX_SPEEDUP:g}")]
+Count = Annotated[int, Ge(0), Le(MAX_COUNT), Says(f"a whole number from 0 to {MAX_COUNT:g}")]
+Amount = Annotated[float, Ge(0.0), Le(MAX_COUNT), Says(f"a number from 0 to {MAX_COUNT:g}")]
+Percent = Annotated[float, Ge(0.0), Le(1e4), Says("a percentage from 0 to 10000")]  # CPU %: one core is 100
+Figure = Annotated[float, Ge(-1e15), Le(1e15), Says("a finite number")]
+Severity = Literal["high", "medium", "low", "info"]
+Bucket = Literal["startup", "data_wait", "compute", "checkpoint", "eval", "other"]
+Span = Annotated[list[Offset], Len(2, 2)]  # [start, end]
+SpeedupRange = Annotated[list[Speedup], Len(2, 2)]  # [conservative, optimistic]
+
+
+# --- run ---------------------------------------------------------------------------------------
+
+
+class Gpu(TypedDict, total=False):
+    index: int
+    name: str | None
+    memory_total_mib: Amount | None
+
+
+class Run(TypedDict):
+    """Where and how the run happened. ``status``: finished, crashed, interrupted, partial (the doctor
+    never finalized it); ``mode``: run, attach, replay, try, profile, callback ..."""
+
+    mode: NotRequired[str]
+    command: NotRequired[list[str]]
+    pid: NotRequired[int | None]
+    started_at: NotRequired[str | None]
+    duration_s: Seconds | None
+    host: NotRequired[dict[str, Any]]
+    gpus: NotRequired[list[Gpu]]
+    gpu_count: NotRequired[int | None]
+    price_per_gpu_hour_usd: NotRequired[Usd | None]
+    exit_code: NotRequired[int | None]
+    status: NotRequired[str]
+    gpudoctor_version: NotRequired[str]
+
+
+# --- what the time went to ---------------------------------------------------------------------
+
+
+class Breakdown(TypedDict, total=False):
+    """Each instant of wall time in one slice; null slices when no process was hooked."""
+
+    startup: Fraction | None
+    data_wait: Fraction | None
+    compute: Fraction | None
+    checkpoint: Fraction | None
+    eval: Fraction | None
+    other: Fraction | None
+
+
+class Shares(TypedDict, total=False):
+    """Overlapping shares of wall time. ``tokenization`` sums tokenizer seconds over threads and
+    worker-free processes, so it is >= 0 but not capped at 1."""
+
+    tokenization: Annotated[float, Ge(0.0), Le(1e3), Says("a share from 0 to 1000")] | None
+    gpu_busy: Fraction | None
+    cpu_busy: Fraction | None
+
+
+class Padding(TypedDict, total=False):
+    pad_fraction: Fraction | None
+    max_length: Count | None
+    p50_length: Count | None
+    p99_length: Count | None
+    batches_seen: Count
+
+
+class StepTimes(TypedDict, total=False):
+    p50: Seconds | None
+    p90: Seconds | None
+
+
+class Steps(TypedDict, total=False):
+    count: Count
+    first_step_at_s: Offset | None
+    step_time_s: StepTimes
+
+
+class Saves(TypedDict):
+    """Each save counted once, by kind (:mod:`gpudoctor.analysis.saves`)."""
+
+    checkpoints: Count
+    checkpoint_s: Seconds
+    final: Count
+    final_s: Seconds
+    side_files: Count
+    side_files_s: Seconds
+
+
+# --- findings ----------------------------------------------------------------------------------
+
+
+class FixTable(TypedDict, total=False):
+    """One call a fix changes: ``config`` holds the arguments of ``library``'s ``call``
+    (e.g. "transformers 5.23.0 TrainingArguments"), or a script's flags (keys ``--name``)."""
+
+    library: str | None
+    call: str | None
+    config: dict[str, Any] | None
+
+
+class Fix(FixTable, total=False):
+    summary: str
+    snippet: str | None
+    also: list[FixTable]  # other calls the same fix changes, one table each
+
+
+class Claim(TypedDict):
+    """Seconds of the breakdown a fix gives back (:mod:`gpudoctor.rules.account`)."""
+
+    bucket: Bucket
+    part: NotRequired[str | None]
+    part_share: Fraction
+    fraction: Fraction
+
+
+class Finding(TypedDict):
+    """``waste_fraction`` and ``predicted_speedup`` are the finding's ``claims`` settled alone;
+    ``predicted_speedup_range`` ([lo, hi]) when the gain depends on something unmeasured;
+    ``data`` the figures the evidence cites; ``waste_usd_per_hour`` null without a price."""
+
+    rule: str
+    severity: Severity
+    title: NotRequired[str]
+    waste_fraction: Fraction
+    waste_usd_per_hour: NotRequired[Usd | None]
+    evidence: NotRequired[str]
+    data: NotRequired[dict[str, Any]]
+    fix: Fix
+    predicted_speedup: NotRequired[Speedup | None]
+    predicted_speedup_range: NotRequired[SpeedupRange | None]
+    claims: NotRequired[list[Claim]]
+
+
+class Cost(TypedDict):
+    """Dollar figures are null when no price is known (no GPU seen and none given);
+    ``wasted_fraction`` is every finding's claims settled together."""
+
+    usd_per_hour: NotRequired[Usd | None]
+    wasted_usd_per_hour: NotRequired[Usd | None]
+    wasted_fraction: Fraction | None
+    wasted_usd_so_far: NotRequired[Usd | None]
+    projected_run_hours: NotRequired[Annotated[float, Ge(0.0), Le(MAX_SECONDS / 3600),
+                                               Says("a number of hours from 0 to 27778")] | None]
+    projected_run_usd: NotRequired[Usd | None]
+    projected_wasted_usd: NotRequired[Usd | None]
+    price_source: NotRequired[str]
+
+
+# --- per rank, timeline, profiler --------------------------------------------------------------
+
+
+class RankSteps(TypedDict, total=False):
+    count: Count
+    step_time_s: StepTimes
+
+
+class RankEntry(TypedDict, total=False):
+    """One training process (a single process is rank 0)."""
+
+    rank: int | None
+    pid: int | None
+    breakdown: Breakdown
+    steps: RankSteps
+
+
+class Series(TypedDict, total=False):
+    """Host and GPU samples, downsampled to at most 2000 points."""
+
+    t_s: list[Offset]
+    cpu_pct: list[Percent | None]
+    rss_mib: list[Amount | None]
+    gpu_busy_pct: list[Percent | None] | None
+    gpu_t_s: list[Offset] | None
+
+
+
+class Timeline(TypedDict, total=False):
+    """Seconds since the launch (``origin`` "launch") or the attach ("attach"), downsampled."""
+
+    duration_s: Seconds
+    series: Series
+    spans: dict[str, list[Span]]  # startup, data_wait, checkpoint, eval, format: [[start, end]]
+    steps_t_s: list[Offset]
+    origin: Literal["launch", "attach"]
+    caption: str
+
+
+class ProfilerWindow(TypedDict):
+    """One short torch.profiler window the hooks opened (:mod:`gpudoctor.hooks.profiler_windows`):
+    a cross-check of the hooks' own figures from a second instrument. ``dataloader_s`` is the
+    profiler's ``DataLoader.__next__`` time in the window (compare with the breakdown's data wait);
+    ``cuda_kernel_busy`` the share of the window GPU kernels ran (null on CPU)."""
+
+    rank: int | None
+    t_s: Offset
+    duration_s: Seconds
+    steps: Count | None
+    dataloader_s: Seconds
+    cuda_kernel_busy: Annotated[float, Ge(0.0), Le(1e3), Says("a share from 0 to 1000")] | None
+
+
+# --- sections other modes add ------------------------------------------------------------------
+
+
+class Attach(TypedDict):
+    """``gpudoctor attach``: what was loaded into which process, from when, what is estimated
+    (:mod:`gpudoctor.report_attach`); its lines also lead ``notes``, which every format prints."""
+
+    attached_at: str
+    process_age_s: Seconds | None
+    window_start_s: Offset
+    loaded: list[str]
+    window: str
+    estimated: list[str]
+    notes: list[str]
+
+
+class PreflightTarget(TypedDict, total=False):
+    name: str
+    gpus: int
+    price_per_gpu_hour: Usd
+
+
+class PreflightFix(TypedDict, total=False):
+    rule: str
+    summary: str
+    saves_h: Figure
+
+
+class Preflight(TypedDict):
+    """``gpudoctor replay --target``: the full run predicted on a GPU not rented yet, before and
+    after the fixes (``gpudoctor.preflight/1``, :mod:`gpudoctor.replay.preflight`). ``before`` and
+    ``after`` hold every figure of the cost model (``wall_h``, ``cost_usd``, ``step_s`` ...)."""
+
+    schema: NotRequired[str]
+    target: PreflightTarget
+    assumptions: dict[str, Any]
+    before: dict[str, Any]
+    after: dict[str, Any]
+    fixes: list[PreflightFix]
+    speedup: Speedup
+    saved_usd: Annotated[float, Ge(-MAX_USD), Le(MAX_USD), Says(f"a number of dollars within ±{MAX_USD:g}")]
+    notes: list[str]
+
+
+class CheckRow(TypedDict):
+    figure: str
+    unit: str  # "s", "fraction", "per_s"
+    predicted: Figure | None
+    measured: Figure | None
+    measured_over_predicted: Figure | None
+
+
+class PredictionCheck(TypedDict):
+    """A replay that ran on a GPU: the preflight model's prediction for this GPU beside what the
+    replay measured (:mod:`gpudoctor.replay.here`); ``known`` false when the GPU is not in the table."""
+
+    gpu: str | None
+    known: bool
+    target: NotRequired[str]
+    mfu_assumed: NotRequired[Fraction]
+    mfu_achieved: NotRequired[Figure | None]
+    precision: NotRequired[str]
+    rows: list[CheckRow]
+    notes: list[str]
+
+
+class Rate(TypedDict, total=False):
+    steps_per_s: Speedup | None
+    steps: Count
+    warmup_steps: Count
+    window_s: Seconds | None
+
+
+class Applied(TypedDict, total=False):
+    call: str
+    values: dict[str, Any]
+    was: dict[str, Any]
+    skipped: dict[str, Any]
+
+
+class NotApplied(TypedDict, total=False):
+    call: str | None
+    key: str
+    reason: str
+
+
+class Trial(TypedDict, total=False):
+    """``gpudoctor try`` (the baseline's report; the trial's recording is in ``trial/``): the fix
+    tried, what the trial's own ``applied`` events say was set, what was not and why, and
+    ``predicted_speedup`` (steady-state steps/s after over before) beside ``achieved_speedup``
+    (``trial_steps_per_s / baseline_steps_per_s``) (:mod:`gpudoctor.tryfix.section`)."""
+
+    rule: str
+    fix: Fix
+    values: dict[str, Any]
+    unchanged: dict[str, Any]
+    set_by_user: Any
+    applied: list[Applied]
+    not_applied: list[NotApplied]
+    complete: bool
+    predicted_speedup: Speedup | None
+    predicted_speedup_range: SpeedupRange | None
+    prediction_basis: str | None
+    finding_predicted_speedup: Speedup | None
+    achieved_speedup: Speedup | None
+    baseline_steps_per_s: Speedup | None
+    trial_steps_per_s: Speedup | None
+    baseline: Rate | None
+    trial: Rate | None
+    seconds: Seconds | None
+    trial_run: dict[str, Any] | None  # {"folder", "exit_code", "stopped", "status", "window_s"}
+    notes: list[str]
+
+
+# --- the report --------------------------------------------------------------------------------
+
+
+_CONFIG = {"strict": True, "allow_inf_nan": False, "extra": "allow"}
+
+
+class Sections(TypedDict, total=False):
+    """The optional sections (see :data:`SECTIONS`), alone: what a re-render keeps is checked
+    against this before it is kept."""
+
+    # Every TypedDict inside inherits it: no coercion, no NaN/inf, unknown keys allowed.
+    __pydantic_config__ = _CONFIG  # type: ignore[misc]
+    saves: Saves | None
+    profiler: list[ProfilerWindow]
+    attach: Attach
+    prediction_check: PredictionCheck
+    preflight: Preflight
+    trial: Trial
+
+
+class Report(Sections):
+    """``report.json``. The six sections SPEC.md names, plus what renderers need to draw a run from
+    report.json alone (``gpudoctor report report.json -o x.html`` needs no raw samples), plus
+    the optional :class:`Sections`."""
+
+    __pydantic_config__ = _CONFIG  # type: ignore[misc]
+    schema: Literal["gpudoctor.report/1"]
+    run: Run
+    breakdown: Breakdown
+    shares: NotRequired[Shares]
+    padding: NotRequired[Padding]
+    steps: NotRequired[Steps]
+    findings: list[Finding]
+    cost: Cost
+    verdict: str
+    per_rank: NotRequired[list[RankEntry]]
+    timeline: NotRequired[Timeline]
+    notes: NotRequired[list[str]]
+
+
+REQUIRED = tuple(sorted(Report.__required_keys__))
+
+
+@dataclass(frozen=True)
+class Section:
+    """An optional section: ``kept`` when ``gpudoctor report FOLDER`` re-renders a run folder (a mode
+    added it beside the analysis, so the recording cannot rebuild it); the others are rebuilt."""
+
+    key: str
+    title: str  # what diff and the notes call it
+    written_by: str
+    kept: bool
+
+
+SECTIONS: tuple[Section, ...] = (
+    Section("saves", "save counts", "build_report", kept=False),
+    Section("profiler", "torch.profiler windows", "build_report", kept=False),
+    Section("attach", "attach notes", "gpudoctor attach (build_report)", kept=False),
+    Section("prediction_check", "prediction checked on this GPU",
+            "gpudoctor replay on a GPU", kept=True),
+    Section("preflight", "preflight prediction", "gpudoctor replay --target", kept=True),
+    Section("trial", "fix trial", "gpudoctor try", kept=True),
+)
+KEPT_ON_RERENDER = tuple(s.key for s in SECTIONS if s.kept)

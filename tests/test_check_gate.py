@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import ROOT, run_cli
 from tests.test_bad_input import assert_one_line_error
 
-SAMPLE = ROOT / "tests" / "data" / "report_sample.json"  # wasted_fraction 0.52
+SAMPLE = ROOT / "tests" / "data" / "report_sample.json"  # wasted_fraction 0.49 (tests/report_fixtures.py)
 
 
 def _report(tmp_path: Path, **changes: object) -> Path:

@@ -18,7 +18,8 @@ HOSTILE = "<script>alert(1)</script>"
 
 @pytest.fixture
 def before() -> dict:
-    return json.loads((DATA / "report_sample.json").read_text())
+    """A hand-written report from before findings carried claims (diff must still read one)."""
+    return json.loads((DATA / "report_before_claims.json").read_text())
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """``gpudoctor check IN --max-waste F``: a CI gate on the wasted fraction.
 
 ``--max-waste`` is parsed in :mod:`gpudoctor.cli` (``0.2`` or ``20%``, never a bare 20);
-the report's figures are range-checked on load (:func:`load.shape_problem`), so a
+the report is validated against its schema on load (:mod:`gpudoctor.report_check`), so a
 forged ``wasted_fraction`` of -3 is an invalid report, not a pass. The rule name
 printed comes from the file: it is made terminal-safe first.
 """
