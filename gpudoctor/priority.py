@@ -146,6 +146,26 @@ def restore_doctor() -> None:
         set_ioprio(tid, IOPRIO_CLASS_NONE)
 
 
+def nice_doctor(nice: int) -> dict[str, str]:
+    """Every thread of this process but :func:`popen_normal`'s at ``nice`` (attach, before its hooks)."""
+    keep = {_spawner.native_id} if _spawner is not None else set()
+    ok = True
+    for tid in _tids():
+        if tid not in keep:
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, nice)
+            except (OSError, AttributeError):
+                ok = False
+    return {"cpu": f"nice {nice}" if ok else "unchanged", "io": "unchanged"}
+
+
+def _tids() -> list[int]:
+    try:
+        return [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        return [0]
+
+
 class _Spawner(threading.Thread):
     """A thread left at normal priority whose only work is starting gdb (a fork and an exec)."""
 

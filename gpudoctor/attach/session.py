@@ -210,11 +210,24 @@ class AttachSession:
                 self.stacks.window_s = max(self.options.window_s, HOOKED_WINDOW_S)
                 if not self.options.stacks_when_hooked:  # its figures come from the hooks now
                     self.stacks.hooked.add(rec.pid)
+                self._idle()
                 # The live view reads the folder: give it the report's window already.
                 self.recorder.meta["start_time"] = self.record.window_start(self.folder.root)
                 self.folder.write_meta(self.recorder.meta)
             else:
                 rec.error = f"the hooks failed to load in pid {rec.pid}: {str(status.get('error'))[:500]}"
+
+    def _idle(self) -> None:
+        """Hooked: from now on the doctor (threads, later py-spy windows) takes only idle cycles."""
+        if self.options.doctor_priority is None or self.stacks.idle:
+            return
+        from gpudoctor import priority
+
+        got = priority.lower_doctor()
+        self.stacks.idle = True
+        self.recorder.meta["doctor_priority"] = {
+            **self.options.doctor_priority, "cpu": f"{got['cpu']} once hooked (before: "
+            f"{self.options.doctor_priority['cpu']})", "io": f"{got['io']} once hooked"}
 
     # -- hooks out --------------------------------------------------------------------
     def _detach(self) -> None:

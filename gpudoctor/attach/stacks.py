@@ -11,7 +11,7 @@ pausing mode cost ~17% of step throughput at 100 Hz, see issue 3).
 
 A hooked process and its workers are left out (the analysis reads only the
 hooks' events for them), so once every process is hooked no py-spy runs.
-py-spy runs at the doctor's idle priority (:mod:`gpudoctor.priority`); its CPU
+py-spy runs at the doctor's priority, idle once hooked (:mod:`gpudoctor.priority`); its CPU
 seconds are counted from ``wait4`` (``cpu_s``) for meta.json.
 
 Each window adds one row per process to ``samples/stacks.jsonl`` (format in
@@ -71,6 +71,7 @@ class StackSampler:
         self.samples = 0
         self.cpu_s = 0.0  # py-spy's own CPU seconds, all windows
         self.thread_cpu_s = 0.0  # this sampler's thread: spawning, reading and classifying
+        self.idle = False  # py-spy windows at idle priority (once hooked: no figure waits on their timing)
         self.hooked: set[int] = set()  # their stacks are not needed (the hooks measure them): not sampled
         self._error_counts: dict[str, int] = {}
         self._stop = threading.Event()
@@ -155,9 +156,9 @@ class StackSampler:
                 "--format", "speedscope", "--output", str(out)]
         # Own session: a Ctrl-C meant for the doctor must not end the window unrecorded.
         # Killed with the doctor: a SIGKILLed doctor must leave no py-spy behind.
-        # Idle CPU and I/O priority, whatever the spawning thread's: it only ever takes spare cycles.
+        # Once hooked: idle CPU and I/O priority, whatever the spawning thread's (spare cycles only).
         return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-                                preexec_fn=functools.partial(_pyspy_preexec, os.getpid()))
+                                preexec_fn=functools.partial(_pyspy_preexec, os.getpid(), self.idle))
 
     def _reap(self, proc: subprocess.Popen[bytes]) -> bytes:
         """Wait for one py-spy and add its CPU seconds to :attr:`cpu_s`; returns its stderr."""
@@ -198,8 +199,9 @@ class StackSampler:
         return any(n >= MAX_SAME_ERROR for n in self._error_counts.values())
 
 
-def _pyspy_preexec(parent: int) -> None:
-    priority.lower_self()
+def _pyspy_preexec(parent: int, idle: bool) -> None:
+    if idle:
+        priority.lower_self()
     scratch.die_with_parent(parent)
 
 

@@ -8,11 +8,14 @@ from typing import Any
 
 from gpudoctor import priority
 
+NICE = 10  # before the hooks are in
+
 
 def main(args: Any) -> int:
-    # The doctor takes only idle cycles, from its first import on; gdb is started from a thread kept normal.
-    priority.start_normal_spawner()
-    doctor_priority = {**priority.lower_doctor(), "py_spy": "idle, as the doctor (set in its preexec)",
+    # Until the hooks are in, the doctor's timing is the figure (the stop must be short, stack samples
+    # must come on time): nice 10, as before. Once hooked, it takes only idle cycles (session.py).
+    priority.start_normal_spawner()  # gdb is started from a thread kept normal
+    doctor_priority = {**priority.nice_doctor(NICE), "py_spy": "as the doctor (idle once hooked)",
                        "gdb": "normal: SCHED_OTHER, nice 0 (it holds the patient stopped)"}
     from gpudoctor.attach.live import LiveState, LiveView
     from gpudoctor.attach.lock import AttachLock
