@@ -27,6 +27,8 @@ JSON (``schema`` ``gpudoctor.diff/2``), besides ``before``/``after``/``notes``/`
   "drift_s", "noise_s"}``; ``threshold_s_per_step``, ``relative`` (that over the
   before p50) and ``threshold_s_per_launch`` (startup); null: unobservable.
 * ``steps``: ``{"before", "after", "delta"}`` step counts.
+* ``sections``: ``{"before", "after"}``, the optional sections each report holds (trial,
+  preflight, ...; :data:`gpudoctor.report_schema.SECTIONS`); one only one side has is noted.
 * ``step_time_p50_s`` and ``throughput_steps_per_s``: ``{"before", "after",
   "delta", "verdict"}`` (throughput adds ``ratio`` = after/before steps/s).
   ``verdict`` is ``"better"``, ``"worse"``, ``"within_noise"`` or ``"unavailable"``.
@@ -59,6 +61,7 @@ from gpudoctor.render.base import (
     num,
 )
 from gpudoctor.render.charts import SPAN_LABELS
+from gpudoctor.report_schema import SECTIONS
 from gpudoctor.rules.account import BUCKETS, Claim, removed_of_bucket
 
 DIFF_SCHEMA = "gpudoctor.diff/2"
@@ -362,6 +365,7 @@ def diff_reports(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any
             b_cost.get("wasted_usd_per_hour"), a_cost.get("wasted_usd_per_hour")
         ),
         "findings": diff_findings(before, after),
+        "sections": {"before": present_sections(before), "after": present_sections(after)},
         "notes": comparability_notes(before, after, rb, ra),
     }
     d["notes"] += shared_fall_notes(d["findings"])
@@ -388,10 +392,21 @@ def comparability_notes(before: dict[str, Any], after: dict[str, Any],
         elif run.noise.method == "p50_p90":
             notes.append(f"The {label} report holds no step timestamps: its noise comes from the p50 "
                          "and p90 step times only, without the drift over the run.")
+    b_sections, a_sections = present_sections(before), present_sections(after)
+    for s in SECTIONS:
+        if (s.key in b_sections) != (s.key in a_sections):
+            side, other = ("before", "after") if s.key in b_sections else ("after", "before")
+            notes.append(f"Only the {side} report has the {s.title} ({s.written_by}); the {other} "
+                         "has none, so it is not compared.")
     if any(run.shares.get("startup") for run in (rb, ra)):
         notes.append("Startup is one launch per run: its own noise cannot be observed, so it is "
                      "held to the steps' relative noise.")
     return notes
+
+
+def present_sections(report: dict[str, Any]) -> list[str]:
+    """The registered optional sections (:data:`~gpudoctor.report_schema.SECTIONS`) a report holds."""
+    return [s.key for s in SECTIONS if report.get(s.key) not in (None, [], {})]
 
 
 def shared_fall_notes(found: dict[str, list[dict[str, Any]]]) -> list[str]:

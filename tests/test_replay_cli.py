@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
+from gpudoctor.commands.load import load_report
 from gpudoctor.render import write_all
 from gpudoctor.replay.config import load_config
 from gpudoctor.replay.here import ON_CPU_NOTE, compare
+from gpudoctor.report_check import problem
 from tests.conftest import ROOT, run_cli
 
 HEALTHY = ROOT / "sample_configs" / "healthy.yaml"
@@ -28,7 +31,7 @@ def healthy_replay(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_healthy_config_gets_no_invented_waste_and_a_prediction(healthy_replay: Path):
     out = healthy_replay
     report = json.loads((out / "report.json").read_text())
-    assert report["run"]["mode"] == "replay"
+    assert report["run"]["mode"] == "replay" and problem(report) is None  # preflight's real shape
     assert [f["rule"] for f in report["findings"] if f["waste_fraction"] > 0.10] == []
     pre = report["preflight"]
     assert pre["before"]["wall_h"] > 0 and pre["speedup"] >= 1.0
@@ -101,6 +104,24 @@ def test_the_check_renders_in_every_format_and_an_unknown_gpu_predicts_nothing(h
     html, md = (tmp_path / "report.html").read_text(), (tmp_path / "report.md").read_text()
     assert "&lt;b&gt;Mystery GPU&lt;/b&gt;" in html and "<b>Mystery GPU</b>" not in html
     assert "&lt;b&gt;Mystery GPU&lt;/b&gt;" in md and "<b>Mystery GPU</b>" not in md
+
+
+def test_rerendering_a_gpu_replay_folder_keeps_its_prediction_check(healthy_replay: Path, tmp_path: Path):
+    """``gpudoctor report FOLDER`` rebuilds the analysis from the recording and keeps what the
+    replay added beside it: the preflight and, from a replay on a GPU, the prediction check."""
+    folder = tmp_path / "replay"
+    shutil.copytree(healthy_replay, folder)
+    measure, report = on_a_gpu(folder, "NVIDIA H100 80GB HBM3")
+    report["prediction_check"] = compare(load_config(HEALTHY), measure, report)
+    assert problem(report) is None
+    (folder / "report.json").write_text(json.dumps(report))
+    proc = run_cli("report", str(folder))
+    assert proc.returncode == 0, proc.stderr
+    again = json.loads((folder / "report.json").read_text())
+    assert again["prediction_check"] == report["prediction_check"]
+    assert again["preflight"] == report["preflight"]
+    assert "Prediction checked on this GPU" in (folder / "report.md").read_text()
+    assert load_report(folder)["prediction_check"] == report["prediction_check"]
 
 
 def test_misspelled_key_is_one_line_with_line_number(tmp_path):

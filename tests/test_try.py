@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from gpudoctor.report_check import problem
 from tests.conftest import PROBES, ROOT, run_cli
 
 STALL = ROOT / "tests" / "scripts" / "stall_loop.py"
@@ -23,6 +24,7 @@ def test_try_applies_workers_and_compares_steps_per_s(tmp_path: Path) -> None:
                    "python", str(STALL), "--loader-file", str(loader_file), timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
+    assert problem(report) is None  # the trial section's real shape matches report_schema.Trial
     trial = report["trial"]
     assert trial["rule"] in ("data_stall", "cpu_saturated")  # which one depends on the machine's load
     assert trial["values"]["dataloader"]["num_workers"] == 2

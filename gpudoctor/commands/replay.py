@@ -77,7 +77,7 @@ def main(args: Any) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    from gpudoctor.replay.show import check_markdown, markdown
+    from gpudoctor.render.preflight import check_markdown, markdown
 
     if "prediction_check" in extra:
         print("\n" + check_markdown(extra["prediction_check"]), file=sys.stderr)

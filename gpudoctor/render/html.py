@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.render import charts, trial
+from gpudoctor.render import charts, sections
 from gpudoctor.render.base import (
     NO_PRICE,
     SEVERITY_COLORS,
@@ -93,26 +93,10 @@ def build_view(report: dict[str, Any]) -> dict[str, Any]:
         "findings": [finding_view(f) for f in report.get("findings") or []],
         "cost": cost_view(cost),
         "ranks": ranks_view(report.get("per_rank")),
-        "preflight": replay_view(report.get("preflight"), "preflight"),
-        "prediction_check": replay_view(report.get("prediction_check"), "check"),
-        "trial": trial.view(report.get("trial")),
+        **sections.views(report),  # saves, profiler, prediction_check, preflight, trial
         "notes": [str(n) for n in report.get("notes") or []],
         "schema": str(report.get("schema") or ""),
     }
-
-
-def replay_view(section: Any, kind: str) -> dict[str, Any] | None:
-    """A replay's extra section as display strings: ``"preflight"`` (the full run predicted on
-    ``--target``, before and after the fixes) or ``"check"`` (a replay on a GPU: the prediction for
-    it beside what was measured). ``None`` when absent or not in the expected shape."""
-    if not isinstance(section, dict):
-        return None
-    from gpudoctor.replay import show
-
-    try:
-        return (show.table if kind == "preflight" else show.check_table)(section)
-    except (KeyError, TypeError, ValueError):
-        return None
 
 
 def header_view(run: dict[str, Any], cost: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from gpudoctor.render import sections
 from gpudoctor.render.base import (
     NO_PRICE,
     Renderer,
@@ -29,6 +30,7 @@ from gpudoctor.render.base import (
     num,
 )
 from gpudoctor.render.charts import SPAN_LABELS
+from gpudoctor.report_schema import SECTIONS
 
 SEVERITY_MARKS = {"high": "🔴", "medium": "🟠", "low": "🟡", "info": "⚪"}
 _HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
@@ -97,9 +99,7 @@ class MarkdownRenderer(Renderer):
             facts_lines(report),
             findings_section(report.get("findings") or []),
             ranks_section(report.get("per_rank")),
-            replay_section(report.get("prediction_check"), "check"),
-            replay_section(report.get("preflight"), "preflight"),
-            trial_section(report.get("trial")),
+            *section_parts(report),
             notes_section(report.get("notes")),
             footer(report),
         ]
@@ -244,29 +244,49 @@ def ranks_section(per_rank: list[dict[str, Any]] | None) -> str:
     return "### Per rank\n\n" + table(header, rows, right=set(range(2, len(header))))
 
 
-def replay_section(section: Any, kind: str) -> str:
-    """``"preflight"``: the full run predicted on ``--target``; ``"check"``: a replay on a GPU,
-    the prediction for it beside what was measured. Empty when absent or malformed."""
-    if not isinstance(section, dict):
-        return ""
-    from gpudoctor.replay import show
-
-    section = _inert(section)  # GPU names, notes and fix summaries come from outside
-    try:
-        if kind == "preflight":
-            return "### Prediction for the full run\n\n" + show.markdown(section)
-        return "### Prediction checked on this GPU\n\n" + show.check_markdown(section)
-    except (KeyError, TypeError, ValueError):
-        return ""
+def section_parts(report: dict[str, Any]) -> list[str]:
+    """Each registered optional section (:mod:`gpudoctor.render.sections`), in report order;
+    every string from the report made inert Markdown before it is formatted."""
+    views = sections.views(_inert({s.key: report.get(s.key) for s in SECTIONS} | {
+        "breakdown": report.get("breakdown")}))
+    return [SECTION_MARKDOWN[key](view) for key, view in views.items() if view is not None]
 
 
-def trial_section(section: Any) -> str:
+def saves_section(v: dict[str, Any]) -> str:
+    return "**Saves:** " + " · ".join(f"{label} {count} ({time})" for label, count, time in v["rows"])
+
+
+def profiler_section(v: dict[str, Any]) -> str:
+    rows = [list(r) for r in v["rows"]]
+    header = ["rank", "at", "window", "steps", "DataLoader wait", "GPU kernels busy"]
+    parts = ["### torch.profiler cross-check", v["summary"], table(header, rows, right={1, 2, 3, 4, 5}),
+             v["more"]]
+    return "\n\n".join(p for p in parts if p)
+
+
+def check_section(v: dict[str, Any]) -> str:
+    """A replay on a GPU: the prediction for it beside what was measured."""
+    lines = ["### Prediction checked on this GPU", "", v["title"], ""]
+    if v["rows"]:
+        lines += ["| | predicted | measured | measured/predicted |", "|---|---|---|---|"]
+        lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in v["rows"]]
+        lines.append("")
+    lines += [f"- note: {note}" for note in v["notes"]]
+    return "\n".join(lines).rstrip()
+
+
+def preflight_section(v: dict[str, Any]) -> str:
+    """The full run predicted on ``--target``, before and after the fixes."""
+    lines = ["### Prediction for the full run", "", v["title"], "", "| | before | after fixes |", "|---|---|---|"]
+    lines += [f"| {label} | {b} | {a} |" for label, b, a in v["rows"]]
+    lines.append("")
+    lines += [f"- fix ({fx})" for fx in v["fixes"]]
+    lines += [f"- note: {note}" for note in v["notes"]]
+    return "\n".join(lines).rstrip()
+
+
+def trial_section(v: dict[str, Any]) -> str:
     """``gpudoctor try``: the fix tried on the command itself, predicted vs achieved steps/s."""
-    from gpudoctor.render import trial
-
-    v = trial.view(_inert(section))  # rule names, values and reasons come from outside
-    if v is None:
-        return ""
     parts = [f"### Fix tried: {v['title']}",
              f"Predicted {v['predicted']}, achieved {v['achieved']}" + (f" ({v['basis']})." if v["basis"] else ".")]
     if v["rows"]:
@@ -275,6 +295,15 @@ def trial_section(section: Any) -> str:
               "\n".join(f"- not applied: {line}" for line in v["not_applied"]),
               "\n".join(f"- {n}" for n in v["notes"])]
     return "\n\n".join(p for p in parts if p)
+
+
+SECTION_MARKDOWN = {
+    "saves": saves_section,
+    "profiler": profiler_section,
+    "prediction_check": check_section,
+    "preflight": preflight_section,
+    "trial": trial_section,
+}
 
 
 def _inert(value: Any) -> Any:

@@ -10,8 +10,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from gpudoctor.sweep.format import rate
-from gpudoctor.sweep.points import short
+from gpudoctor.render.sweep_cells import rate, short
 
 CELL_W, CELL_H = 86, 34
 LEFT, TOP = 130, 44

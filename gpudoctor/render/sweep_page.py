@@ -12,9 +12,8 @@ from typing import Any
 from gpudoctor.render.base import fmt_speedup
 from gpudoctor.render.html import markup, render_template
 from gpudoctor.render.markdown import md_code, md_fence, md_text, table
+from gpudoctor.render.sweep_cells import cells, columns, rate, short
 from gpudoctor.render.sweep_heatmap import heatmap_svg
-from gpudoctor.sweep.format import cells, columns, rate
-from gpudoctor.sweep.points import short
 
 
 def headline(doc: dict[str, Any]) -> str:

@@ -1,7 +1,7 @@
 """The ``trial`` section (``gpudoctor try``) as display rows: predicted vs achieved, side by side.
 
-Shared by the HTML and Markdown renderers; a section in an unexpected shape (a hand-edited
-report.json) renders as nothing rather than failing the page.
+Shared by the HTML and Markdown renderers and ``gpudoctor try``'s terminal line; a section in an
+unexpected shape (a hand-edited report.json) renders as nothing rather than failing the page.
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ def view(section: Any) -> dict[str, Any] | None:
 
 
 def _view(s: dict[str, Any]) -> dict[str, Any]:
-    from gpudoctor.tryfix.section import speedups
-
     base, trial = s.get("baseline") or {}, s.get("trial") or {}
     applied = [f"{row['call']}: " + ", ".join(f"{k}={_show(v)} (was {_show((row.get('was') or {}).get(k))})"
                                               for k, v in (row.get("values") or {}).items())
@@ -43,6 +41,22 @@ def _view(s: dict[str, Any]) -> dict[str, Any]:
         "not_applied": missing,
         "notes": [str(n) for n in s.get("notes") or []],
     }
+
+
+def speedups(section: dict[str, Any]) -> str:
+    """``predicted 1.20x, achieved 1.15x (steps/s 8.10 -> 9.30)``: the title here, the terminal line in try."""
+    rng = section.get("predicted_speedup_range")
+    predicted = section.get("predicted_speedup")
+    if isinstance(rng, list) and len(rng) == 2 and all(isinstance(x, (int, float)) for x in rng):
+        said = f"predicted {rng[0]:.2f}-{rng[1]:.2f}x"
+    else:
+        said = f"predicted {predicted:.2f}x" if isinstance(predicted, (int, float)) else "no prediction"
+    achieved = section.get("achieved_speedup")
+    b, t = section.get("baseline_steps_per_s"), section.get("trial_steps_per_s")
+    got = f"achieved {achieved:.2f}x" if isinstance(achieved, (int, float)) else "achieved n/a"
+    rates = (f" (steps/s {b:.2f} -> {t:.2f})" if isinstance(b, (int, float)) and isinstance(t, (int, float))
+             else " (steady-state steps/s unavailable: too few steps; raise --seconds)")
+    return f"{said}, {got}{rates}"
 
 
 def _x(value: Any, rng: Any) -> str:

@@ -16,6 +16,7 @@ import yaml
 
 from gpudoctor._version import __version__
 from gpudoctor.errors import UserError
+from gpudoctor.render.sweep_cells import short
 from gpudoctor.replay.config import ReplayConfig, load_config_text
 from gpudoctor.sweep.plan import Point
 
@@ -74,16 +75,6 @@ def cache_key(cfg: ReplayConfig, protocol: dict[str, Any], cores: int) -> str:
 def label(params: dict[str, Any]) -> str:
     """``workers=2 batch=8`` style short text for tables and progress lines."""
     return " ".join(f"{short(k)}={v}" for k, v in params.items()) or "(config as is)"
-
-
-def short(key: str) -> str:
-    names = {
-        "training.dataloader_num_workers": "workers",
-        "training.per_device_train_batch_size": "batch",
-        "training.gradient_accumulation_steps": "accum",
-        "training.dataloader_prefetch_factor": "prefetch",
-    }
-    return names.get(key, key.rsplit(".", 1)[-1])
 
 
 def check_label(exc: UserError) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoctor.sweep.format import cells, columns, line, visible
+from gpudoctor.render.sweep_cells import cells, columns, line, visible
 
 
 class Display:

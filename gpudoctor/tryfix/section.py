@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpudoctor.render.trial import speedups
 from gpudoctor.tryfix.plan import Plan
 from gpudoctor.tryfix.steady import Prediction, Rate
 
@@ -100,21 +101,6 @@ def headline(section: dict[str, Any]) -> str:
                            for r in section.get("not_applied") or [])])
         return f"gpudoctor try: {rule}: nothing applied, no trial run" + (f" ({why})" if why else "")
     return f"gpudoctor try: {rule}: {speedups(section)}"
-
-
-def speedups(section: dict[str, Any]) -> str:
-    rng = section.get("predicted_speedup_range")
-    predicted = section.get("predicted_speedup")
-    if isinstance(rng, list) and len(rng) == 2 and all(isinstance(x, (int, float)) for x in rng):
-        said = f"predicted {rng[0]:.2f}-{rng[1]:.2f}x"
-    else:
-        said = f"predicted {predicted:.2f}x" if isinstance(predicted, (int, float)) else "no prediction"
-    achieved = section.get("achieved_speedup")
-    b, t = section.get("baseline_steps_per_s"), section.get("trial_steps_per_s")
-    got = f"achieved {achieved:.2f}x" if isinstance(achieved, (int, float)) else "achieved n/a"
-    rates = (f" (steps/s {b:.2f} -> {t:.2f})" if isinstance(b, (int, float)) and isinstance(t, (int, float))
-             else " (steady-state steps/s unavailable: too few steps; raise --seconds)")
-    return f"{said}, {got}{rates}"
 
 
 def _r(x: float | None) -> float | None:

@@ -1,4 +1,5 @@
-"""One point as display cells, shared by the terminal, Markdown and HTML tables.
+"""A sweep point as display cells, shared by the terminal, Markdown and HTML tables (in render/,
+so the sweep pages import no mode package; the sweep's progress lines use it too).
 
 A figure that was not measured prints as an em dash, never as 0.
 """
@@ -110,3 +111,14 @@ def visible(points: list[dict[str, Any]]) -> list[int]:
     return [
         i for i, (_, right) in enumerate(COLUMNS) if not right or any(r[i] != DASH for r in rows)
     ]
+
+
+def short(key: str) -> str:
+    """A config key as a column name: ``training.dataloader_num_workers`` -> ``workers``."""
+    names = {
+        "training.dataloader_num_workers": "workers",
+        "training.per_device_train_batch_size": "batch",
+        "training.gradient_accumulation_steps": "accum",
+        "training.dataloader_prefetch_factor": "prefetch",
+    }
+    return names.get(key, key.rsplit(".", 1)[-1])

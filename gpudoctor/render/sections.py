@@ -1,0 +1,88 @@
+"""The optional report sections (:data:`gpudoctor.report_schema.SECTIONS`) as display strings.
+
+One view function per registered section, format-free: the HTML template prints the views and
+:mod:`gpudoctor.render.markdown` formats the same ones, so adding a section is one entry here
+and a test fails until it has one. ``attach`` has no view of its own: its lines lead the
+report's notes, which every format prints. A section in an unexpected shape renders as
+nothing rather than failing the page (a hand-edited report.json that still validated).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from gpudoctor.render import preflight, trial
+from gpudoctor.render.base import fmt_duration, fmt_pct, num
+from gpudoctor.report_schema import SECTIONS
+
+IN_NOTES = frozenset({"attach"})  # shown through the report's notes
+MAX_PROFILER_ROWS = 12
+
+
+def _guarded(build: Callable[[dict[str, Any]], dict[str, Any] | None]) -> Callable[[Any, Any], Any]:
+    def view(section: Any, report: Any) -> dict[str, Any] | None:
+        if not isinstance(section, dict):
+            return None
+        try:
+            return build(section)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+            return None
+
+    return view
+
+
+def profiler_view(section: Any, report: Any) -> dict[str, Any] | None:
+    """torch.profiler's windows beside the hooks' figures: the profiler's DataLoader wait as a
+    share of each window (compare with the breakdown's data wait) and the GPU kernels' busy share.
+    Two instruments agreeing is why the data wait can be trusted; disagreeing is worth a look."""
+    if not isinstance(section, list) or not section:
+        return None
+    windows = [w for w in section if isinstance(w, dict)]
+    rows = []
+    for w in windows[:MAX_PROFILER_ROWS]:
+        length = num(w.get("duration_s"))
+        wait = num(w.get("dataloader_s"))
+        rows.append((
+            "" if w.get("rank") is None else str(w.get("rank")),
+            fmt_duration(w.get("t_s")),
+            fmt_duration(length),
+            "" if w.get("steps") is None else str(w.get("steps")),
+            fmt_pct(wait / length if wait is not None and length else None),
+            fmt_pct(w.get("cuda_kernel_busy")),
+        ))
+    total = sum(num(w.get("duration_s")) or 0.0 for w in windows)
+    waited = sum(num(w.get("dataloader_s")) or 0.0 for w in windows)
+    hooks = num(((report or {}).get("breakdown") or {}).get("data_wait")) if isinstance(report, dict) else None
+    summary = (f"{len(windows)} window(s), {fmt_duration(total)} in all: DataLoader wait "
+               f"{fmt_pct(waited / total if total else None)} of the windows' time by the profiler; "
+               f"the hooks' data wait {fmt_pct(hooks)} of the whole run's wall time.")
+    more = len(windows) - len(rows)
+    return {"summary": summary, "rows": rows,
+            "more": f"{more} more window(s) in report.json" if more > 0 else ""}
+
+
+def saves_view(section: Any, report: Any) -> dict[str, Any] | None:
+    """Each save counted once, by kind; nothing when the run saved nothing."""
+    if not isinstance(section, dict):
+        return None
+    rows = [(label, str(int(n)), fmt_duration(section.get(f"{key}_s")))
+            for label, key, n in (("periodic checkpoints", "checkpoint", section.get("checkpoints")),
+                                  ("final save", "final", section.get("final")),
+                                  ("side files (no tensors)", "side_files", section.get("side_files")))
+            if num(n)]
+    return {"rows": rows} if rows else None
+
+
+VIEWS: dict[str, Callable[[Any, Any], dict[str, Any] | None]] = {
+    "saves": saves_view,
+    "profiler": profiler_view,
+    "prediction_check": _guarded(preflight.check_table),
+    "preflight": _guarded(preflight.table),
+    "trial": lambda section, report: trial.view(section),
+}
+
+
+def views(report: dict[str, Any]) -> dict[str, Any]:
+    """``{key: view or None}`` for every registered section that has a view."""
+    return {s.key: VIEWS[s.key](report.get(s.key), report) for s in SECTIONS if s.key in VIEWS}
