@@ -42,6 +42,8 @@ def main(argv=None):
                         "input pipeline does (the saturated-host overhead bench uses it)")
     p.add_argument("--worker-ms", type=float, default=0.0,
                    help="CPU milliseconds each batch costs in the loader (decoding/augmenting stand-in)")
+    p.add_argument("--until-file", default=None,
+                   help="also stop when this file exists (tests end a long patient when they are done with it)")
     p.add_argument("--step-log", default=None,
                    help="append each step's wall-clock and main-thread CPU end times and the padded tokens so far "
                         "here, a line per step "
@@ -86,6 +88,8 @@ def main(argv=None):
 
     def done(n: int) -> bool:
         if args.steps is not None and n >= args.steps:
+            return True
+        if args.until_file is not None and os.path.exists(args.until_file):
             return True
         return args.seconds is not None and time.perf_counter() - t_begin >= args.seconds
 

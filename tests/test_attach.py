@@ -35,6 +35,31 @@ def start_probe(name: str, truth: Path, *args: str) -> subprocess.Popen[str]:
     return start(sys.executable, str(PROBES / f"{name}.py"), "--truth", str(truth), *args)
 
 
+def wait_until(ready: Any, what: str, timeout_s: float = 180.0) -> None:
+    """Poll for a condition a busy machine reaches late but surely (never a fixed sleep)."""
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        assert time.monotonic() < deadline, f"never saw: {what}"
+        time.sleep(0.05)
+
+
+def lines(path: Path) -> int:
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+def long_patient(tmp: Path, *args: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], Path]:
+    """The healthy probe, training until the test creates its stop file; returns it and that file.
+
+    Its step log tells the test when it is mid-run, by steps, however slow the machine."""
+    stop = tmp / "stop"
+    base = {k: v for k, v in os.environ.items() if not k.startswith("GPUDOCTOR_")}
+    probe = subprocess.Popen([sys.executable, str(PROBES / "healthy.py"), "--seconds", "600", "--until-file",
+                              str(stop), "--step-log", str(tmp / "steps.log"), "--truth", str(tmp / "truth.json"),
+                              *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**base, **(env or {})})
+    return probe, stop
+
+
 def attach(pid: int, out: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     return run_cli("attach", str(pid), "--out", str(out), *args, timeout=timeout)
 
@@ -142,10 +167,16 @@ def test_attach_notes_reach_every_report_format(attached):
 @pytest.mark.slow
 def test_a_plain_sgd_loop_met_mid_run_is_training_not_starting(tmp_path: Path):
     """No optimizer, no DataLoader: its backward passes and parameter updates say it is training."""
-    probe = start(sys.executable, str(ROOT / "tests" / "scripts" / "plain_sgd.py"), "--seconds", "14")
-    time.sleep(6)
+    stop = tmp_path / "stop"
+    probe = start(sys.executable, str(ROOT / "tests" / "scripts" / "plain_sgd.py"), "--seconds", "600",
+                  "--until-file", str(stop))
+    assert probe.stdout is not None
+    while not probe.stdout.readline().startswith("step 200"):  # training for a while: mid-run
+        assert probe.poll() is None
     doctor = attach(probe.pid, tmp_path / "run", "--duration", "4")
-    out, err = probe.communicate(timeout=60)
+    stop.touch()
+    rest, err = probe.communicate(timeout=120)
+    out = rest
     assert probe.returncode == 0 and doctor.returncode == 0, (err[-2000:], doctor.stderr[-2000:])
     target = load(tmp_path / "run", "meta.json")["attach"]["targets"][0]
     assert target["underway"] is True
@@ -159,13 +190,16 @@ def test_a_plain_sgd_loop_met_mid_run_is_training_not_starting(tmp_path: Path):
 @pytest.mark.slow
 def test_detach_leaves_the_process_training_to_a_correct_end(tmp_path: Path):
     truth = tmp_path / "truth.json"
-    probe = start_probe("healthy", truth, "--seconds", "14")
-    time.sleep(7)  # mid-run: the loop is going
+    probe, stop = long_patient(tmp_path)
+    wait_until(lambda: lines(tmp_path / "steps.log") >= 30, "30 steps: mid-run, the loop is going")
     doctor = attach(probe.pid, tmp_path / "run", "--duration", "3")
     detached_at = time.time()
     assert doctor.returncode == 0, doctor.stderr[-2000:]
     assert probe.poll() is None, "the patient must outlive the doctor"
-    out, err = probe.communicate(timeout=60)
+    after = lines(tmp_path / "steps.log")
+    wait_until(lambda: lines(tmp_path / "steps.log") >= after + 10, "10 more steps after the detach")
+    stop.touch()
+    out, err = probe.communicate(timeout=120)
     assert probe.returncode == 0, err[-2000:]
     assert out.strip().splitlines()[-1].startswith("STEPS_PER_S=")
     assert "Traceback" not in err and "gpudoctor" not in err
@@ -188,29 +222,28 @@ def test_detach_during_a_profiler_window_closes_it_on_the_main_thread(tmp_path: 
     # thread, it stayed open in the patient (torch: "disableProfiler called but no active
     # profiling session found", "Leaked callback handle"). Forced open 20 steps after each
     # install and never closed by itself, every detach here lands inside it.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUDOCTOR_")}
-    env["GPUDOCTOR_PROFILE_WINDOW"] = "20:1000000"
-    probe = subprocess.Popen([sys.executable, str(PROBES / "healthy.py"), "--seconds", "22",
-                              "--truth", str(tmp_path / "truth.json")],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    time.sleep(5)
+    probe, stop = long_patient(tmp_path, env={"GPUDOCTOR_PROFILE_WINDOW": "20:1000000"})
+    wait_until(lambda: lines(tmp_path / "steps.log") >= 5, "training has begun")
     for i in range(2):  # the second session must install as cleanly as the first
         doctor = attach(probe.pid, tmp_path / f"run-{i}", "--duration", "4")
         assert doctor.returncode == 0, doctor.stderr[-2000:]
         target = load(tmp_path / f"run-{i}", "meta.json")["attach"]["targets"][0]
         assert target["installed_at"] is not None and target["detached"] is True
-    out, err = probe.communicate(timeout=60)
+    stop.touch()
+    out, err = probe.communicate(timeout=120)
     assert probe.returncode == 0 and out.strip().splitlines()[-1].startswith("STEPS_PER_S="), err[-2000:]
     assert "no active profiling session" not in err and "Leaked callback" not in err, err[-2000:]
 
 
 @pytest.mark.slow
 def test_patient_killed_while_attached_still_gets_a_report(tmp_path: Path):
-    probe = start_probe("healthy", tmp_path / "truth.json", "--seconds", "30")
+    probe, _ = long_patient(tmp_path)
     doctor = subprocess.Popen([*gpudoctor_cmd("attach", str(probe.pid), "--out", str(tmp_path / "run"))],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                               env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    time.sleep(10)
+    events = tmp_path / "run" / "events" / f"{probe.pid}.jsonl"
+    wait_until(lambda: events.exists() and events.read_bytes().count(b'"k":"step"') >= 5,
+               "the hooks recorded steps")
     probe.kill()
     probe.wait()
     _, err = doctor.communicate(timeout=60)
@@ -290,7 +323,7 @@ def test_a_second_doctor_is_refused_and_ctrl_c_detaches_the_first(tmp_path: Path
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                              env=dict(os.environ, PYTHONPATH=str(ROOT)))
     try:
-        time.sleep(3)
+        wait_until(lambda: (tmp_path / "a" / "meta.json").exists(), "the first doctor holds the patient")
         second = attach(idle.pid, tmp_path / "b", timeout=30)
         assert second.returncode == 3 and "already attached" in second.stderr
         first.send_signal(signal.SIGINT)  # what Ctrl-C sends
