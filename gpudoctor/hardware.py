@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 PRICE_DATE = "2026-11"
 PRICE_NOTE = f"approximate on-demand list price, {PRICE_DATE}; not checked live"
-# What users paid in ../shared/seeds: one H100 at $2.50/h (seed 001; seed 002 ~$2.49/h).
+# What users paid in docs/seeds: one H100 at $2.50/h (seed 001; seed 002 ~$2.49/h).
 SEED_H100 = f"what seed 001 paid for one H100 ($2.50/h; seed 002 ~$2.49/h), confirmed {PRICE_DATE}"
 
 

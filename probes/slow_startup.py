@@ -1,6 +1,6 @@
 """Probe: slow dataset formatting before the first step (planted: startup_idle).
 
-Like the user's case in shared/seeds/000: the script builds a ``datasets.Dataset`` of
+Like the user's case in docs/seeds/000: the script builds a ``datasets.Dataset`` of
 ~100k instruction/response examples and formats it with a non-batched
 ``.map(format_fn)`` (the slow way) inside the training script, before training starts;
 then a short, healthy training loop (pre-tokenized, length-bucketed dynamic padding, no
