@@ -58,8 +58,21 @@ def _lower_thread(tid: int) -> tuple[str, str]:
 
 
 def lower_self() -> None:
-    """``preexec_fn`` for the doctor's helpers (py-spy): idle CPU and I/O, whatever its spawner's."""
+    """``preexec_fn`` for the doctor's helpers: idle CPU and I/O, whatever its spawner's."""
     _lower_thread(0)
+
+
+def sampler_nice() -> None:
+    """``preexec_fn`` for py-spy: nice 19 and idle I/O, but never ``SCHED_IDLE``.
+
+    A ``SCHED_IDLE`` sampler runs only when a core is idle, so on a busy host it would read
+    the patient's stack mostly while the patient waits: samples biased toward waiting, and
+    stack-sampled shares invented rather than measured. Nice 19 still yields to the patient
+    but is scheduled in turn, so its samples stay spread over time.
+    """
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, 0, NICE_IDLE)
+    set_ioprio(0, IOPRIO_CLASS_IDLE)
 
 
 def restore_normal() -> None:
@@ -194,10 +207,17 @@ def start_normal_spawner() -> None:
         _spawner.ready.wait(5)
 
 
-def popen_normal(argv: list[str], **kwargs: Any) -> subprocess.Popen[Any]:
-    """``subprocess.Popen`` from a normal-priority thread, with :func:`restore_normal` in the child."""
+def popen_normal(argv: list[str], then: Callable[[], None] | None = None,
+                 **kwargs: Any) -> subprocess.Popen[Any]:
+    """``subprocess.Popen`` from a normal-priority thread, with :func:`restore_normal` in the child
+    (then ``then``, e.g. a lower nice value that any process may take)."""
+    def preexec() -> None:
+        restore_normal()
+        if then is not None:
+            then()
+
     def spawn() -> subprocess.Popen[Any]:
-        return subprocess.Popen(argv, preexec_fn=restore_normal, **kwargs)
+        return subprocess.Popen(argv, preexec_fn=preexec, **kwargs)
 
     spawner = _spawner
     if spawner is None or threading.current_thread() is spawner:

@@ -11,7 +11,8 @@ pausing mode cost ~17% of step throughput at 100 Hz, see issue 3).
 
 A hooked process and its workers are left out (the analysis reads only the
 hooks' events for them), so once every process is hooked no py-spy runs.
-py-spy runs at the doctor's priority, idle once hooked (:mod:`gpudoctor.priority`); its CPU
+py-spy runs at nice 19 with idle I/O, never ``SCHED_IDLE`` (:func:`gpudoctor.priority.sampler_nice`:
+an idle-class sampler would only see the patient when a core idles, a biased sample); its CPU
 seconds are counted from ``wait4`` (``cpu_s``) for meta.json.
 
 Each window adds one row per process to ``samples/stacks.jsonl`` (format in
@@ -71,7 +72,7 @@ class StackSampler:
         self.samples = 0
         self.cpu_s = 0.0  # py-spy's own CPU seconds, all windows
         self.thread_cpu_s = 0.0  # this sampler's thread: spawning, reading and classifying
-        self.idle = False  # py-spy windows at idle priority (once hooked: no figure waits on their timing)
+        self.idle = False  # the doctor went idle once hooked (py-spy stays nice 19: see sampler_nice)
         self.hooked: set[int] = set()  # their stacks are not needed (the hooks measure them): not sampled
         self._error_counts: dict[str, int] = {}
         self._stop = threading.Event()
@@ -156,9 +157,9 @@ class StackSampler:
                 "--format", "speedscope", "--output", str(out)]
         # Own session: a Ctrl-C meant for the doctor must not end the window unrecorded.
         # Killed with the doctor: a SIGKILLed doctor must leave no py-spy behind.
-        # Once hooked: idle CPU and I/O priority, whatever the spawning thread's (spare cycles only).
-        return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-                                preexec_fn=functools.partial(_pyspy_preexec, os.getpid(), self.idle))
+        # From the normal-priority spawner, then nice 19 (see priority.sampler_nice): never SCHED_IDLE.
+        return priority.popen_normal(argv, then=functools.partial(_pyspy_preexec, os.getpid()),
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
 
     def _reap(self, proc: subprocess.Popen[bytes]) -> bytes:
         """Wait for one py-spy and add its CPU seconds to :attr:`cpu_s`; returns its stderr."""
@@ -199,9 +200,8 @@ class StackSampler:
         return any(n >= MAX_SAME_ERROR for n in self._error_counts.values())
 
 
-def _pyspy_preexec(parent: int, idle: bool) -> None:
-    if idle:
-        priority.lower_self()
+def _pyspy_preexec(parent: int) -> None:
+    priority.sampler_nice()
     scratch.die_with_parent(parent)
 
 

@@ -15,7 +15,7 @@ def main(args: Any) -> int:
     # Until the hooks are in, the doctor's timing is the figure (the stop must be short, stack samples
     # must come on time): nice 10, as before. Once hooked, it takes only idle cycles (session.py).
     priority.start_normal_spawner()  # gdb is started from a thread kept normal
-    doctor_priority = {**priority.nice_doctor(NICE), "py_spy": "as the doctor (idle once hooked)",
+    doctor_priority = {**priority.nice_doctor(NICE), "py_spy": "nice 19, idle I/O (never SCHED_IDLE: its samples must stay spread over time)",
                        "gdb": "normal: SCHED_OTHER, nice 0 (it holds the patient stopped)"}
     from gpudoctor.attach.live import LiveState, LiveView
     from gpudoctor.attach.lock import AttachLock
