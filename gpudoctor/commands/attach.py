@@ -44,6 +44,8 @@ def main(args: Any) -> int:
     finally:
         scratch.end_session()  # py-spy's output and gdb's commands; a killed doctor's: by the next attach
     observed_s = (record.end_time or record.attach_time) - record.attach_time
+    # The hooks are out: the report must not wait behind a patient that keeps every core busy.
+    priority.restore_doctor()  # best effort (root, CAP_SYS_NICE); else it stays idle
     return _report(session.folder.root, args, observed_s)
 
 
