@@ -48,6 +48,7 @@ def build_report(rec: Recording, options: ReportOptions | None = None) -> dict[s
         "breakdown": _rounded(a.breakdown()),
         "shares": _rounded(a.shares()),
         "padding": _rounded(a.padding()),
+        "startup": _rounded(a.primary.startup_parts()) if a.primary is not None else None,
         "steps": _steps(a),
         # each save counted once, by kind (analysis/saves.py); null when no process was hooked
         "saves": split_saves(a.primary).to_dict() if a.primary is not None else None,

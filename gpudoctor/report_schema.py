@@ -388,6 +388,19 @@ class Sections(TypedDict, total=False):
     trial: Trial
 
 
+class StartupParts(TypedDict, total=False):
+    """The startup slice in seconds: the heavy imports (torch, transformers...), model loading
+    (``from_pretrained``), dataset loading, dataset ``map``/``filter``, and the rest (a model
+    built from a config, the script's own setup). Null when nothing ran inside the training."""
+
+    total_s: Seconds
+    imports_s: Seconds
+    model_load_s: Seconds
+    data_load_s: Seconds
+    format_s: Seconds
+    other_s: Seconds
+
+
 class Report(Sections):
     """``report.json``. The six sections SPEC.md names, plus what renderers need to draw a run from
     report.json alone (``gpudoctor report report.json -o x.html`` needs no raw samples), plus
@@ -406,6 +419,7 @@ class Report(Sections):
     per_rank: NotRequired[list[RankEntry]]
     timeline: NotRequired[Timeline]
     notes: NotRequired[list[str]]
+    startup: NotRequired[StartupParts | None]
 
 
 REQUIRED = tuple(sorted(Report.__required_keys__))

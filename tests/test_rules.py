@@ -239,3 +239,22 @@ def test_a_hook_that_failed_is_said_in_the_report(tmp_path):
     assert "in-process recording stopped in pid 100 31.0 s after launch" in notes and "boom" in notes
     assert "the hook padding count (TypeError: odd batch) was switched off" in notes
     assert sum(f["rule"] == "partial_recording" for f in report["findings"]) == 2
+
+
+@pytest.mark.parametrize(("states", "says"), [(["hit"], "read from the datasets cache"),
+                                              (["none"], "never caches its map"),
+                                              (["miss", "miss"], "the next launch with the same data")])
+def test_startup_says_what_the_datasets_cache_does_for_the_next_launch(tmp_path, states, says):
+    b = RecordingBuilder(tmp_path, cores=8, duration_s=100.0)
+    rows = b.process()
+    rows.append({"k": "span", "c": "imports", "t0": T0 + 0.1, "dt": 2.0, "name": "import torch"})
+    rows.append({"k": "span", "c": "format", "t0": T0 + 3.0, "dt": 20.0, "name": "datasets.Dataset.map"})
+    rows += [{"k": "map_cache", "t": T0 + 23.0, "state": s} for s in states]
+    b.training_loop(rows, start_s=30.0, steps=600, compute_s=0.1, wait_s=0.001, fetch_s=0.001)
+    b.host_rows(cpu_total_pct=20.0, cpu_proc_pct=100.0)
+    report = report_of(b)
+    f = next(f for f in report["findings"] if f["rule"] == "startup_idle")
+    assert says in f["fix"]["summary"]
+    parts = report["startup"]
+    assert parts["imports_s"] == pytest.approx(2.0) and parts["format_s"] == pytest.approx(20.0)
+    assert parts["other_s"] == pytest.approx(30.0 - 22.0, abs=0.05) and f["data"]["imports_s"] == pytest.approx(2.0)

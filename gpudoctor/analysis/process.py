@@ -44,6 +44,7 @@ class ProcessView:
     fetch_calls: int = 0
     n_data_waits: int = 0
     profiler: list[dict[str, Any]] = field(default_factory=list)
+    map_cache: list[str] = field(default_factory=list)  # per Dataset.map: "hit" | "miss" | "none"
     proc: dict[str, Any] = field(default_factory=dict)
     slice_s: dict[str, float] = field(default_factory=dict)  # seconds per slice, set with ``slices``
     _intervals: list[float] | None = field(default=None, repr=False)
@@ -54,6 +55,20 @@ class ProcessView:
 
     def seconds(self, key: str) -> float:
         return self.slice_s[key] if key in self.slice_s else tl.total(self.slices.get(key, []))
+
+    def startup_parts(self) -> dict[str, float]:
+        """What the startup slice was made of, in seconds: the heavy imports, model loading,
+        dataset loading, dataset formatting/tokenizing (``map``), and the rest (building the
+        model from a config, the script's own setup). Parts are measured before the first step
+        and clipped to the slice, so they never sum past it."""
+        total = self.seconds("startup")
+        first = self.first_step if self.first_step is not None else self.end
+        parts = {key: tl.total(tl.clip(tl.merge(self.spans.get(cat, [])), self.start, first))
+                 for key, cat in (("imports_s", "imports"), ("model_load_s", "model_load"),
+                                  ("data_load_s", "data_load"), ("format_s", "format"))}
+        scale = min(1.0, total / s) if (s := sum(parts.values())) > 0 else 1.0
+        parts = {k: v * scale for k, v in parts.items()}
+        return {"total_s": total, **parts, "other_s": max(0.0, total - sum(parts.values()))}
 
     @cached_property
     def loop_end(self) -> float | None:
@@ -114,6 +129,8 @@ def build_process_view(
             counters.append(e)
         elif kind == "profiler":
             view.profiler.append(e)
+        elif kind == "map_cache" and e.get("state") in ("hit", "miss", "none"):
+            view.map_cache.append(str(e["state"]))
     view.first_step = min(firsts) if firsts else None
     view.spans = spans
     view.span_names = names

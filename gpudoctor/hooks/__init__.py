@@ -22,6 +22,11 @@ _torch_hooks = None
 _eval_regions = None
 
 
+# Libraries whose import is a visible part of startup, timed as startup's "imports" part.
+HEAVY_IMPORTS = ("torch", "transformers", "datasets", "accelerate", "lightning", "pytorch_lightning",
+                 "tokenizers", "numpy", "pandas")
+
+
 def is_installed() -> bool:
     return _writer is not None
 
@@ -43,6 +48,8 @@ def install(run_dir: str | os.PathLike[str]) -> EventWriter:
     guard.arm(w)
     patch.reset_depths()
     th = _torch_hooks = TorchHooks(w)
+    imports.time_imports(HEAVY_IMPORTS, lambda name, t0, dt: w.emit(
+        {"k": "span", "c": "imports", "t0": t0, "dt": dt, "name": f"import {name}"}))
     imports.when_imported("argparse", lambda m: cli_hooks.install_argparse(w, m))
     cli_hooks.record_existing_parser(w)  # attach: the script parsed its command line before
     cli_hooks.record_script_globals(w)

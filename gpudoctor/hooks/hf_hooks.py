@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from types import ModuleType
@@ -115,11 +116,37 @@ def install_datasets(writer: EventWriter, mod: ModuleType) -> None:
             continue
         for method in ("map", "filter"):
             if method in cls.__dict__:
-                patch.replace(cls, method, patch.span(writer, "format", f"datasets.{cls_name}.{method}"))
+                span = patch.span(writer, "format", f"datasets.{cls_name}.{method}")
+                if cls_name == "Dataset" and method == "map":
+                    patch.replace(cls, method, lambda fn, span=span: span(_watch_map_cache(writer, fn)))
+                else:
+                    patch.replace(cls, method, span)
     for fn_name in ("load_dataset", "load_from_disk"):
         if hasattr(mod, fn_name):
             # Loading is what the startup fix recommends: its own category, never charged as waste.
             patch.replace(mod, fn_name, patch.span(writer, "data_load", f"datasets.{fn_name}"))
+
+
+def _watch_map_cache(writer: EventWriter, fn: Any) -> Any:
+    """``Dataset.map`` that also says whether its result came from the datasets cache."""
+
+    def map_(self: Any, *args: Any, **kwargs: Any) -> Any:
+        t0 = time.time()
+        out = fn(self, *args, **kwargs)  # the user's call, outside any guard: its result is theirs
+        _note_map_cache(writer, out, t0)
+        return out
+
+    return map_
+
+
+@guarded("datasets cache note")
+def _note_map_cache(writer: EventWriter, out: Any, t0: float) -> None:
+    """``hit``: the result's cache files predate the call (read, not computed); ``miss``: written
+    now (the next launch can read them); ``none``: an in-memory dataset, which is never cached."""
+    files = [f.get("filename") for f in (getattr(out, "cache_files", None) or []) if isinstance(f, dict)]
+    times = [os.stat(f).st_mtime for f in files if isinstance(f, str) and os.path.exists(f)]
+    state = "none" if not times else ("hit" if max(times) < t0 else "miss")
+    writer.emit({"k": "map_cache", "t": time.time(), "state": state})
 
 
 def install_safetensors(writer: EventWriter, mod: ModuleType) -> None:

@@ -7,10 +7,12 @@ injected part of gpudoctor must be stdlib-only.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import sys
 import threading
+import time
 from collections.abc import Callable
 from types import ModuleType
 
@@ -19,6 +21,22 @@ Hook = Callable[[ModuleType], None]
 _hooks: dict[str, list[Hook]] = {}
 _lock = threading.RLock()
 _finder: _PostImportFinder | None = None
+_timed: set[str] = set()  # modules whose import is timed (startup's "imports" part)
+_on_timed: Callable[[str, float, float], None] | None = None
+
+
+def time_imports(names: tuple[str, ...], report: Callable[[str, float, float], None]) -> None:
+    """Time the import of each of ``names`` not imported yet: ``report(name, t0, seconds)``.
+
+    The heavy libraries' imports are a real part of startup (torch alone takes seconds);
+    timing their loader's ``exec_module`` says how much, without touching anything else.
+    """
+    global _on_timed
+    _on_timed = report
+    for name in names:
+        if name not in sys.modules:
+            _timed.add(name)
+            when_imported(name, lambda module: None)  # makes the finder wrap its loader
 
 
 def when_imported(name: str, hook: Hook) -> None:
@@ -40,9 +58,17 @@ def clear() -> None:
     global _finder
     with _lock:
         _hooks.clear()
+        _timed.clear()
         if _finder is not None and _finder in sys.meta_path:
             sys.meta_path.remove(_finder)
         _finder = None
+
+
+def _report_timed(name: str, t0: float, seconds: float) -> None:
+    report = _on_timed
+    if report is not None:
+        with contextlib.suppress(Exception):  # saying how long an import took must never break it
+            report(name, t0, seconds)
 
 
 def _run(hook: Hook, module: ModuleType) -> None:
@@ -86,7 +112,12 @@ class _HookedLoader(importlib.abc.Loader):
         return self._inner.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
-        self._inner.exec_module(module)
+        if self._fullname in _timed:
+            t0, p0 = time.time(), time.perf_counter()
+            self._inner.exec_module(module)
+            _report_timed(self._fullname, t0, time.perf_counter() - p0)
+        else:
+            self._inner.exec_module(module)
         with _lock:
             hooks = _hooks.pop(self._fullname, [])
         for hook in hooks:

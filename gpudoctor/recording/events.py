@@ -58,6 +58,9 @@ In-process events (key ``k``):
               (at train begin, or when ``attach`` adopts a Trainer mid-run): ``t,
               max_steps, num_train_epochs, global_step``. Older recordings call it
               ``hf_plan``; both are read.
+``map_cache`` after each ``datasets.Dataset.map``: ``t``, ``state``: ``hit`` (its result was
+              read from the datasets cache), ``miss`` (computed and now cached: the next
+              launch can read it), ``none`` (an in-memory dataset, never cached).
 ``hook_error`` one of our hooks failed and switched off (the training went on): ``t``,
               ``where``, ``vital`` (the whole in-process recording stopped), ``error``,
               ``message`` (redacted). The report says so in a ``partial_recording`` note.

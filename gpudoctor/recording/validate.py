@@ -78,6 +78,7 @@ EVENT_FIELDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
     "first_step": ({"t": is_time}, {}),
     "exit": ({"t": is_time}, {}),
     "detach": ({"t": is_time}, {}),
+    "map_cache": ({"t": is_time, "state": is_str}, {}),
     "hook_error": ({"t": is_time, "where": is_str}, {"vital": opt(is_bool), "error": opt(is_str), "message": opt(is_str)}),
     "counter": ({"t": is_time, "name": is_str, "calls": is_count, "s": is_duration}, {}),
     "batch": (

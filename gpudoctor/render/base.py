@@ -171,6 +171,16 @@ def host_text(host: Any) -> str:
     return " · ".join(parts)
 
 
+def startup_text(parts: Any) -> str:
+    """``4.1 s: imports 1.3 s, model load 0 s, ...``; unavailable when nothing ran inside."""
+    if not isinstance(parts, dict) or num(parts.get("total_s")) is None:
+        return "unavailable"
+    names = (("imports_s", "imports"), ("model_load_s", "model load"), ("data_load_s", "dataset load"),
+             ("format_s", "dataset map"), ("other_s", "other setup"))
+    return fmt_duration(parts["total_s"]) + ": " + ", ".join(
+        f"{label} {fmt_duration(parts.get(key))}" for key, label in names if num(parts.get(key)) is not None)
+
+
 def fix_tables(fix: dict[str, Any]) -> list[dict[str, Any]]:
     """Every call a fix changes, main first: ``[{"library", "call", "config"}]`` with values."""
     library = fix.get("library")

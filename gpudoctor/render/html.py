@@ -32,6 +32,7 @@ from gpudoctor.render.base import (
     gpus_text,
     host_text,
     num,
+    startup_text,
 )
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -89,7 +90,7 @@ def build_view(report: dict[str, Any]) -> dict[str, Any]:
         "breakdown_rows": breakdown_rows(report.get("breakdown"), duration_s),
         "shares": shares_view(report.get("shares")),
         "padding": padding_view(report.get("padding")),
-        "steps": steps_view(report.get("steps")),
+        "steps": steps_view(report.get("steps")) + [("startup", startup_text(report.get("startup")))],
         "findings": [finding_view(f) for f in report.get("findings") or []],
         "cost": cost_view(cost),
         "ranks": ranks_view(report.get("per_rank")),

@@ -28,6 +28,7 @@ from gpudoctor.render.base import (
     fmt_usd,
     gpus_text,
     num,
+    startup_text,
 )
 from gpudoctor.render.charts import SPAN_LABELS
 from gpudoctor.report_schema import SECTIONS
@@ -165,7 +166,8 @@ def facts_lines(report: dict[str, Any]) -> str:
             f"GPU busy {fmt_pct(shares.get('gpu_busy'))} · CPU busy {fmt_pct(shares.get('cpu_busy'))}  ",
             padding_line(padding) + "  ",
             f"**Steps:** {fmt_int(steps.get('count') or 0)} · p50 {fmt_step_time(times.get('p50'))} · "
-            f"p90 {fmt_step_time(times.get('p90'))} · first step at {fmt_duration(steps.get('first_step_at_s'))}",
+            f"p90 {fmt_step_time(times.get('p90'))} · first step at {fmt_duration(steps.get('first_step_at_s'))}  ",
+            "**Startup:** " + startup_text(report.get("startup")),
         ]
     )
 

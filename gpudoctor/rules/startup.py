@@ -37,7 +37,8 @@ class StartupIdle(Rule):
         share = recoverable_s / p.wall_s
         if share < MIN_RECOVERABLE_SHARE and recoverable_s < LONG_STARTUP_S:
             return None
-        other_s = max(0.0, startup_s - format_s - load_s - data_load_s)
+        parts = p.startup_parts()
+        other_s = parts["other_s"]
         names = sorted(p.span_names.get("format", {}).items(), key=lambda kv: -kv[1])
         what = ", ".join(f"{n} {s:.1f} s" for n, s in names[:3]) or "tokenizer calls"
         cores = a.host.cores or 1
@@ -56,6 +57,7 @@ class StartupIdle(Rule):
         else:
             why = "its CPU use was not measured, so no process count is proposed"
         gpu_seen = a.gpu.count > 0 or a.gpu.busy_fraction is not None
+        cache = _cache_text(p.map_cache)
         return Finding(
             rule=self.name,
             title=("GPUs idle" if gpu_seen else "Training waits") + " while the data is prepared",
@@ -64,13 +66,14 @@ class StartupIdle(Rule):
             evidence=(
                 f"The first step started {startup_s:.1f} s after launch ({pct(startup_s / p.wall_s)} of wall): "
                 f"{recoverable_s:.1f} s preparing data ({what}), {data_load_s:.1f} s loading the dataset, "
-                f"{load_s:.1f} s loading the model, "
-                f"{other_s:.1f} s in imports and other setup."
+                f"{load_s:.1f} s loading the model, {parts['imports_s']:.1f} s importing libraries, "
+                f"{other_s:.1f} s in other setup (building the model, the script's own)."
             ),
             fix=Fix(
                 summary=("Format and tokenize once before " + ("the GPUs are rented" if gpu_seen else "training")
                          + ", save with save_to_disk, and only load_from_disk in the training script"
-                         + f" (the map: batched{', num_proc=' + str(parallel) if parallel else ''}; {why})."),
+                         + f" (the map: batched{', num_proc=' + str(parallel) if parallel else ''}; {why})."
+                         + cache),
                 config=map_args,
                 snippet=(
                     "# prepare_data.py: run once, before training\n"
@@ -87,6 +90,7 @@ class StartupIdle(Rule):
                 "format_s": round(format_s, 3),
                 "model_load_s": round(load_s, 3),
                 "data_load_s": round(data_load_s, 3),
+                "imports_s": round(parts["imports_s"], 3),
                 "recoverable_s_per_launch": round(recoverable_s, 3),
                 "prep_cores_used": round(used, 2) if used is not None else None,
             },
@@ -111,3 +115,17 @@ def _parallel_map(used: float | None, others: float, cores: int) -> int | None:
         return None
     free = int(cores - others + 0.25)
     return free if free >= 2 else None
+
+
+def _cache_text(states: list[str]) -> str:
+    """What the datasets cache does for the next launch, from what this one's maps saw."""
+    if not states:
+        return ""
+    if all(s == "hit" for s in states):
+        return (" This launch's maps were read from the datasets cache: the time left is loading "
+                "and the rest of the setup, not the maps.")
+    if "none" in states:
+        return (" The dataset is built in memory, so datasets never caches its map: every launch "
+                "pays it again until it is saved once.")
+    return (" The datasets cache now holds these maps' results: the next launch with the same "
+            "data and function reads them (a one-time cost), save_to_disk makes that explicit.")
