@@ -71,7 +71,8 @@ def test_checkpoint_gap_is_not_called_a_loader_stall(tmp_path):
     assert report["breakdown"]["checkpoint"] == pytest.approx(24 / 100, abs=0.01)
 
 
-def test_gpu_rules_fire_on_fp32_h100_with_small_batches(tmp_path):
+def fp32_h100_run(tmp_path) -> RecordingBuilder:
+    """An H100 at 40% busy training in FP32 without TF32, batch 2 x accumulation 8, 9 of 80 GB used."""
     b = RecordingBuilder(tmp_path, cores=16, duration_s=100.0)
     rows = b.process()
     b.training_loop(rows, start_s=2.0, steps=900, compute_s=0.1, wait_s=0.001, fetch_s=0.001,
@@ -83,7 +84,11 @@ def test_gpu_rules_fire_on_fp32_h100_with_small_batches(tmp_path):
                  "param_dtype": "torch.float32", "autocast": False})
     b.host_rows(cpu_total_pct=10.0, cpu_proc_pct=100.0)
     b.gpu_rows(util_pct=40.0, mem_used_mib=9000.0)
-    report = report_of(b)
+    return b
+
+
+def test_gpu_rules_fire_on_fp32_h100_with_small_batches(tmp_path):
+    report = report_of(fp32_h100_run(tmp_path))
     rules = rules_of(report)
     assert {"no_tf32", "no_mixed_precision", "small_batch", "low_gpu_utilization"} <= set(rules)
     by = {f["rule"]: f for f in report["findings"]}
@@ -98,18 +103,7 @@ def test_gpu_scenario_verdict_is_bounded_by_the_compute_it_claims(tmp_path):
     """Four GPU fixes all claim compute (90% of wall): idle time (no GPU work, 0.9 - busy 0.4 -
     explained 0.029 = 47% of wall) goes once, and TF32 and bf16 compound on the busy rest
     (1 - 0.5 * 0.5 = 75% of it). The total is that, not the 95% (20x) a plain sum gave."""
-    b = RecordingBuilder(tmp_path, cores=16, duration_s=100.0)
-    rows = b.process()
-    b.training_loop(rows, start_s=2.0, steps=900, compute_s=0.1, wait_s=0.001, fetch_s=0.001,
-                    trainer_args={"per_device_train_batch_size": 2, "gradient_accumulation_steps": 8,
-                                  "tf32": None, "bf16": False, "torch_compile": False})
-    rows.append({"k": "torch_cfg", "t": 1_700_000_002.0, "cuda": True, "device": "cuda",
-                 "device_name": "NVIDIA H100 80GB HBM3", "device_capability": [9, 0],
-                 "matmul_precision": "highest", "allow_tf32": False, "cudnn_allow_tf32": True,
-                 "param_dtype": "torch.float32", "autocast": False})
-    b.host_rows(cpu_total_pct=10.0, cpu_proc_pct=100.0)
-    b.gpu_rows(util_pct=40.0, mem_used_mib=9000.0)
-    report = report_of(b)
+    report = report_of(fp32_h100_run(tmp_path))
     by = {f["rule"]: f for f in report["findings"]}
     compute, wasted = report["breakdown"]["compute"], report["cost"]["wasted_fraction"]
     idle = by["low_gpu_utilization"]["waste_fraction"]

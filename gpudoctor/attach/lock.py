@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 
 from gpudoctor.errors import UserError
+from gpudoctor.pids import pid_alive as pid_alive  # its users import it from here too
 
 
 def lock_path(pid: int) -> Path:
@@ -76,18 +77,3 @@ class AttachLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
-
-
-def pid_alive(pid: int) -> bool:
-    """Running (a zombie is not); a process of another user counts as running."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from gpudoctor import safefs
+from gpudoctor.pids import pid_alive
 
 SCRATCH = "scratch"
 
@@ -56,7 +57,7 @@ def remove_stale(base: Path) -> int:
     with contextlib.suppress(OSError):
         for entry in os.scandir(base):
             pid = _owner_pid(entry.name)
-            if pid is None or not entry.is_dir(follow_symlinks=False) or _alive(pid):
+            if pid is None or not entry.is_dir(follow_symlinks=False) or pid_alive(pid):
                 continue
             shutil.rmtree(entry.path, ignore_errors=True)
             removed += 1
@@ -75,13 +76,3 @@ def _owner_pid(name: str) -> int | None:
     if len(parts) != 3 or not parts[1].isdigit():
         return None
     return int(parts[1])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
