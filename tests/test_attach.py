@@ -339,3 +339,22 @@ def test_a_second_doctor_is_refused_and_ctrl_c_detaches_the_first(tmp_path: Path
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
+
+
+@pytest.mark.slow
+def test_run_clm_like_attached_mid_run_names_its_own_save_steps_flag(tmp_path: Path):
+    """A parser local to main() (run_clm's HfArgumentParser) ran before the attach: the hooks find
+    it alive and read its values from the command line, so the fix is still --save_steps."""
+    out = tmp_path / "trainer"
+    probe = start(sys.executable, str(PROBES / "run_clm_like.py"), "--max_steps", "5000",
+                  "--output_dir", str(out), "--truth", str(tmp_path / "truth.json"))
+    try:
+        wait_until(lambda: (out / "checkpoint-3").exists(), "three checkpoints: parsed and training")
+        doctor = attach(probe.pid, tmp_path / "run", "--duration", "6")
+        assert doctor.returncode == 0, doctor.stderr[-2000:]
+    finally:
+        probe.kill()
+        probe.wait()
+    report = load(tmp_path / "run", "report.json")
+    f = next(f for f in report["findings"] if f["rule"] == "checkpoint_overhead")
+    assert f"`--save_steps {f['fix']['config']['save_steps']}` instead of its default (1)" in f["fix"]["summary"]

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from enum import Enum
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 from gpudoctor.hooks import patch
@@ -147,6 +147,50 @@ def record_existing_parser(writer: EventWriter) -> None:
     spaces = [v for v in found if isinstance(v, argparse.Namespace)]
     if len(parsers) == 1 and len(spaces) == 1:  # without its values, a parser says too little
         writer.emit(parser_event(parsers[0], spaces[0]))
+        return
+    # A parser local to main() (run_clm's HfArgumentParser): still alive as an object. Its values
+    # come from sys.argv, read here without calling the parser (no type hooks, no side effects).
+    parser = _parser_of_argv(argparse, sys.argv[1:])
+    if parser is not None:
+        writer.emit(parser_event(parser, _argv_values(parser, sys.argv[1:])))
+
+
+def _parser_of_argv(argparse: Any, argv: list[str]) -> Any:
+    """The live parser whose flags the command line uses most (at least one), else None."""
+    import gc
+
+    given = {a.split("=", 1)[0] for a in argv if a.startswith("-")}
+    if not given:
+        return None
+    best, score = None, 0
+    for obj in gc.get_objects():
+        if isinstance(obj, argparse.ArgumentParser):
+            flags = {f for action in obj._actions for f in action.option_strings}
+            hits = len(given & flags)
+            if hits > score:
+                best, score = obj, hits
+    return best
+
+
+def _argv_values(parser: Any, argv: list[str]) -> Any:
+    """A namespace of what ``argv`` gave each option (else its default), as the parser would."""
+    values: dict[str, Any] = {}
+    for action in parser._actions:
+        values[action.dest] = action.default
+        for i, arg in enumerate(argv):
+            flag, eq, text = arg.partition("=")
+            if flag not in action.option_strings:
+                continue
+            if action.nargs == 0:
+                values[action.dest] = action.const
+            elif eq or i + 1 < len(argv):
+                raw = text if eq else argv[i + 1]
+                kind = action.type if action.type in (int, float, str) else None
+                try:
+                    values[action.dest] = kind(raw) if kind is not None else raw
+                except ValueError:
+                    values[action.dest] = raw
+    return SimpleNamespace(**values)
 
 
 @guarded("script globals")
