@@ -139,6 +139,7 @@ def test_hand_written_eval_attached_after_start_matches_truth(attached):
     run = attached("nanogpt_like")
     assert run.probe.returncode == 0 and run.doctor.returncode == 0, run.doctor.stderr[-2000:]
     assert run.top["rule"] == "eval_overhead", [(f["rule"], f["waste_fraction"]) for f in run.report["findings"]]
+    assert "`--eval_interval=" in run.top["fix"]["summary"]  # the script's own configurator flag
     # Over the window the report covers: the whole run when the hooks went in before the first
     # step, else from the hooks on (a busy machine can install them after the loop began).
     lo, hi = run.meta["start_time"], run.meta["end_time"]
