@@ -121,7 +121,10 @@ def test_checkpoint_probe_attached_after_start_matches_truth(attached):
     run = attached("heavy_checkpoints")
     assert run.probe.returncode == 0 and run.doctor.returncode == 0, run.doctor.stderr[-2000:]
     assert run.top["rule"] == "checkpoint_overhead", [(f["rule"], f["waste_fraction"]) for f in run.report["findings"]]
-    assert within(run.report["breakdown"]["checkpoint"], run.truth["checkpoint_share"])
+    # As a share of training time: a busy machine can install the hooks after the loop began, and
+    # the report's window starts there (it saves every step, so its share is steady over training).
+    b, truth = run.report["breakdown"], run.truth
+    assert within(b["checkpoint"] / (1 - b["startup"]), truth["checkpoint_share"] / (1 - truth["startup_share"]))
 
 
 @pytest.mark.slow

@@ -203,3 +203,11 @@ def test_a_full_disk_exits_with_the_trainings_code_and_leaves_no_empty_report(ti
             if path.name.startswith("report."):
                 assert path.stat().st_size > 0, path  # never an empty report
 
+
+
+def test_a_training_started_as_another_ended_is_not_read_as_beside_it():
+    """psutil's start time is off by up to ~0.7 s: an overlap that small is sequential."""
+    from gpudoctor.analysis.trainings import group
+
+    assert group({1: (0.0, 10.0), 2: (9.4, 20.0)}) == [[1], [2]]
+    assert group({1: (0.0, 10.0), 2: (5.0, 20.0)}) == [[1, 2]]

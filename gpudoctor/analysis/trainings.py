@@ -45,13 +45,18 @@ def lifetime(rows: list[dict[str, Any]], loop: LoopData | None, start: float, en
     return born, max(died, born)
 
 
+# A process's start comes from psutil's create_time, which is off by up to ~0.7 s here (boot-time
+# skew): a training started right after another ended must not read as running beside it.
+START_SLACK_S = 1.0
+
+
 def group(lives: dict[int, Lifetime]) -> list[list[int]]:
-    """Pids in groups of overlapping lifetimes, in order of their first start."""
+    """Pids in groups of overlapping lifetimes (by more than the start's error), by first start."""
     groups: list[list[int]] = []
     group_end = float("-inf")
     for pid in sorted(lives, key=lambda p: (lives[p][0], p)):
         born, died = lives[pid]
-        if groups and born < group_end:
+        if groups and born < group_end - START_SLACK_S:
             groups[-1].append(pid)
             group_end = max(group_end, died)
         else:
