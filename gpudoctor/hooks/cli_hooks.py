@@ -162,9 +162,15 @@ def _parser_of_argv(argparse: Any, argv: list[str]) -> Any:
     given = {a.split("=", 1)[0] for a in argv if a.startswith("-")}
     if not given:
         return None
+    kinds, todo = {argparse.ArgumentParser}, [argparse.ArgumentParser]
+    while todo:  # its subclasses (HfArgumentParser): a set lookup on type(obj), no isinstance, which
+        for sub in todo.pop().__subclasses__():  # reads __class__ and makes some proxies warn
+            if sub not in kinds:
+                kinds.add(sub)
+                todo.append(sub)
     best, score = None, 0
     for obj in gc.get_objects():
-        if isinstance(obj, argparse.ArgumentParser):
+        if type(obj) in kinds:
             flags = {f for action in obj._actions for f in action.option_strings}
             hits = len(given & flags)
             if hits > score:
