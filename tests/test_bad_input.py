@@ -152,8 +152,16 @@ def test_nvml_driver_library_mismatch_runs_on_host_figures(tmp_path):
 
 def test_a_gpu_that_falls_off_the_bus_mid_run(tmp_path):
     gpu = FakeGpu("Fake H100", "GPU-1", 80 * GIB, 20 * GIB, 90, 300_000, 1980)
-    threading.Timer(1.5, lambda: setattr(gpu, "lost", True)).start()
-    code, report, folder = _run_in_process(tmp_path, FakeBinding([gpu]), 2.5)
+    samples = tmp_path / "run" / "samples" / "gpu.jsonl"
+
+    def fall_off_after_two_rows() -> None:  # by rows on disk, not seconds: a busy machine starts late
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (not samples.exists() or samples.read_bytes().count(b"\n") < 2):
+            time.sleep(0.02)
+        gpu.lost = True
+
+    threading.Thread(target=fall_off_after_two_rows, daemon=True).start()
+    code, report, folder = _run_in_process(tmp_path, FakeBinding([gpu]), 4.0)
     assert code == 0  # the run completes
     rows = [json.loads(x) for x in (folder / "samples" / "gpu.jsonl").read_text().splitlines()]
     assert not rows[0]["gpus"][0]["lost"] and rows[-1]["gpus"][0]["lost"]
