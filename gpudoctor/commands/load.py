@@ -19,6 +19,7 @@ from typing import Any
 
 from gpudoctor import safefs
 from gpudoctor.errors import UserError
+from gpudoctor.recording.read import folder_owner
 from gpudoctor.report_check import problem
 from gpudoctor.report_schema import KEPT_ON_RERENDER, REQUIRED, SCHEMA, Sections
 
@@ -45,13 +46,6 @@ def read_report_bytes(path: Path, owner: int | None = None, limit: int = MAX_REP
     return data
 
 
-def _folder_owner(path: Path) -> int | None:
-    try:
-        return os.stat(path.parent).st_uid
-    except OSError:
-        return None
-
-
 def load_report(path: Path, price: float | None = None, gpus: int | None = None) -> dict[str, Any]:
     if path.is_dir():
         if (path / "meta.json").exists() or (path / "events").is_dir() or (path / "samples").is_dir():
@@ -65,7 +59,7 @@ def load_report(path: Path, price: float | None = None, gpus: int | None = None)
             return report
         if (path / "report.json").exists():
             path = path / "report.json"
-            owner = _folder_owner(path)  # inside a folder: its owner's file (or ours), never a planted one
+            owner = folder_owner(path)  # inside a folder: its owner's file (or ours), never a planted one
         else:
             raise UserError(f"{path} holds no recording or report.json; pass a folder written by gpudoctor")
     else:
@@ -96,7 +90,7 @@ def _kept_sections(saved: Path) -> dict[str, Any]:
     marked ``kept``: replay's preflight and prediction_check, try's trial), from the folder's
     report.json, each only when it still matches the schema; the recording rebuilds the rest."""
     try:
-        old = json.loads(read_report_bytes(saved, _folder_owner(saved)))
+        old = json.loads(read_report_bytes(saved, folder_owner(saved)))
     except (UserError, ValueError, RecursionError):  # unsafe, huge, truncated: rebuilt without them
         return {}
     if not isinstance(old, dict) or old.get("schema") != SCHEMA:

@@ -104,7 +104,8 @@ class ReadIssues:
         return out
 
 
-def _folder_owner(path: Path) -> int | None:
+def folder_owner(path: Path) -> int | None:
+    """The uid owning ``path``'s folder: whose files a reader there may trust (or None)."""
     try:
         return os.stat(path.parent).st_uid
     except OSError:
@@ -118,7 +119,7 @@ def open_recording_file(path: Path, issues: ReadIssues) -> IO[bytes] | None:
     """
     issues.name = issues.name or f"{path.parent.name}/{path.name}"
     try:
-        return open_read(path, owner=_folder_owner(path))
+        return open_read(path, owner=folder_owner(path))
     except FileNotFoundError:
         return None
     except OSError as exc:
