@@ -530,3 +530,43 @@ def train_timed(model, loader, opt, truth, pads, done, on_step=None):
         if on_step is not None:
             on_step(step, t_end)
     return loss
+
+
+def train_trainer_timed(trainer, truth, on_batches=None):
+    """Run ``trainer.train()`` timing it the way the HF Trainer probes' truth needs.
+
+    Wraps two methods of this Trainer: ``get_batch_samples`` (first call marks the training
+    start; time inside is ``data_wait_s``; ``on_batches(batches)`` sees each fetch) and
+    ``_save_checkpoint`` (time inside is ``checkpoint_s``, calls are ``checkpoints``).
+    Sets ``truth.step_times`` from fetch to fetch; returns (train() result, seconds in train()).
+    """
+    fetch_starts = []
+    orig_get, orig_save = trainer.get_batch_samples, trainer._save_checkpoint
+
+    def get_batch_samples(*a, **kw):
+        truth.mark_train_start()
+        t = time.perf_counter()
+        fetch_starts.append(t)
+        out = orig_get(*a, **kw)
+        truth.add("data_wait_s", time.perf_counter() - t)
+        if on_batches is not None:
+            on_batches(out[0])
+        return out
+
+    def save_checkpoint(*a, **kw):
+        t = time.perf_counter()
+        try:
+            return orig_save(*a, **kw)
+        finally:
+            truth.add("checkpoint_s", time.perf_counter() - t)
+            truth.fields["checkpoints"] = truth.fields.get("checkpoints", 0) + 1
+
+    trainer.get_batch_samples = get_batch_samples
+    trainer._save_checkpoint = save_checkpoint
+    t = time.perf_counter()
+    result = trainer.train()
+    t_end = time.perf_counter()
+    fetch_starts.append(t_end)
+    truth.step_times = [b - a for a, b in zip(fetch_starts, fetch_starts[1:], strict=False)]
+    truth.step_times = truth.step_times[: trainer.state.global_step]
+    return result, t_end - t

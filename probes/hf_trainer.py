@@ -101,39 +101,12 @@ def main(argv=None):
     trainer.remove_callback(ProgressCallback)
 
     pads = C.PadCounter()
-    fetch_starts: list[float] = []
-    orig_get = trainer.get_batch_samples
-    orig_save = trainer._save_checkpoint
-
-    def get_batch_samples(*a, **kw):
-        truth.mark_train_start()
-        t = time.perf_counter()
-        fetch_starts.append(t)
-        out = orig_get(*a, **kw)
-        truth.add("data_wait_s", time.perf_counter() - t)
-        for b in out[0]:
+    def count_padding(batches):
+        for b in batches:
             if isinstance(b, dict) and "attention_mask" in b:
                 pads.add(b["attention_mask"])
-        return out
 
-    def save_checkpoint(*a, **kw):
-        t = time.perf_counter()
-        try:
-            return orig_save(*a, **kw)
-        finally:
-            truth.add("checkpoint_s", time.perf_counter() - t)
-            truth.fields["checkpoints"] = truth.fields.get("checkpoints", 0) + 1
-
-    trainer.get_batch_samples = get_batch_samples
-    trainer._save_checkpoint = save_checkpoint
-
-    t = time.perf_counter()
-    result = trainer.train()
-    t_end = time.perf_counter()
-    train_s = t_end - t
-    fetch_starts.append(t_end)
-    truth.step_times = [b - a for a, b in zip(fetch_starts, fetch_starts[1:], strict=False)]
-    truth.step_times = truth.step_times[: trainer.state.global_step]
+    result, train_s = C.train_trainer_timed(trainer, truth, count_padding)
 
     if args.final_save:  # outside train(): its own field, not checkpoint_s
         t = time.perf_counter()

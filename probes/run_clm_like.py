@@ -24,7 +24,6 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Optional
@@ -155,37 +154,9 @@ def main() -> None:
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
 
-    fetch_starts: list[float] = []
-    orig_get, orig_save = trainer.get_batch_samples, trainer._save_checkpoint
-
-    def get_batch_samples(*a, **kw):
-        truth.mark_train_start()
-        t = time.perf_counter()
-        fetch_starts.append(t)
-        out = orig_get(*a, **kw)
-        truth.add("data_wait_s", time.perf_counter() - t)
-        return out
-
-    def save_checkpoint(*a, **kw):
-        t = time.perf_counter()
-        try:
-            return orig_save(*a, **kw)
-        finally:
-            truth.add("checkpoint_s", time.perf_counter() - t)
-            truth.fields["checkpoints"] = truth.fields.get("checkpoints", 0) + 1
-
-    trainer.get_batch_samples = get_batch_samples
-    trainer._save_checkpoint = save_checkpoint
-
-    t = time.perf_counter()
-    result = trainer.train()
-    t_end = time.perf_counter()
-    fetch_starts.append(t_end)
-    truth.step_times = [b - a for a, b in zip(fetch_starts, fetch_starts[1:], strict=False)]
-    truth.step_times = truth.step_times[: trainer.state.global_step]
+    result, train_s = C.train_trainer_timed(trainer, truth)
     if own_dir:
         shutil.rmtree(training_args.output_dir, ignore_errors=True)
-    train_s = t_end - t
     compute_s = train_s - truth.timers["data_wait_s"] - truth.timers["checkpoint_s"]
     truth.write(train_s=train_s, compute_s=compute_s, save_steps=training_args.save_steps,
                 block_size=block_size, blocks=len(lm_datasets["train"]),
