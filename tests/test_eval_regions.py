@@ -143,3 +143,41 @@ def test_a_loop_without_optimizer_has_a_step_per_parameter_update():
     events = hooked(plain_sgd)
     assert steps(events) == STEPS
     assert evals(events) == 0
+
+
+class Wrapped(torch.nn.Module):
+    """Like DDP: trains through the wrapper, evaluates the ``.module`` inside it."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.module = inner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.module(x)
+
+
+def test_after_the_first_step_only_the_trained_models_are_hooked_and_evals_still_count():
+    module_mod = torch.nn.modules.module
+    global_hooks: list[int] = []
+
+    def loop() -> None:
+        raw = model()
+        net = Wrapped(raw)
+        opt = torch.optim.SGD(net.parameters(), lr=0.01)
+        for step in range(STEPS):
+            if step and step % EVERY == 0:
+                with torch.no_grad():
+                    for _ in range(K):
+                        raw(batch())  # nanoGPT evaluates raw_model, not the DDP wrapper
+            net(batch()).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+            global_hooks.append(len(module_mod._global_forward_pre_hooks)
+                                + len(module_mod._global_forward_hooks))
+
+    events = hooked(loop)
+    # submodules keep torch's fast path: no global forward hook is left after step 1
+    assert global_hooks == [0] * STEPS
+    assert evals(events) == (STEPS - 1) // EVERY
+    assert counter(events, "eval_forwards") == (STEPS - 1) // EVERY * K
+    assert steps(events) == STEPS

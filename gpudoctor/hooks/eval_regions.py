@@ -16,6 +16,13 @@ with no backward among them.
   optimizer step or backward. A backward right after an eval-mode forward with
   grad on means training in eval mode (dropout off): that region is dropped.
 
+Cost: torch runs a module's forward on its fast path only while no global forward
+hook exists, so the global pre/post hooks live only until the first optimizer step.
+By then the top-level modules that ran a training forward are known; hooks go on
+those (and on what they wrap: DDP's ``.module``, ``torch.compile``'s ``_orig_mod``)
+and the global ones come off, so submodules pay nothing. An eval before the first
+step (nanoGPT evaluates at iteration 0) is still seen by the global hooks.
+
 Regions are ``eval_loop`` spans (their forward passes an ``eval_forwards`` counter); the analysis counts them as eval only in a
 process that trains (steps seen), so an inference script is not "all eval".
 
@@ -30,14 +37,12 @@ import sys
 import threading
 import time
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpudoctor.hooks import patch
 from gpudoctor.hooks.guard import guarded
+from gpudoctor.hooks.torch_hooks import TorchHooks, safe_attr
 from gpudoctor.hooks.writer import EventWriter
-
-if TYPE_CHECKING:
-    from gpudoctor.hooks.torch_hooks import TorchHooks
 
 SPAN = "eval_loop"
 FORWARDS = "eval_forwards"  # counter: forward passes inside eval regions
@@ -68,6 +73,8 @@ class EvalRegions:
         self._backward_since_step = False
         self._optimizer_seen = False
         self._pending_update: float | None = None  # time.time() of an update not yet counted
+        self._global: list[Any] = []  # the global forward hooks, until the first step
+        self._tops: dict[int, Any] = {}  # top-level modules that ran a training forward
 
     # -- install -----------------------------------------------------------------
     def install(self, torch: ModuleType) -> None:
@@ -82,11 +89,32 @@ class EvalRegions:
             patch.replace(autograd, "backward", self._wrap_backward)
         module_mod = sys.modules["torch.nn.modules.module"]
         optim = sys.modules.get("torch.optim.optimizer")
+        self._global = [module_mod.register_module_forward_pre_hook(self._pre),
+                        module_mod.register_module_forward_hook(self._post, always_call=True)]
         self.th.keep_handles(
-            module_mod.register_module_forward_pre_hook(self._pre),
-            module_mod.register_module_forward_hook(self._post, always_call=True),
+            *self._global,
             *([optim.register_optimizer_step_pre_hook(self._on_step)] if optim is not None else []),
         )
+
+    @guarded("eval regions")
+    def _narrow(self) -> None:
+        """First step: hook the trained models themselves, then drop the global hooks."""
+        if not self._global or not self._tops:
+            return
+        torch = self._torch
+        modules: dict[int, Any] = {}
+        for top in self._tops.values():
+            for m in (top, safe_attr(top, "module"), safe_attr(top, "_orig_mod")):
+                if isinstance(m, torch.nn.Module):
+                    modules[id(m)] = m
+        handles = []
+        for m in modules.values():
+            handles.append(m.register_forward_pre_hook(self._pre))
+            handles.append(m.register_forward_hook(self._post, always_call=True))
+        self.th.keep_handles(*handles)
+        for handle in self._global:
+            handle.remove()
+        self._global, self._tops, self._depth = [], {}, 0
 
     # -- wrappers: the user's call exactly once, outside any guard ----------------
     def _wrap_enter(self, fn: Any) -> Any:
@@ -170,6 +198,8 @@ class EvalRegions:
         self._pending_update = None
         self._backward_since_step = False
         self._close_region(self._region_end)
+        if self._global:
+            self._narrow()
 
     @guarded("eval regions", vital=True)
     def _pre(self, module: Any, args: Any) -> None:
@@ -181,6 +211,8 @@ class EvalRegions:
         torch = self._torch
         grad_on = torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
         if grad_on and module.training:  # a training forward ends any eval region
+            if self._global and _trained(module):
+                self._tops[id(module)] = module
             self._settle_update()
             self._close_region(self._region_end)
             return
@@ -223,6 +255,8 @@ class EvalRegions:
     def _settle_update(self) -> None:
         if self._pending_update is not None and not self._optimizer_seen:
             self.th.record_step_at(self._pending_update)
+            if self._global:
+                self._narrow()
         self._pending_update = None
 
 
