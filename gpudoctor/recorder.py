@@ -21,6 +21,9 @@ from gpudoctor._version import __version__
 from gpudoctor.recording.claim import unique_folder
 from gpudoctor.recording.store import RunFolder
 from gpudoctor.redact import redact_argv
+from gpudoctor.samplers.host import HostSampler
+from gpudoctor.samplers.nvml import GpuSampler, Nvml
+from gpudoctor.samplers.pace import Pace, StepClock
 
 INJECT_DIR = Path(__file__).resolve().parent / "_inject"
 PKG_PARENT = Path(__file__).resolve().parent.parent
@@ -63,8 +66,6 @@ class Recorder:
 
     def prepare(self) -> None:
         """Open NVML before the patient starts, so its first second is sampled too."""
-        from gpudoctor.samplers.nvml import Nvml
-
         nvml = Nvml(binding=self.options.nvml_binding)
         if nvml.init():
             self._nvml = nvml
@@ -72,9 +73,6 @@ class Recorder:
         self._problems = list(nvml.problems())
 
     def start(self, pid: int, start_time: float | None = None) -> None:
-        from gpudoctor.samplers.host import HostSampler
-        from gpudoctor.samplers.nvml import GpuSampler
-
         start_time = start_time or time.time()
         self.meta = {
             "mode": self.options.mode,
@@ -107,8 +105,6 @@ class Recorder:
             )
             self._gpu.start()
         if self.options.adaptive:
-            from gpudoctor.samplers.pace import Pace, StepClock
-
             clock = StepClock(self.folder.events_dir, self.options.events_owner)
             for sampler in (self._host, self._gpu):
                 if sampler is not None:

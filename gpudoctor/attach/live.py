@@ -20,6 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.analysis import analyze
+from gpudoctor.analysis.sampled import load_stack_rows
+from gpudoctor.recording.store import load_recording
 from gpudoctor.report_schema import BREAKDOWN_KEYS
 
 PLAIN_EVERY_S = 10.0
@@ -48,9 +51,6 @@ class LiveState:
 
 def current_figures(folder: Path) -> tuple[dict[str, float | None] | None, int, bool]:
     """(breakdown, steps, from samples only) of the recording so far."""
-    from gpudoctor.analysis import analyze
-    from gpudoctor.recording.store import load_recording
-
     rec = load_recording(folder)
     rec.meta["end_time"] = _last_data_time(rec.events, folder)
     a = analyze(rec)
@@ -62,8 +62,6 @@ def current_figures(folder: Path) -> tuple[dict[str, float | None] | None, int, 
 
 def _last_data_time(events: dict[int, list[dict[str, Any]]], folder: Path) -> float:
     """Up to the last line flushed, not "now": the unwritten tail would read as idle time."""
-    from gpudoctor.analysis.sampled import load_stack_rows
-
     last = [max(e.get("t") or e.get("t0") or 0.0 for e in rows[-3:]) for rows in events.values() if rows]
     if not last:
         last = [r["t1"] for r in load_stack_rows(folder)[-8:] if isinstance(r.get("t1"), float)]

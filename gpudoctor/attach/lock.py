@@ -8,8 +8,8 @@ write elsewhere. It names its doctor by pid and start time and appears whole
 (written aside, then hard-linked into place): a lock whose doctor is gone (killed
 with SIGKILL) is stale and taken over, as is a dead doctor's scratch folder.
 
-Imported inside the patient too (:func:`pid_alive`, by the payload): the rest is
-imported lazily.
+Imported inside the patient too (:func:`pid_alive`, by the payload); what it
+imports is the standard library and two small modules of ours.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import contextlib
 import os
 from pathlib import Path
 
+from gpudoctor import safefs
+from gpudoctor.attach import scratch
 from gpudoctor.errors import UserError
 from gpudoctor.pids import pid_alive as pid_alive  # its users import it from here too
 
 
 def lock_path(pid: int) -> Path:
-    from gpudoctor.attach import scratch
-
     return scratch.state_dir() / f"attach-{pid}.lock"
 
 
@@ -35,9 +35,6 @@ class AttachLock:
         self._held = False
 
     def acquire(self) -> None:
-        from gpudoctor import safefs
-        from gpudoctor.attach import scratch
-
         scratch.remove_stale()
         me = scratch.process_token(os.getpid()) or str(os.getpid())
         tmp = scratch.session_dir() / self.path.name  # a dead doctor's is removed with its folder
@@ -64,8 +61,6 @@ class AttachLock:
         raise UserError(f"could not take the attach lock {self.path}; remove it if no gpudoctor is running", 3)
 
     def release(self) -> None:
-        from gpudoctor.attach import scratch
-
         if self._held and scratch.lock_holder(self.path) == scratch.process_token(os.getpid()):
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()

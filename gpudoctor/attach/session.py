@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import signal
 import threading
 import time
@@ -21,12 +22,13 @@ from typing import Any
 
 import psutil
 
+from gpudoctor import priority
 from gpudoctor.attach import inject, stoppable, targets
 from gpudoctor.attach.lock import pid_alive
 from gpudoctor.attach.stacks import StackSampler
 from gpudoctor.attach.window import AttachRecord, TargetRecord
 from gpudoctor.errors import UserError
-from gpudoctor.recorder import Recorder, RecorderOptions, default_out
+from gpudoctor.recorder import Recorder, RecorderOptions, default_out, doctor_cpu
 from gpudoctor.recording.store import RunFolder
 
 POLL_S = 0.2
@@ -221,8 +223,6 @@ class AttachSession:
         """Hooked: from now on the doctor (threads, later py-spy windows) takes only idle cycles."""
         if self.options.doctor_priority is None or self.stacks.idle:
             return
-        from gpudoctor import priority
-
         got = priority.lower_doctor()
         self.stacks.idle = True
         self.recorder.meta["doctor_priority"] = {
@@ -269,10 +269,6 @@ class AttachSession:
 
     def _doctor_cpu(self) -> dict[str, float]:
         """CPU seconds by part: samplers, py-spy (its processes), the stacks thread, the live view, gdb."""
-        import resource
-
-        from gpudoctor.recorder import doctor_cpu
-
         kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # every py-spy and gdb, reaped by now
         children = kids.ru_utime + kids.ru_stime
         return doctor_cpu(self.recorder.sampler_cpu_s(), py_spy=self.stacks.cpu_s,

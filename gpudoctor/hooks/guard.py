@@ -26,7 +26,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-if TYPE_CHECKING:
+from gpudoctor.redact import redact_value
+
+if TYPE_CHECKING:  # the writer's flush is itself guarded: a runtime import would be a cycle
     from gpudoctor.hooks.writer import EventWriter
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -139,8 +141,6 @@ def _describe(exc: Exception) -> str:
         message = str(exc)
     except Exception:
         message = "<unprintable>"
-    from gpudoctor.redact import redact_value
-
     message = redact_value(" ".join(message.split()))
     if len(message) > 200:
         message = message[:197] + "..."

@@ -19,13 +19,21 @@ stop the loop or the script (see :mod:`gpudoctor.hooks.guard`).
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from gpudoctor import hooks
+from gpudoctor.hooks import patch
 from gpudoctor.hooks.guard import guarded
+from gpudoctor.recorder import Recorder, RecorderOptions, default_out
+from gpudoctor.recording.store import RunFolder
+from gpudoctor.redact import redact_argv
 
 
 class profile:  # noqa: N801 - reads as a function at the call site, like torch.profiler.profile
@@ -44,17 +52,7 @@ class profile:  # noqa: N801 - reads as a function at the call site, like torch.
     def __enter__(self) -> profile:
         if hooks.is_installed():
             return self  # recorded by an outer doctor (gpudoctor run / attach)
-        import os
-
-        import psutil
-
-        from gpudoctor.recorder import Recorder, RecorderOptions, default_out
-        from gpudoctor.recording.store import RunFolder
-        from gpudoctor.redact import redact_argv
-
         folder = RunFolder(self.out or default_out("profile")).create()
-        import sys
-
         self._recorder = Recorder(folder, RecorderOptions(mode="run", command=redact_argv(sys.argv),
                                                           interval_s=self.interval_s,
                                                           price_per_gpu_hour=self.price, gpus=self.gpus))
@@ -121,8 +119,6 @@ def _span(category: str, name: str) -> Iterator[None]:
 
 @guarded("profile markers", vital=True)
 def _span_begin(category: str) -> tuple[float, float] | None:
-    from gpudoctor.hooks import patch
-
     if hooks.writer() is None or patch.depth(category):
         return None
     patch._enter(category)
@@ -131,8 +127,6 @@ def _span_begin(category: str) -> tuple[float, float] | None:
 
 @guarded("profile markers", vital=True)
 def _span_end(category: str, name: str, began: tuple[float, float]) -> None:
-    from gpudoctor.hooks import patch
-
     patch._leave(category)
     w = hooks.writer()
     if w is not None:
