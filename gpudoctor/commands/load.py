@@ -1,101 +1,21 @@
-"""Load a report from a run folder (re-analysed) or a saved report.json.
+"""Load a report for ``report``/``diff``/``check``: :mod:`gpudoctor.report_load`, plus the guard
+that turns a renderer's crash on an odd report.json into one line.
 
-A report.json may come from anyone (a CI artifact, a pull request): it is opened
-through :mod:`gpudoctor.safefs` (no link, no FIFO), refused past
-:data:`MAX_REPORT_BYTES` before it is parsed (a real one is well under 1 MiB), and
-its figures are range-checked, so the renderers and the CI gate get bounded,
-sane input or one clear line. The check is :class:`gpudoctor.report_schema.Report` itself
-(:func:`gpudoctor.report_check.problem`), so what is checked and what the schema says are one.
+The loader itself lives below the commands so the notebook API (:func:`gpudoctor.load`) checks a
+report the same way; its names are re-exported here for the commands and their tests.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-from gpudoctor import safefs
 from gpudoctor.errors import UserError
-from gpudoctor.recording.read import folder_owner
-from gpudoctor.report_check import problem
-from gpudoctor.report_schema import KEPT_ON_RERENDER, REQUIRED, SCHEMA, Sections
+from gpudoctor.report_load import MAX_REPORT_BYTES, load_report, read_report_bytes
+from gpudoctor.report_schema import SCHEMA
 
-MAX_REPORT_BYTES = 32 * 2**20
-
-
-def read_report_bytes(path: Path, owner: int | None = None, limit: int = MAX_REPORT_BYTES) -> bytes:
-    """``path``'s bytes, read safely; a link, FIFO, stranger's file or one over ``limit`` is one line."""
-    try:
-        with safefs.open_read(path, owner) as fh:
-            size = os.fstat(fh.fileno()).st_size
-            data = fh.read(limit + 1) if size <= limit else b""
-    except FileNotFoundError:
-        raise UserError(f"no such file or folder: {path}") from None
-    except safefs.UnsafeFile as exc:
-        raise UserError(f"refusing to read {path}: {str(exc).replace(str(path), 'it')}; "
-                        "pass the regular file itself") from None
-    except OSError as exc:  # a folder, an I/O error
-        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if size > limit or len(data) > limit:
-        raise UserError(f"{path} is {max(size, len(data)) / 2**20:.0f} MiB, over the {limit // 2**20} MiB cap "
-                        "for a report.json (a real one is under 1 MiB); re-render it from its run folder "
-                        "with 'gpudoctor report FOLDER'")
-    return data
-
-
-def load_report(path: Path, price: float | None = None, gpus: int | None = None) -> dict[str, Any]:
-    if path.is_dir():
-        if (path / "meta.json").exists() or (path / "events").is_dir() or (path / "samples").is_dir():
-            from gpudoctor.recording.store import load_recording
-            from gpudoctor.report import ReportOptions, build_report
-
-            report = build_report(load_recording(path), ReportOptions(price_per_gpu_hour=price, gpus=gpus))
-            saved = path / "report.json"
-            if saved.exists():
-                report.update(_kept_sections(saved))
-            return report
-        if (path / "report.json").exists():
-            path = path / "report.json"
-            owner = folder_owner(path)  # inside a folder: its owner's file (or ours), never a planted one
-        else:
-            raise UserError(f"{path} holds no recording or report.json; pass a folder written by gpudoctor")
-    else:
-        owner = None  # a file named on the command line: whoever wrote it, the user chose it
-    raw = read_report_bytes(path, owner)
-    try:
-        report = json.loads(raw.decode("utf-8"))
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg}); it may be truncated — "
-                        "re-render it from its run folder with 'gpudoctor report FOLDER'") from None
-    except (OSError, ValueError, RecursionError) as exc:  # a folder, bad UTF-8, nested too deep, huge ints
-        raise UserError(f"cannot read {path}: {str(exc)[:200]}") from None
-    if not isinstance(report, dict) or report.get("schema") != SCHEMA:
-        found = report.get("schema") if isinstance(report, dict) else type(report).__name__
-        raise UserError(f"{path} is not a gpudoctor report (schema {str(found)[:80]!r}, expected {SCHEMA!r}); "
-                        "re-render it with this version: gpudoctor report RUN_FOLDER")
-    missing = [k for k in REQUIRED if k not in report]
-    if missing:
-        raise UserError(f"{path} lacks {', '.join(missing)}; it may be truncated — re-render from its run folder")
-    wrong = problem(report)
-    if wrong:
-        raise UserError(f"{path} does not match {SCHEMA}: {wrong}; re-render it from its run folder")
-    return report
-
-
-def _kept_sections(saved: Path) -> dict[str, Any]:
-    """The sections a mode added beside the analysis (:data:`~gpudoctor.report_schema.SECTIONS`
-    marked ``kept``: replay's preflight and prediction_check, try's trial), from the folder's
-    report.json, each only when it still matches the schema; the recording rebuilds the rest."""
-    try:
-        old = json.loads(read_report_bytes(saved, folder_owner(saved)))
-    except (UserError, ValueError, RecursionError):  # unsafe, huge, truncated: rebuilt without them
-        return {}
-    if not isinstance(old, dict) or old.get("schema") != SCHEMA:
-        return {}
-    return {key: old[key] for key in KEPT_ON_RERENDER if key in old and problem({key: old[key]}, Sections) is None}
+__all__ = ["MAX_REPORT_BYTES", "load_report", "malformed_report_guard", "read_report_bytes"]
 
 
 @contextmanager
