@@ -23,6 +23,11 @@ import threading
 import time
 from typing import Any
 
+from gpudoctor import hooks
+from gpudoctor.attach.lock import pid_alive
+from gpudoctor.hooks import torch_hooks
+from gpudoctor.hooks.hf_hooks import trainer_event
+
 WATCH_S = 0.5
 
 
@@ -43,9 +48,6 @@ _state = _State()
 def attach(run_dir: str, control_dir: str, doctor_pid: int, path_added: str | None = None) -> None:
     """Install the hooks once, catch up on live objects, start the watchdog, write the status."""
     t0 = time.perf_counter()  # the patient's main thread is ours until we return: the doctor reports how long
-    from gpudoctor import hooks
-    from gpudoctor.attach.lock import pid_alive
-
     _state.control_dir = control_dir
     if os.path.exists(os.path.join(control_dir, "detach")) or not pid_alive(doctor_pid):
         # Queued calls run late when the main thread was busy in C: the doctor may be done.
@@ -194,8 +196,6 @@ def _subclasses(cls: type) -> set[type]:
 
 def _catch_up(writer: Any, th: Any, live: dict[str, list[Any]]) -> None:
     """Events the hooks would have written had they been there from the start."""
-    from gpudoctor.hooks import torch_hooks
-
     now = time.time()
     iterated = {id(getattr(it, "_dataset", None)) for it in live["iterators"]}
     # The loader being iterated first: the analysis takes the earliest loader event as training's.
@@ -211,7 +211,6 @@ def _catch_up(writer: Any, th: Any, live: dict[str, list[Any]]) -> None:
 
 def _adopt_trainer(writer: Any, trainer: Any, now: float) -> None:
     from gpudoctor.hooks.hf_callback import EventsCallback  # transformers: only with a live Trainer
-    from gpudoctor.hooks.hf_hooks import trainer_event
 
     writer.emit(trainer_event(trainer))
     state = getattr(trainer, "state", None)
@@ -230,8 +229,6 @@ def detach(reason: str) -> None:
             return
         _state.active = False
     t0 = time.perf_counter()
-    from gpudoctor import hooks
-
     for trainer, callback in _state.callbacks:
         trainer.remove_callback(callback)
     _state.callbacks.clear()
@@ -242,8 +239,6 @@ def detach(reason: str) -> None:
 
 
 def _watch() -> None:
-    from gpudoctor.attach.lock import pid_alive
-
     flag = os.path.join(_state.control_dir, "detach")
     while _state.active:
         time.sleep(WATCH_S)

@@ -14,12 +14,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gpudoctor.hooks import apply, guard, imports, patch
+from gpudoctor.hooks import apply, cli_hooks, guard, hf_hooks, imports, patch
+from gpudoctor.hooks.eval_regions import EvalRegions
+from gpudoctor.hooks.torch_hooks import TorchHooks
 from gpudoctor.hooks.writer import EventWriter
 
 _writer: EventWriter | None = None
-_torch_hooks = None
-_eval_regions = None
+_torch_hooks: TorchHooks | None = None
+_eval_regions: EvalRegions | None = None
 
 
 # Libraries whose import is a visible part of startup, timed as startup's "imports" part.
@@ -40,10 +42,6 @@ def install(run_dir: str | os.PathLike[str]) -> EventWriter:
     global _writer, _torch_hooks, _eval_regions
     if _writer is not None:
         return _writer
-    from gpudoctor.hooks import cli_hooks, hf_hooks
-    from gpudoctor.hooks.eval_regions import EvalRegions
-    from gpudoctor.hooks.torch_hooks import TorchHooks
-
     w = _writer = EventWriter(Path(run_dir))
     guard.arm(w)
     patch.reset_depths()
