@@ -119,10 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("run", help="profile a training command until it exits",
-                       description="Profile CMD (e.g. python train.py) with no code changes.")
+                       description="Profile CMD (e.g. python train.py) with no code changes, until it "
+                       "exits; exit with CMD's exit code. The doctor's options go before --, the command "
+                       "after it: gpudoctor run --out DIR -- python train.py --lr 3e-4.")
     _common(p)
     p.add_argument("--interval", type=_interval, default=0.1, help="sampling period in seconds (default 0.1)")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...",
+                   help="the command to profile, after -- (everything after -- is the command's)")
 
     p = sub.add_parser("try", help="measure a finding's fix on the command itself, before editing code",
                        description="Profile CMD for S seconds of training (the baseline), then run CMD again "
@@ -139,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
                    help="try this value instead of (or besides) the fix's own, e.g. --set num_workers=2")
     p.add_argument("--interval", type=_interval, default=0.1, help="sampling period in seconds (default 0.1)")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...",
+                   help="the command to profile, after -- (everything after -- is the command's)")
 
     p = sub.add_parser("attach", help="profile a running training process",
                        description="Profile a running training process (its ranks and DataLoader workers) "
@@ -155,12 +159,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-inject", action="store_true",
                    help="do not load the in-process hooks (no debugger); estimate from stack samples only")
 
-    p = sub.add_parser("replay", help="run a training config for a bounded time and diagnose it")
-    p.add_argument("config", type=Path)
+    p = sub.add_parser("replay", help="run a training config for a bounded time and diagnose it",
+                       description="Rebuild a training config's pipeline (dataset, tokenizer, collator, "
+                       "DataLoader, model) here, run it for a bounded time under the doctor, and predict "
+                       "the full run on --target, a GPU you have not rented (docs/replay.md).")
+    p.add_argument("config", type=Path, help="replay config YAML (see sample_configs/README.md)")
     _common(p)
     p.add_argument("--target", default=None, help="predict the full run on this GPU (e.g. h100)")
-    p.add_argument("--max-steps", type=_count, default=None)
-    p.add_argument("--max-seconds", type=_positive, default=None)
+    p.add_argument("--max-steps", type=_count, default=None, metavar="N",
+                   help="stop after N optimizer steps or --max-seconds, whichever comes first "
+                   "(default: the config's replay.steps, 20)")
+    p.add_argument("--max-seconds", type=_positive, default=None, metavar="S",
+                   help="stop after S seconds of training (default: the config's replay.seconds, 30)")
     p.add_argument("--mfu", type=_bounded(0, 1), default=None,
                    help="assumed model FLOPs utilization for predictions (default hardware.mfu, 0.4)")
 
@@ -171,22 +181,33 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     add_arguments(p)
 
-    p = sub.add_parser("report", help="render a saved run (.html, .md or .json by OUT's extension)")
+    p = sub.add_parser("report", help="render a saved run (.html, .md or .json by OUT's extension)",
+                       description="Re-render a saved run: a run folder is analysed again from its "
+                       "recording (with this gpudoctor's rules); a report.json is rendered as it is. "
+                       "The format follows -o's extension.")
     p.add_argument("input", type=Path, help="run folder or report.json")
-    p.add_argument("-o", "--output", type=Path, default=None)
+    p.add_argument("-o", "--output", type=Path, default=None, metavar="OUT",
+                   help="file to write, .html, .md or .json (default: report.html, .md and .json beside IN)")
     _common(p, out=False)
 
-    p = sub.add_parser("diff", help="compare two runs (before/after)")
-    p.add_argument("before", type=Path)
-    p.add_argument("after", type=Path)
-    p.add_argument("-o", "--output", type=Path, default=None)
-    p.add_argument("--debug", action="store_true")
+    p = sub.add_parser("diff", help="compare two runs (before/after)",
+                       description="Compare two runs for a pull request: breakdown, step time, waste and "
+                       "dollars side by side, and which findings were resolved, remain or are new.")
+    p.add_argument("before", type=Path, help="the earlier run: run folder or report.json")
+    p.add_argument("after", type=Path, help="the later run: run folder or report.json")
+    p.add_argument("-o", "--output", type=Path, default=None, metavar="OUT",
+                   help="file to write, .md, .html or .json (default: Markdown on stdout)")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
 
-    p = sub.add_parser("check", help="exit 1 when the run wastes more than F (a CI gate)")
-    p.add_argument("input", type=Path)
-    p.add_argument("--max-waste", type=_waste, required=True, metavar="F",
-                   help="the most wasted wall time allowed: a fraction (0.2) or a percentage (20%%)")
-    p.add_argument("--debug", action="store_true")
+    p = sub.add_parser("check", help="exit 1 when more than a given share of wall time is wasted (a CI gate)",
+                       description="A CI gate: exit 1 when the report's wasted share of wall time is above "
+                       "--max-waste, 0 when it is at or below it, 2 when the report measured nothing inside "
+                       "the training.")
+    p.add_argument("input", type=Path, help="run folder or report.json")
+    p.add_argument("--max-waste", type=_waste, required=True, metavar="FRACTION",
+                   help="the most wasted wall time allowed, as a fraction of wall time (0.2) or a "
+                   "percentage with %% (20%%); a bare number above 1 is refused")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
     return parser
 
 
@@ -194,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("GPUDOCTOR_DEBUG") == "1"
     try:
-        args = build_parser().parse_args(argv)
+        args = parse(argv)
         if args.cmd is None:
             build_parser().print_help()
             return 2
@@ -209,6 +230,61 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 1
+
+
+WRAPPING = ("run", "try")  # the subcommands that run a command given after --
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The parsed command line; for ``run``/``try``, the command is exactly what follows ``--``.
+
+    Splitting at ``--`` here (not inside argparse) reads the same on every Python version and
+    leaves nothing to guess: the doctor's options go before ``--``, the command after it. A
+    command without ``--`` is refused with the corrected line, so ``gpudoctor run python -c ...
+    --out foo`` never hands the doctor's ``--out`` to the script, nor the script's to the doctor.
+    """
+    parser = build_parser()
+    if not argv or argv[0] not in WRAPPING:
+        return parser.parse_args(argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    head, tail = argv[:split], argv[split + 1:]
+    args = parser.parse_args(head)
+    caught = list(args.command)  # words before -- (or with no -- at all) that argparse took as a command
+    if caught:
+        after = ["--", *tail] if split < len(argv) else []
+        raise UserError(_needs_dashes(parser, head[: len(head) - len(caught)], caught, after))
+    args.command = tail
+    return args
+
+
+def _needs_dashes(parser: argparse.ArgumentParser, head: list[str], caught: list[str], after: list[str]) -> str:
+    """One line saying the command needs ``--`` before it, with the corrected command line.
+
+    The doctor's own options found among the command's words are moved before ``--`` in the
+    suggestion; the line says so, since the script may have an option of the same name.
+    """
+    import shlex
+
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[head[0]]
+    given = {w.split("=", 1)[0] for w in head}  # an option the doctor already has is the command's
+    takes_value = {s: a.nargs != 0 for a in sub._actions for s in a.option_strings
+                   if s not in ("-h", "--help") and s not in given}
+    moved: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(caught):
+        name = caught[i].split("=", 1)[0]
+        width = 1
+        if name in takes_value and takes_value[name] and "=" not in caught[i] and i + 1 < len(caught):
+            width = 2
+        (moved if name in takes_value else rest).extend(caught[i:i + width])
+        i += width
+    fixed = shlex.join(["gpudoctor", *head, *moved, "--", *rest, *after])
+    if not moved:
+        return f"put -- before the command, so none of its words is read as the doctor's: {fixed}"
+    names = "/".join(dict.fromkeys(w.split("=", 1)[0] for w in moved if w.startswith("-")))
+    return (f"{names} after the command would go to the command, not to the doctor; the doctor's options go "
+            f"before --, the command after it: {fixed} (if {names} is the command's own, keep it after --)")
 
 
 def _dispatch(args: argparse.Namespace) -> int:
