@@ -5,6 +5,7 @@ Every body of ours is :func:`gpudoctor.hooks.guard.guarded`; see there why.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -215,6 +216,7 @@ class TorchHooks:
         if not self.first_step_seen:
             self.mark_first_step()
         self.writer.emit(torch_cfg_event(torch, module))
+        _emit_model(self.writer, module)
 
 
 SIDE_FILE = "save_side"
@@ -270,6 +272,28 @@ def _loader_event(loader: Any) -> dict[str, Any]:
         "params": params,
         "pid": os.getpid(),
     }
+
+
+_MODEL_CONFIG_KEYS = 200  # a real config has ~50 sizes and switches; beyond that, not a model config
+
+
+@guarded("model config")
+def _emit_model(writer: EventWriter, module: Any) -> None:
+    """The trained model's config, sizes only, so ``gpudoctor replay RUN`` can rebuild its shape.
+
+    Only numbers, switches and ``model_type`` of a ``PretrainedConfig``-like ``config.to_dict()``
+    are kept (no paths, names or nested values), and those pass through the redactor too.
+    """
+    to_dict = safe_attr(safe_attr(module, "config"), "to_dict")
+    raw = to_dict() if callable(to_dict) else None
+    if not isinstance(raw, dict):
+        return
+    sizes = {k: v for k, v in raw.items() if isinstance(k, str) and (
+        isinstance(v, (int, bool)) or (isinstance(v, float) and math.isfinite(v))
+        or (k == "model_type" and isinstance(v, str)))}
+    params = sum(p.numel() for p in module.parameters())  # metadata only: no tensor is read
+    writer.emit({"k": "model", "t": time.time(), "class": redact_value(type(module).__name__),
+                 "params": int(params), "config": redact_mapping(dict(list(sizes.items())[:_MODEL_CONFIG_KEYS]))})
 
 
 def padding_event(batch: Any, pad_token_id: int | None) -> dict[str, Any] | None:

@@ -41,6 +41,9 @@ In-process events (key ``k``):
               ``device_capability`` ([major, minor]),
               ``matmul_precision``, ``allow_tf32``, ``cudnn_allow_tf32``,
               ``param_dtype``, ``autocast`` (bool), ``autocast_dtype``.
+``model``     at the first training forward, when the model has a ``config.to_dict()``
+              (Hugging Face): ``class``, ``params`` (parameter count), ``config`` (its numbers,
+              switches and ``model_type`` only; read by ``gpudoctor replay RUN``).
 ``trainer``   Hugging Face Trainer seen: ``args`` (TrainingArguments.to_dict(),
               redacted; its keys are the installed version's field names),
               ``max_steps``, ``num_train_epochs``, ``version``.
