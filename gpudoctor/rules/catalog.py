@@ -19,6 +19,7 @@ from gpudoctor.rules.gpu import (
     NoTf32,
     SmallBatch,
 )
+from gpudoctor.rules.nodes import StragglerNode
 from gpudoctor.rules.ranks import OutdatedLibraries, StragglerRank
 from gpudoctor.rules.saving import CheckpointOverhead
 from gpudoctor.rules.startup import StartupIdle
@@ -38,6 +39,7 @@ RULES: tuple[type[Rule], ...] = (
     NoTf32,
     NoMixedPrecision,
     StragglerRank,
+    StragglerNode,
     OutdatedLibraries,
 )
 

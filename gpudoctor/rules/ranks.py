@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 
 from gpudoctor.analysis import Analysis
+from gpudoctor.analysis.nodes import slow_node
 from gpudoctor.rules.account import Claim
 from gpudoctor.rules.base import Finding, Fix, Rule, pct
 
@@ -15,8 +16,9 @@ MINIMUM = {"torch": (2, 1), "transformers": (4, 40), "datasets": (2, 19), "accel
 class StragglerRank(Rule):
     name = "straggler_rank"
     description = "One rank waits for data much longer than the others, and they all wait for it."
-    fires_when = "one rank's data wait ≥ 10 points above the median of the other ranks of its training"
-    fix_from = "per-rank evidence: that rank's data path (shard, host, disk), its workers"
+    fires_when = ("one rank's data wait ≥ 10 points above the median of the other ranks of its training "
+                  "(every node's ranks, when `gpudoctor report` merges a job's node folders)")
+    fix_from = "per-rank evidence: that rank's data path (shard, host, disk), its workers; its node named"
 
     def match(self, a: Analysis) -> Finding | None:
         # Only ranks of one job compare: processes that ran together (a training), each rank
@@ -35,6 +37,11 @@ class StragglerRank(Rule):
         if found is None:
             return None
         gap, i, group, waits, worst, median = found
+        node = next((p.proc.get("node") for p in group if p.rank == worst), None)
+        whole = slow_node(a)
+        if node and whole is not None and whole[0] == node:
+            return None  # every rank of that node is slow: straggler_node names the host instead
+        on = f" on {node}" if node else ""
         # The others sit in the gradient sync while rank `worst` waits for data: their compute
         # carries the gap (the lead rank's own wait when it is the slow one).
         bucket = "data_wait" if group[0].rank == worst else "compute"
@@ -42,22 +49,23 @@ class StragglerRank(Rule):
         which = f" (training {i + 1} of {len(a.trainings)} in this run)" if len(a.trainings) > 1 else ""
         return Finding(
             rule=self.name,
-            title=f"Rank {worst} holds the other ranks back",
+            title=f"Rank {worst}{on} holds the other ranks back",
             claims=[Claim(bucket, 1.0, "loader" if bucket == "data_wait" else "rank_sync",
                           min(1.0, gap / held) if held > 0 else 0.0)],
             evidence=(
-                f"Rank {worst} waited for data {pct(waits[worst])} of wall time{which} against a median of "
+                f"Rank {worst}{on} waited for data {pct(waits[worst])} of wall time{which} against a median of "
                 f"{pct(median)} on the other {len(waits) - 1} rank(s); in data-parallel "
                 "training every rank waits for the slowest at each gradient sync."
             ),
             fix=Fix(
-                summary=f"Find what is slow on rank {worst}'s data path (its shard, host, disk); give it "
+                summary=f"Find what is slow on rank {worst}'s data path{on} (its shard, host, disk); give it "
                 "more DataLoader workers or balance shards with DistributedSampler.",
                 config={},
                 snippet=None,
                 library=None,
             ),
-            data={f"rank{r}_data_wait": round(w, 4) for r, w in sorted(waits.items())},
+            data={**({"node": node, "rank": worst} if node else {}),
+                  **{f"rank{r}_data_wait": round(w, 4) for r, w in sorted(waits.items())}},
         )
 
 
