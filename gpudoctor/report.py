@@ -163,7 +163,7 @@ def _verdict(a: Analysis, findings: list[Finding], wasted: float) -> str:
     top = real[0]
     speed = account.speedup(wasted) or 1.0
     return (
-        f"{len(real)} problem(s) found; the biggest: {top.title.lower()} ({100 * top.waste_fraction:.0f}%). "
+        f"{len(real)} problem{'' if len(real) == 1 else 's'} found; the biggest: {top.title.lower()} ({100 * top.waste_fraction:.0f}%). "
         f"Fixing them could make this run about {speed:.1f}x faster."
     )
 

@@ -108,7 +108,7 @@ class Shares(TypedDict, total=False):
 
     tokenization: Annotated[float, Ge(0.0), Le(1e3), Says("a share from 0 to 1000")] | None
     gpu_busy: Fraction | None
-    cpu_busy: Fraction | None
+    cpu_busy: Fraction | None  # the training processes' CPU as a share of all the machine's cores
 
 
 class Padding(TypedDict, total=False):
@@ -222,7 +222,7 @@ class Series(TypedDict, total=False):
     """Host and GPU samples, downsampled to at most 2000 points."""
 
     t_s: list[Offset]
-    cpu_pct: list[Percent | None]
+    cpu_pct: list[Percent | None]  # the training process tree, 100 = one core busy; shown as % of all cores
     rss_mib: list[Amount | None]
     gpu_busy_pct: list[Percent | None] | None
     gpu_t_s: list[Offset] | None
