@@ -8,16 +8,19 @@ diff: a missing figure prints as "unavailable", never as 0.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import keyword
 import math
 import shlex
+import signal
 from typing import Any
 
 from gpudoctor.report_schema import BREAKDOWN_KEYS
 
 UNAVAILABLE = "unavailable"
 NO_PRICE = "no price: pass --price-per-gpu-hour"
+NO_GPU = "no GPU on this machine"
 
 SLICE_LABELS = {
     "startup": "startup",
@@ -121,6 +124,63 @@ def fmt_value(value: Any) -> str:
     return str(value)
 
 
+def plural(count: int, word: str, words: str | None = None) -> str:
+    """``1 problem``, ``2 problems``: never ``problem(s)``."""
+    return f"{count} {word if count == 1 else (words or word + 's')}"
+
+
+def fmt_time(iso: Any) -> str:
+    """``2026-11-24T01:55:38.664560+00:00`` -> ``2026-11-24 01:55:38 UTC`` (the zone it was written in)."""
+    try:
+        when = dt.datetime.fromisoformat(str(iso))
+    except ValueError:
+        return str(iso) if iso else "unknown"
+    offset, z = when.utcoffset(), when.strftime("%z")
+    zone = "" if offset is None else " UTC" if not offset else f" UTC{z[:3]}:{z[3:5]}"
+    return when.strftime("%Y-%m-%d %H:%M:%S") + zone
+
+
+def exit_text(code: Any) -> str:
+    """``exit code 1``; above 128, the shell's 128 + N for a signal: ``exit code 137 (signal 9, SIGKILL)``."""
+    if not isinstance(code, int) or isinstance(code, bool):
+        return "exit code unknown"
+    try:
+        name = signal.Signals(code - 128).name if code > 128 else None
+    except ValueError:
+        name = None
+    return f"exit code {code}" + (f" (signal {code - 128}, {name})" if name else "")
+
+
+def outcome_text(run: dict[str, Any]) -> str:
+    """How the command ended, when it did not simply finish; "" when it did (or was detached from)."""
+    status = str(run.get("status") or "")
+    ran = fmt_duration(run.get("duration_s"))
+    if status == "crashed":
+        return f"the command crashed ({exit_text(run.get('exit_code'))}); the report covers the {ran} it ran"
+    if status == "interrupted":
+        return f"the command was interrupted ({exit_text(run.get('exit_code'))}); the report covers the {ran} it ran"
+    if status == "partial":
+        return "the recording was cut short (the doctor stopped before the command); the report covers what was recorded"
+    return ""
+
+
+def has_gpu(run: dict[str, Any]) -> bool:
+    """NVML described at least one GPU (``gpu_count`` alone is the GPUs priced, e.g. from --gpus)."""
+    return bool(run.get("gpus"))
+
+
+def cores(run: dict[str, Any]) -> int | None:
+    """The machine's CPU count, for CPU shares stated as "% of all N cores"."""
+    count = num((run.get("host") or {}).get("cpu_count") if isinstance(run.get("host"), dict) else None)
+    return int(count) if count else None
+
+
+def cpu_text(fraction: Any, run: dict[str, Any]) -> str:
+    """``shares.cpu_busy`` as ``12.5% of all 8 cores``: one convention in every format."""
+    n = cores(run)
+    return fmt_pct(fraction) + (f" of all {n} cores" if n and num(fraction) is not None else "")
+
+
 def breakdown_items(breakdown: dict[str, Any] | None) -> list[tuple[str, float | None]]:
     """The six slices in SPEC order (then any extra ones), as ``(name, fraction)``."""
     breakdown = breakdown or {}
@@ -140,7 +200,7 @@ def gpus_text(run: dict[str, Any]) -> str:
     gpus = run.get("gpus") or []
     if not gpus:
         count = run.get("gpu_count") or 0
-        return f"{count} GPU(s)" if count else "no GPU seen"
+        return f"{count} GPU(s)" if count else NO_GPU
     names: dict[str, int] = {}
     for gpu in gpus:
         mib = num(gpu.get("memory_total_mib"))
