@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from gpudoctor._version import __version__
 
-__all__ = ["__version__", "profile", "step", "GpuDoctorCallback", "GpuDoctorLightningCallback"]
+__all__ = ["__version__", "profile", "step", "load", "RunTables", "GpuDoctorCallback", "GpuDoctorLightningCallback"]
 
 
 def __getattr__(name: str):  # PEP 562: lazy public API
@@ -17,6 +17,10 @@ def __getattr__(name: str):  # PEP 562: lazy public API
         from gpudoctor.integrations import loop
 
         return getattr(loop, name)
+    if name in ("load", "RunTables"):  # a run as pandas tables (pandas is imported only when called)
+        from gpudoctor import tables
+
+        return getattr(tables, name)
     if name == "GpuDoctorCallback":
         from gpudoctor.integrations.hf import GpuDoctorCallback
 

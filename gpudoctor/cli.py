@@ -1,4 +1,4 @@
-"""Command line: ``gpudoctor run|try|attach|replay|sweep|report|diff|check``.
+"""Command line: ``gpudoctor run|try|attach|replay|sweep|report|diff|check|export``.
 
 argparse (stdlib) keeps ``gpudoctor --help`` fast; each command imports what it
 needs only when it runs. Errors are one line: ``gpudoctor: <problem>; <fix>``.
@@ -208,6 +208,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the most wasted wall time allowed, as a fraction of wall time (0.2) or a "
                    "percentage with %% (20%%); a bare number above 1 is refused")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
+
+    p = sub.add_parser("export", help="write a run's tables (samples, events, steps, breakdown) as parquet or CSV",
+                       description="Write the tables gpudoctor.load(PATH) gives a notebook into DIR, one file "
+                       "per table, each row tagged with the run's name, so many runs can be queried together "
+                       "(docs/notebooks.md). Needs pandas (and pyarrow for parquet): pip install "
+                       "'gpudoctor[pandas]'.")
+    p.add_argument("input", type=Path, help="run folder or report.json (a report.json alone gives empty tables)")
+    p.add_argument("--format", choices=("parquet", "csv"), default="parquet", help="file format (default parquet)")
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="DIR",
+                   help="folder for <table>.<format> (created if missing; one folder per run)")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
     return parser
 
 
@@ -291,5 +302,5 @@ def _dispatch(args: argparse.Namespace) -> int:
     import importlib
 
     module = {"run": "run", "try": "try_cmd", "attach": "attach", "replay": "replay", "sweep": "sweep",
-              "report": "render_cmd", "diff": "diff_cmd", "check": "check"}[args.cmd]
+              "report": "render_cmd", "diff": "diff_cmd", "check": "check", "export": "export_cmd"}[args.cmd]
     return importlib.import_module(f"gpudoctor.commands.{module}").main(args)

@@ -1,0 +1,19 @@
+"""``gpudoctor export PATH --format parquet|csv -o DIR``: a run's tables as files (see docs/notebooks.md)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from gpudoctor.export import write_tables
+from gpudoctor.tables import load
+from gpudoctor.termtext import terminal_safe
+
+
+def main(args: Any) -> int:
+    run = load(args.input)
+    for path in write_tables(run, args.output, args.format):
+        print(str(path), file=sys.stderr)
+    for note in run.notes:
+        print(f"gpudoctor: note: {terminal_safe(note, limit=400)}", file=sys.stderr)
+    return 0
