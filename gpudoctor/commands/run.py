@@ -7,7 +7,9 @@ process it starts (ranks, workers) loads the in-process hooks through
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -78,7 +80,10 @@ def run(command: list[str], out: Path | None, interval_s: float, price: float | 
     then reach the group, DataLoader workers included); ``summary=False``: no summary printed."""
     if not command:
         raise UserError("no command to run; usage: gpudoctor run [OPTIONS] -- python train.py")
-    folder = RunFolder(out or default_out(mode)).create()
+    _startable(command[0], (extra_env or {}).get("PATH", os.environ.get("PATH", os.defpath)))
+    root = out or default_out(mode)
+    existed = root.exists()
+    folder = RunFolder(root).create()
     recorder = Recorder(folder, RecorderOptions(mode=mode, command=command, interval_s=interval_s,
                                                 price_per_gpu_hour=price, gpus=gpus, nvml_binding=nvml_binding))
     recorder.prepare()
@@ -92,13 +97,12 @@ def run(command: list[str], out: Path | None, interval_s: float, price: float | 
         # From a normal-priority thread: a doctor lowered by an earlier run (try's trials) must not pass it on
         priority.start_normal_spawner()
         proc = priority.popen_normal(command, env=env, process_group=0 if limit is not None else None)
-    except FileNotFoundError:
+    except (FileNotFoundError, PermissionError) as exc:  # found, yet not startable (a script's #! names no program)
         _restore(old)
-        raise UserError(f"cannot start {command[0]!r}: no such command; check the command after --", 127) from None
-    except PermissionError:
-        _restore(old)
-        raise UserError(f"cannot start {command[0]!r}: permission denied; make it executable or run it "
-                        "through its interpreter", 126) from None
+        _discard(folder, existed)
+        raise UserError(f"cannot start {command[0]!r}: {exc.strerror}; check the command after -- (a script "
+                        "needs a working #! line, or run it through its interpreter)",
+                        127 if isinstance(exc, FileNotFoundError) else 126) from None
     handler.proc = proc
     # The child is spawned at normal priority; from here the doctor takes only idle cycles.
     recorder.options.doctor_priority = priority.lower_doctor()
@@ -128,6 +132,34 @@ def run(command: list[str], out: Path | None, interval_s: float, price: float | 
         print(f"gpudoctor: warning: writing to {folder.root} failed ({recorder.write_error.strerror}); "
               "the report covers what was recorded before that", file=sys.stderr)
     return code, report, folder.root
+
+
+def _startable(program: str, path: str) -> None:
+    """Refuse a command that cannot start, before a run folder is made for it (none is left empty)."""
+    if os.sep in program:
+        if not os.path.exists(program):
+            raise UserError(f"cannot start {program!r}: no such file; check the command after --", 127)
+        if os.path.isdir(program) or not os.access(program, os.X_OK):
+            raise UserError(f"cannot start {program!r}: not an executable file; make it executable or run it "
+                            f"through its interpreter (gpudoctor run -- python {program})", 126)
+    elif shutil.which(program, path=path) is None:
+        raise UserError(f"cannot start {program!r}: no such command on PATH; check the command after -- "
+                        "(e.g. gpudoctor run -- python train.py)", 127)
+
+
+def _discard(folder: RunFolder, existed: bool) -> None:
+    """Take back what :meth:`RunFolder.create` made for a command that never started."""
+    for sub in (folder.samples_dir, folder.events_dir):
+        with contextlib.suppress(OSError):
+            sub.rmdir()  # empty: nothing was recorded
+    if folder.previous is not None:  # the earlier recording it set aside goes back where it was
+        with contextlib.suppress(OSError):
+            for item in folder.previous.iterdir():
+                item.rename(folder.root / item.name)
+            folder.previous.rmdir()
+    if not existed:
+        with contextlib.suppress(OSError):
+            folder.root.rmdir()
 
 
 def _wait(proc: subprocess.Popen[bytes], handler: _Interrupts, limit: Limit | None = None) -> int:

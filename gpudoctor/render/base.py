@@ -156,9 +156,9 @@ def outcome_text(run: dict[str, Any]) -> str:
     status = str(run.get("status") or "")
     ran = fmt_duration(run.get("duration_s"))
     if status == "crashed":
-        return f"the command crashed ({exit_text(run.get('exit_code'))}); the report covers the {ran} it ran"
+        return f"the command crashed with {exit_text(run.get('exit_code'))}; the report covers the {ran} it ran"
     if status == "interrupted":
-        return f"the command was interrupted ({exit_text(run.get('exit_code'))}); the report covers the {ran} it ran"
+        return f"the command was interrupted and ended with {exit_text(run.get('exit_code'))}; the report covers the {ran} it ran"
     if status == "partial":
         return "the recording was cut short (the doctor stopped before the command); the report covers what was recorded"
     return ""

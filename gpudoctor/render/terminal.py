@@ -7,22 +7,43 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.render.base import NO_GPU, cpu_text, fmt_pct, has_gpu, outcome_text
+
+
+def summary_lines(report: dict[str, Any], folder: Path) -> list[str]:
+    """What the user reads first: how the command ended (when it did not simply finish), the
+    verdict, where the time went, the busy shares, each problem (notes are for the report), and
+    where the report is."""
+    run = report.get("run") or {}
+    b = report["breakdown"]
+    lines = []
+    outcome = outcome_text(run)
+    if outcome:
+        lines.append(f"gpudoctor: {outcome}.")
+    lines.append(f"gpudoctor: {report['verdict']}")
+    if b.get("compute") is not None:
+        parts = ", ".join(f"{k} {100 * (v or 0):.0f}%" for k, v in b.items() if (v or 0) >= 0.005)
+        lines.append(f"  wall time {run['duration_s']:.1f} s: {parts}")
+    shares = report.get("shares") or {}
+    gpu = f"GPU busy {fmt_pct(shares.get('gpu_busy'), 0)}" if has_gpu(run) else NO_GPU
+    if shares.get("cpu_busy") is not None:
+        lines.append(f"  {gpu}; CPU busy {cpu_text(shares['cpu_busy'], run)} (the training processes)")
+    else:
+        lines.append(f"  {gpu}")
+    for f in report["findings"]:
+        if f["severity"] == "info":
+            continue
+        usd = f["waste_usd_per_hour"]
+        money = f", ${usd:.2f}/h" if usd is not None else ""
+        lines.append(f"  [{f['severity']}] {f['rule']}: {100 * f['waste_fraction']:.0f}% waste{money} — "
+                     f"{f['fix']['summary']}")
+    lines.append(f"  report: {folder / 'report.html'}")
+    return lines
+
 
 def print_summary(report: dict[str, Any], folder: Path, as_json: bool) -> None:
     """A short summary on stderr (stdout stays the patient's), or JSON on stdout."""
     if as_json:
         print(json.dumps(report, indent=2))
         return
-    out = sys.stderr
-    b = report["breakdown"]
-    print(f"\ngpudoctor: {report['verdict']}", file=out)
-    if b.get("compute") is not None:
-        parts = ", ".join(f"{k} {100 * (v or 0):.0f}%" for k, v in b.items() if (v or 0) >= 0.005)
-        print(f"  wall time {report['run']['duration_s']:.1f} s: {parts}", file=out)
-    for f in report["findings"]:
-        if f["severity"] == "info":
-            continue
-        usd = f["waste_usd_per_hour"]
-        money = f", ${usd:.2f}/h" if usd is not None else ""
-        print(f"  [{f['severity']}] {f['rule']}: {100 * f['waste_fraction']:.0f}% waste{money} — {f['fix']['summary']}", file=out)
-    print(f"  report: {folder / 'report.html'}", file=out)
+    print("\n" + "\n".join(summary_lines(report, folder)), file=sys.stderr)
