@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gpudoctor.hooks import apply, cli_hooks, guard, hf_hooks, imports, patch
+from gpudoctor.hooks import apply, cli_hooks, guard, hf_hooks, imports, patch, trackers
 from gpudoctor.hooks.eval_regions import EvalRegions
 from gpudoctor.hooks.torch_hooks import TorchHooks
 from gpudoctor.hooks.writer import EventWriter
@@ -66,6 +66,7 @@ def install(run_dir: str | os.PathLike[str]) -> EventWriter:
     imports.when_imported("accelerate", lambda m: hf_hooks.install_accelerate(w, m))
     imports.when_imported("lightning.pytorch", _install_lightning)
     imports.when_imported("pytorch_lightning", _install_lightning)
+    trackers.install(w)  # which MLflow / W&B / TensorBoard run the figures go to
     apply.install(w)  # ``gpudoctor try``: a fix's values, when GPUDOCTOR_APPLY names them
     return w
 
