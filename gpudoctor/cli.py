@@ -185,7 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Re-render a saved run: a run folder is analysed again from its "
                        "recording (with this gpudoctor's rules); a report.json is rendered as it is. "
                        "The format follows -o's extension.")
-    p.add_argument("input", type=Path, help="run folder or report.json")
+    p.add_argument("input", type=Path, nargs="+",
+                   help="run folder or report.json; several run folders (one per node of one job) merge into "
+                   "one report, with -o")
     p.add_argument("-o", "--output", type=Path, default=None, metavar="OUT",
                    help="file to write, .html, .md or .json (default: report.html, .md and .json beside IN)")
     _common(p, out=False)

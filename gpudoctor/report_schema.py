@@ -210,12 +210,18 @@ class RankSteps(TypedDict, total=False):
 
 
 class RankEntry(TypedDict, total=False):
-    """One training process (a single process is rank 0)."""
+    """One training process (a single process is rank 0). A merged multi-node report adds its
+    ``node``, ``local_rank``, and its ``data_wait_s``, ``checkpoint_s`` and ``wall_s`` in seconds."""
 
     rank: int | None
     pid: int | None
     breakdown: Breakdown
     steps: RankSteps
+    node: str
+    local_rank: int | None
+    data_wait_s: Seconds
+    checkpoint_s: Seconds
+    wall_s: Seconds
 
 
 class Series(TypedDict, total=False):
@@ -368,6 +374,39 @@ class Trial(TypedDict, total=False):
     notes: list[str]
 
 
+class NodeEntry(TypedDict, total=False):
+    """One node's run folder in a merged job: ``clock_offset_s`` was added to its clock (null: not
+    aligned), ``alignment_residual_s`` is the p90 misfit of its step ends after that; data wait
+    mean and max over its ranks, checkpoint time its slowest rank's, step times its lead rank's."""
+
+    node: str
+    folder: str
+    host: str | None
+    ranks: list[int]
+    status: str
+    duration_s: Seconds
+    clock_offset_s: Annotated[float, Ge(-MAX_SECONDS), Le(MAX_SECONDS), Says("a time in seconds")] | None
+    alignment_residual_s: Seconds | None
+    aligned_steps: Count
+    breakdown: Breakdown
+    data_wait_s: Seconds | None
+    data_wait_s_max: Seconds | None
+    checkpoint_s: Seconds
+    step_time_s: StepTimes
+    findings: list[str]
+
+
+class Nodes(TypedDict):
+    """``gpudoctor report NODE0_DIR NODE1_DIR ...``: the job's nodes side by side, and the clock skew
+    the merge corrected (:mod:`gpudoctor.report_nodes`): ``reference`` is the node whose clock the
+    others were aligned to (null: none could be), ``skew_corrected_s`` the largest offset applied."""
+
+    reference: str | None
+    method: str
+    skew_corrected_s: Seconds
+    nodes: list[NodeEntry]
+
+
 # --- the report --------------------------------------------------------------------------------
 
 
@@ -386,6 +425,7 @@ class Sections(TypedDict, total=False):
     prediction_check: PredictionCheck
     preflight: Preflight
     trial: Trial
+    nodes: Nodes
 
 
 class StartupParts(TypedDict, total=False):
@@ -444,5 +484,6 @@ SECTIONS: tuple[Section, ...] = (
             "gpudoctor replay on a GPU", kept=True),
     Section("preflight", "preflight prediction", "gpudoctor replay --target", kept=True),
     Section("trial", "fix trial", "gpudoctor try", kept=True),
+    Section("nodes", "nodes and clock alignment", "gpudoctor report NODE_DIR NODE_DIR ...", kept=False),
 )
 KEPT_ON_RERENDER = tuple(s.key for s in SECTIONS if s.kept)

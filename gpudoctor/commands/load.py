@@ -10,12 +10,32 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from gpudoctor.errors import UserError
-from gpudoctor.report_load import MAX_REPORT_BYTES, load_report, read_report_bytes
+from gpudoctor.report_load import MAX_REPORT_BYTES, holds_recording, load_report, read_report_bytes
 from gpudoctor.report_schema import SCHEMA
 
-__all__ = ["MAX_REPORT_BYTES", "load_report", "malformed_report_guard", "read_report_bytes"]
+__all__ = ["MAX_REPORT_BYTES", "load_job", "load_report", "malformed_report_guard", "read_report_bytes"]
+
+
+def load_job(paths: list[Path], price: float | None = None, gpus: int | None = None) -> dict[str, Any]:
+    """One report for a multi-node job: the run folders ``gpudoctor run`` wrote on each of its nodes,
+    merged (:mod:`gpudoctor.report_nodes`). A report.json cannot take part: it lacks the step ends
+    the nodes' clocks are aligned on."""
+    for path in paths:
+        if not path.exists():
+            raise UserError(f"no such file or folder: {path}")
+        if not holds_recording(path):
+            raise UserError(f"{path} is not a run folder: merging a job's nodes needs each node's run folder "
+                            "(written by 'gpudoctor run --out DIR'), not a report.json")
+    if len({p.resolve() for p in paths}) < len(paths):
+        raise UserError("the same run folder is named twice; pass each node's run folder once")
+    # analysis and rules load only when a job's report is built (the CLI starts fast)
+    from gpudoctor.report import ReportOptions
+    from gpudoctor.report_nodes import merge_report
+
+    return merge_report(paths, ReportOptions(price_per_gpu_hour=price, gpus=gpus))
 
 
 @contextmanager

@@ -1,18 +1,30 @@
-"""``gpudoctor report IN [-o OUT]``: re-render a saved run."""
+"""``gpudoctor report IN... [-o OUT]``: re-render a saved run, or merge a multi-node job's run folders."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
-from gpudoctor.commands.load import load_report, malformed_report_guard
+from gpudoctor.commands.load import load_job, load_report, malformed_report_guard
 from gpudoctor.errors import UserError
 
 
 def main(args: Any) -> int:
-    report = load_report(args.input, args.price_per_gpu_hour, args.gpus)
-    with malformed_report_guard(args.input):
-        _write(report, args)
+    inputs: list[Path] = args.input if isinstance(args.input, list) else [args.input]
+    if len(inputs) > 1:
+        if args.output is None:
+            raise UserError("merging several nodes' run folders needs -o OUT (.html, .md or .json) for the "
+                            "job's report, e.g. -o merged.html")
+        report = load_job(inputs, args.price_per_gpu_hour, args.gpus)
+    else:
+        report = load_report(inputs[0], args.price_per_gpu_hour, args.gpus)
+    with malformed_report_guard(*inputs):
+        _write(report, inputs[0], args.output)
+    if len(inputs) > 1:
+        from gpudoctor.render.nodes import terminal_lines  # the renderers load only when used
+
+        print("\n".join(terminal_lines(report)), file=sys.stderr)
     if args.json:
         import json
 
@@ -20,17 +32,17 @@ def main(args: Any) -> int:
     return 0
 
 
-def _write(report: dict[str, Any], args: Any) -> None:
+def _write(report: dict[str, Any], source: Path, output: Path | None) -> None:
     from gpudoctor.render import renderer_for, write_all
     from gpudoctor.render.output import write_output
 
-    if args.output is None:
-        folder = args.input if args.input.is_dir() else args.input.parent
+    if output is None:
+        folder = source if source.is_dir() else source.parent
         try:
             paths = write_all(report, folder)
         except OSError as exc:
             raise UserError(f"cannot write the report into {folder}: {exc.strerror or exc}; pass -o OUT") from None
         print("\n".join(str(p) for p in paths), file=sys.stderr)
     else:
-        write_output(args.output, renderer_for(args.output).render(report))
-        print(str(args.output), file=sys.stderr)
+        write_output(output, renderer_for(output).render(report))
+        print(str(output), file=sys.stderr)

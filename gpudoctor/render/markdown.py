@@ -250,7 +250,7 @@ def section_parts(report: dict[str, Any]) -> list[str]:
     """Each registered optional section (:mod:`gpudoctor.render.sections`), in report order;
     every string from the report made inert Markdown before it is formatted."""
     views = sections.views(_inert({s.key: report.get(s.key) for s in SECTIONS} | {
-        "breakdown": report.get("breakdown")}))
+        "breakdown": report.get("breakdown"), "per_rank": report.get("per_rank")}))
     return [SECTION_MARKDOWN[key](view) for key, view in views.items() if view is not None]
 
 
@@ -299,12 +299,21 @@ def trial_section(v: dict[str, Any]) -> str:
     return "\n\n".join(p for p in parts if p)
 
 
+def nodes_section(v: dict[str, Any]) -> str:
+    """A merged multi-node job: its nodes side by side, the slowest ranks, the clock skew corrected."""
+    parts = ["### Nodes", v["skew"], table(v["header"], [list(r) for r in v["rows"]], right={3, 4, 5, 6, 7}),
+             v["more"], f"**{v['rank_caption']}**",
+             table(v["rank_header"], [list(r) for r in v["rank_rows"]], right={2, 3, 4, 5, 6})]
+    return "\n\n".join(p for p in parts if p)
+
+
 SECTION_MARKDOWN = {
     "saves": saves_section,
     "profiler": profiler_section,
     "prediction_check": check_section,
     "preflight": preflight_section,
     "trial": trial_section,
+    "nodes": nodes_section,
 }
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gpudoctor.render import preflight, trial
+from gpudoctor.render import nodes, preflight, trial
 from gpudoctor.render.base import fmt_duration, fmt_pct, num
 from gpudoctor.report_schema import SECTIONS
 
@@ -26,6 +26,16 @@ def _guarded(build: Callable[[dict[str, Any]], dict[str, Any] | None]) -> Callab
             return None
         try:
             return build(section)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+            return None
+
+    return view
+
+
+def _guarded_with_report(build: Callable[[Any, Any], dict[str, Any] | None]) -> Callable[[Any, Any], Any]:
+    def view(section: Any, report: Any) -> dict[str, Any] | None:
+        try:
+            return build(section, report)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError):
             return None
 
@@ -80,6 +90,7 @@ VIEWS: dict[str, Callable[[Any, Any], dict[str, Any] | None]] = {
     "prediction_check": _guarded(preflight.check_table),
     "preflight": _guarded(preflight.table),
     "trial": lambda section, report: trial.view(section),
+    "nodes": _guarded_with_report(nodes.view),
 }
 
 
