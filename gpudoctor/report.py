@@ -144,7 +144,7 @@ def _info_findings(a: Analysis, price: Price) -> list[Finding]:
              "'gpudoctor: in-process hooks not loaded'.")
     if price.usd_per_hour is None:
         info("cost_unavailable", "Dollar figures unavailable", price.source,
-             "Pass --price-per-gpu-hour USD (and --gpus N) to price the waste.")
+             "$/hour, wasted dollars and projected costs are left out (null), not guessed.")
     for note in a.notes:
         info("partial_recording", "Partial recording", note, "Figures cover the part that was recorded.")
     for note in a.rec.meta.get("attach_notes") or []:  # why hooks did not load, what is estimated

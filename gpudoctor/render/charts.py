@@ -208,8 +208,18 @@ def _startup_shade(spans: dict[str, Any], duration_s: float, y0: float, y1: floa
     return f'<path d="{path}" fill="{SLICE_COLORS["startup"]}" opacity="0.10"/>' if path else ""
 
 
-def timeline_svg(timeline: dict[str, Any] | None, duration_s: Any = None) -> str:
-    """The run over time: span lanes, step ticks, GPU busy % and CPU % panels."""
+def cpu_label(cores: int | None) -> str:
+    """The CPU panel's label: one convention with ``shares.cpu_busy`` (of all cores)."""
+    return f"CPU % of all {cores} cores (training processes)" if cores else "CPU % (100 = one core)"
+
+
+def timeline_svg(timeline: dict[str, Any] | None, duration_s: Any = None, cores: int | None = None,
+                 gpu: bool = True) -> str:
+    """The run over time: span lanes, step ticks, GPU busy % and CPU % panels.
+
+    ``cores``: the series' CPU (100 = one core, as recorded) is drawn as % of all cores, 0-100,
+    so two reports read alike whatever their machine. ``gpu=False`` (no GPU on the machine):
+    no GPU panel, rather than an empty one."""
     timeline = timeline or {}
     duration = num(timeline.get("duration_s")) or num(duration_s)
     if not duration or duration <= 0:
@@ -221,11 +231,16 @@ def timeline_svg(timeline: dict[str, Any] | None, duration_s: Any = None) -> str
     y += LANE_H + PANEL_GAP
     panels_top = y
     t_s = series.get("t_s") or []
-    body += _panel(
-        t_s, series.get("gpu_busy_pct"), duration, y, "GPU busy %", SLICE_COLORS["compute"]
-    )
-    y += PANEL_H + PANEL_GAP
-    body += _panel(t_s, series.get("cpu_pct") or [], duration, y, "CPU %", "#3d4852")
+    if gpu:
+        body += _panel(
+            series.get("gpu_t_s") or t_s, series.get("gpu_busy_pct"), duration, y, "GPU busy %",
+            SLICE_COLORS["compute"]
+        )
+        y += PANEL_H + PANEL_GAP
+    cpu = series.get("cpu_pct") or []
+    if cores:
+        cpu = [v / cores if num(v) is not None else None for v in cpu]
+    body += _panel(t_s, cpu, duration, y, cpu_label(cores), "#3d4852")
     y += PANEL_H
     shade = _startup_shade(spans, duration, panels_top, y)
     body = [shade] + body + _axis(duration, y + 6)

@@ -21,17 +21,24 @@ from gpudoctor.render.base import (
     breakdown_items,
     command_text,
     config_code,
+    cores,
+    cpu_text,
+    exit_text,
     fix_tables,
     fmt_duration,
     fmt_int,
     fmt_pct,
     fmt_speedup,
     fmt_step_time,
+    fmt_time,
     fmt_usd,
     fmt_value,
     gpus_text,
+    has_gpu,
     host_text,
     num,
+    outcome_text,
+    plural,
     startup_text,
 )
 
@@ -78,54 +85,57 @@ def build_view(report: dict[str, Any]) -> dict[str, Any]:
     run = report.get("run") or {}
     cost = report.get("cost") or {}
     duration_s = num(run.get("duration_s"))
+    findings = [f for f in report.get("findings") or [] if isinstance(f, dict)]
+    problems = [finding_view(f) for f in findings if f.get("severity") != "info"]
     return {
-        "header": header_view(run, cost),
+        "header": header_view(run, cost, any(f.get("rule") == "cost_unavailable" for f in findings)),
         "verdict": str(report.get("verdict") or "no verdict"),
-        "verdict_color": verdict_color(report.get("findings") or []),
+        "verdict_color": verdict_color(findings),
         "kpis": kpi_view(report),
-        "timeline_svg": markup(charts.timeline_svg(report.get("timeline"), duration_s)),
-        "timeline_legend": timeline_legend(report.get("timeline")),
+        "timeline_svg": markup(charts.timeline_svg(report.get("timeline"), duration_s, cores(run), has_gpu(run))),
+        "timeline_legend": timeline_legend(report.get("timeline"), run),
         "timeline_caption": str((report.get("timeline") or {}).get("caption") or "Seconds since launch."),
         "breakdown_svg": markup(charts.breakdown_bar_svg(report.get("breakdown"))),
         "breakdown_rows": breakdown_rows(report.get("breakdown"), duration_s),
-        "shares": shares_view(report.get("shares")),
+        "shares": shares_view(report.get("shares"), run),
         "padding": padding_view(report.get("padding")),
         "steps": steps_view(report.get("steps")) + [("startup", startup_text(report.get("startup")))],
-        "findings": [finding_view(f) for f in report.get("findings") or []],
-        "cost": cost_view(cost),
+        "findings": problems,
+        "findings_heading": "Findings: " + plural(len(problems), "problem"),
+        "cost": cost_view(cost) if num(cost.get("usd_per_hour")) is not None else [],
         "ranks": ranks_view(report.get("per_rank")),
         **sections.views(report),  # saves, profiler, prediction_check, preflight, trial
-        "notes": [str(n) for n in report.get("notes") or []],
+        "notes": notes_view(findings, report.get("notes")),
         "schema": str(report.get("schema") or ""),
     }
 
 
-def header_view(run: dict[str, Any], cost: dict[str, Any]) -> dict[str, Any]:
-    """Command, status and the facts about where it ran."""
+def header_view(run: dict[str, Any], cost: dict[str, Any], noted: bool = False) -> dict[str, Any]:
+    """Command, status and the facts about where it ran. A missing price is said once: by the
+    ``cost_unavailable`` note when there is one (``noted``), else here."""
     exit_code = run.get("exit_code")
     status = str(run.get("status") or ("finished" if exit_code in (0, None) else "crashed"))
     price = num(run.get("price_per_gpu_hour_usd"))
     gpu_count = run.get("gpu_count") or 0
-    price_text = NO_PRICE if price is None else f"{fmt_usd(price)} per GPU-hour × {gpu_count} GPU"
     source = cost.get("price_source")
+    price_text = ("" if noted else NO_PRICE) if price is None else (f"{fmt_usd(price)} per GPU-hour × {plural(gpu_count, 'GPU')}"
+                                           + (f" (source: {source})" if source else ""))
     return {
         "command": command_text(run.get("command")) or "(no command recorded)",
         "status": status,
         "status_class": status
         if status in ("finished", "crashed", "interrupted", "partial")
         else "other",
-        "exit_code": "" if exit_code is None else str(exit_code),
+        "exit_code": "" if exit_code is None else exit_text(exit_code),
+        "outcome": outcome_text(run),
         "facts": [
             ("mode", str(run.get("mode") or "unknown")),
-            ("started", str(run.get("started_at") or "unknown")),
+            ("started", fmt_time(run.get("started_at"))),
             ("duration", fmt_duration(run.get("duration_s"))),
             ("pid", "" if run.get("pid") is None else str(run.get("pid"))),
             ("host", host_text(run.get("host")) or "unknown"),
             ("GPUs", gpus_text(run)),
-            (
-                "price",
-                price_text + (f" (source: {source})" if source and price is not None else ""),
-            ),
+            ("price", price_text),
         ],
         "version": str(run.get("gpudoctor_version") or ""),
     }
@@ -139,25 +149,32 @@ def verdict_color(findings: list[dict[str, Any]]) -> str:
 
 
 def kpi_view(report: dict[str, Any]) -> list[tuple[str, str]]:
-    """The few headline figures under the verdict."""
+    """The few headline figures under the verdict: dollars only with a price, GPU busy only
+    with a GPU (what is missing is said once, in the header and the notes, not in every tile)."""
+    run = report.get("run") or {}
     cost = report.get("cost") or {}
     steps = report.get("steps") or {}
     shares = report.get("shares") or {}
-    return [
-        ("wasted time", fmt_pct(cost.get("wasted_fraction"))),
-        ("wasted $/hour", fmt_usd(cost.get("wasted_usd_per_hour"), "no price")),
-        ("wasted so far", fmt_usd(cost.get("wasted_usd_so_far"), "no price")),
-        ("GPU busy", fmt_pct(shares.get("gpu_busy"))),
-        ("step time p50", fmt_step_time((steps.get("step_time_s") or {}).get("p50"))),
-    ]
+    kpis = [("wasted time", fmt_pct(cost.get("wasted_fraction")))]
+    if num(cost.get("usd_per_hour")) is not None:
+        kpis += [("wasted $/hour", fmt_usd(cost.get("wasted_usd_per_hour"), "unavailable")),
+                 ("wasted so far", fmt_usd(cost.get("wasted_usd_so_far"), "unavailable"))]
+    if has_gpu(run):
+        kpis.append(("GPU busy", fmt_pct(shares.get("gpu_busy"))))
+    n = cores(run)
+    kpis.append((f"CPU busy, of all {n} cores" if n else "CPU busy", fmt_pct(shares.get("cpu_busy"))))
+    kpis.append(("step time p50", fmt_step_time((steps.get("step_time_s") or {}).get("p50"))))
+    return kpis
 
 
-def timeline_legend(timeline: dict[str, Any] | None) -> list[tuple[str, str]]:
+def timeline_legend(timeline: dict[str, Any] | None, run: dict[str, Any]) -> list[tuple[str, str]]:
     """``(label, colour)`` for the lanes and lines the timeline draws."""
     spans = (timeline or {}).get("spans") or {}
     kinds = charts.lane_kinds(spans)
     legend = [(charts.SPAN_LABELS.get(k, k), SLICE_COLORS.get(k, "#777777")) for k in kinds]
-    return legend + [("GPU busy %", SLICE_COLORS["compute"]), ("CPU %", "#3d4852")]
+    if has_gpu(run):
+        legend.append(("GPU busy %", SLICE_COLORS["compute"]))
+    return legend + [(charts.cpu_label(cores(run)), "#3d4852")]
 
 
 def breakdown_rows(
@@ -178,14 +195,14 @@ def breakdown_rows(
     return rows
 
 
-def shares_view(shares: dict[str, Any] | None) -> list[tuple[str, str]]:
-    """Tokenization, GPU busy, CPU busy; "unavailable" when not observed."""
+def shares_view(shares: dict[str, Any] | None, run: dict[str, Any]) -> list[tuple[str, str]]:
+    """Tokenization (of wall time), GPU busy (only with a GPU), CPU busy (of all cores)."""
     shares = shares or {}
-    return [
-        ("tokenization", fmt_pct(shares.get("tokenization"))),
-        ("GPU busy", fmt_pct(shares.get("gpu_busy"))),
-        ("CPU busy", fmt_pct(shares.get("cpu_busy"))),
-    ]
+    rows = [("tokenization, of wall time", fmt_pct(shares.get("tokenization")))]
+    if has_gpu(run):
+        rows.append(("GPU busy, of wall time", fmt_pct(shares.get("gpu_busy"))))
+    rows.append(("CPU busy, training processes", cpu_text(shares.get("cpu_busy"), run)))
+    return rows
 
 
 def padding_view(padding: dict[str, Any] | None) -> list[tuple[str, str]]:
@@ -257,6 +274,23 @@ def cost_view(cost: dict[str, Any]) -> list[tuple[str, str]]:
     if num(cost.get("projected_wasted_usd")) is not None:
         rows.append(("projected waste", fmt_usd(cost.get("projected_wasted_usd"))))
     return rows
+
+
+def sentence(text: Any) -> str:
+    """``text`` ending in a full stop, so a note's "what it means" reads as the next sentence."""
+    s = str(text or "").strip()
+    return s if not s or s[-1] in ".!?" else s + "."
+
+
+def notes_view(findings: list[dict[str, Any]], notes: Any) -> list[dict[str, str]]:
+    """Info findings are notes, not problems: a title, what was seen and what it means, with no
+    waste, dollars or "Fix:". The report's plain notes follow, each said once."""
+    out = [{"title": str(f.get("title") or f.get("rule") or "note"), "text": sentence(f.get("evidence")),
+            "means": str((f.get("fix") or {}).get("summary") or "")}
+           for f in findings if f.get("severity") == "info"]
+    seen = {n["text"] for n in out}
+    out += [{"title": "", "text": str(n), "means": ""} for n in notes or [] if str(n) not in seen]
+    return out
 
 
 def ranks_view(per_rank: list[dict[str, Any]] | None) -> dict[str, Any] | None:
