@@ -1,5 +1,11 @@
 """``report.md``: the report as a GitHub pull-request comment.
 
+A comment holds at most :data:`COMMENT_LIMIT` characters, so long sections fold into
+``<details>`` (the per-rank table past :data:`RANKS_SHOWN` ranks, the evidence and fixes past
+:data:`DETAILS_SHOWN` findings, notes past :data:`NOTES_SHOWN`) and, when a report is still too
+long (thousands of ranks, a forged report.json), :func:`fit_comment` renders fewer rows of
+those sections, saying how many are left out, down to the headline and breakdown alone.
+
 Strings from the run never become live Markdown or HTML: prose is escaped
 (``<`` as ``&lt;``, Markdown punctuation with backslashes, ``|`` in tables),
 code goes in code spans and fences whose backtick runs are longer than any in
@@ -10,6 +16,7 @@ GitHub shows ``<script>`` literally.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from gpudoctor.render import sections
@@ -31,9 +38,15 @@ from gpudoctor.render.base import (
     startup_text,
 )
 from gpudoctor.render.charts import SPAN_LABELS
-from gpudoctor.report_schema import SECTIONS
+from gpudoctor.report_schema import BREAKDOWN_KEYS, SECTIONS
 
 SEVERITY_MARKS = {"high": "🔴", "medium": "🟠", "low": "🟡", "info": "⚪"}
+COMMENT_LIMIT = 65_536  # GitHub's most characters in an issue or pull-request comment
+RANKS_SHOWN = 8  # more ranks fold their table into <details>
+DETAILS_SHOWN = 3  # findings whose evidence and fix show unfolded; the rest fold
+NOTES_SHOWN = 5
+INLINE_CHARS = 1_000  # the verdict and the command are cut here (a real one is far shorter)
+LIMITS = (None, 64, 16, 4, 0)  # rows per long section, tried in turn until the comment fits
 _HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 _LINE_START = re.compile(r"^(\s*)([-+]|\d{1,9}(?=[.)](?:\s|$)))")
 
@@ -78,6 +91,37 @@ def snippet_lang(snippet: str) -> str:
     return "bash" if first.startswith(shell) or re.match(r"^[A-Z_]+=\S+ ", first) else "python"
 
 
+def details(summary: str, body: str) -> str:
+    """``body`` folded under ``summary`` (already escaped); the blank lines let GitHub render
+    the Markdown inside."""
+    return f"<details>\n<summary>{summary}</summary>\n\n{body.strip()}\n\n</details>"
+
+
+def clip(text: Any, limit: int = INLINE_CHARS) -> str:
+    """``text`` cut to ``limit`` characters with an ellipsis (before escaping)."""
+    s = str(text)
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def left_out(count: int, what: str, where: str) -> str:
+    """The line that says a section shows fewer rows than the report holds."""
+    return f"*{count:,} more {what} left out to fit a pull-request comment: see {where}.*"
+
+
+def fit_comment(render: Callable[[int | None], str], minimal: Callable[[], str]) -> str:
+    """``render(limit)`` with the first limit of :data:`LIMITS` that fits :data:`COMMENT_LIMIT`
+    (``limit``: rows per long section, None for all), else ``minimal()``, cut if it must be."""
+    for limit in LIMITS:
+        text = render(limit)
+        if len(text) <= COMMENT_LIMIT:
+            return text
+    text = minimal()
+    if len(text) <= COMMENT_LIMIT:
+        return text
+    cut = text[: COMMENT_LIMIT - 200].rsplit("\n", 1)[0]
+    return cut + "\n\n*(cut to fit a pull-request comment)*\n"
+
+
 def table(header: list[str], rows: list[list[str]], right: set[int] | None = None) -> str:
     """A GitHub table; cells must already be escaped."""
     right = right or set()
@@ -92,24 +136,39 @@ class MarkdownRenderer(Renderer):
     output_file_extension = "md"
 
     def render(self, report: dict[str, Any]) -> str:
-        parts = [
-            headline(report),
-            run_line(report.get("run") or {}),
-            cost_line(report.get("cost") or {}),
-            "### Where the time went\n\n" + breakdown_table(report),
-            facts_lines(report),
-            findings_section(report.get("findings") or []),
-            ranks_section(report.get("per_rank")),
-            *section_parts(report),
-            notes_section(report.get("notes")),
-            footer(report),
-        ]
-        return "\n\n".join(p for p in parts if p) + "\n"
+        return fit_comment(lambda limit: render_report(report, limit), lambda: minimal_report(report))
+
+
+def render_report(report: dict[str, Any], limit: int | None = None) -> str:
+    """The whole report, with at most ``limit`` rows in each long section (None: all)."""
+    parts = [
+        headline(report),
+        run_line(report.get("run") or {}),
+        cost_line(report.get("cost") or {}),
+        "### Where the time went\n\n" + breakdown_table(report),
+        facts_lines(report),
+        findings_section(report.get("findings") or [], limit),
+        ranks_section(report.get("per_rank"), limit),
+        *(section_parts(report) if limit is None or limit > 0 else []),
+        notes_section(report.get("notes"), limit),
+        footer(report),
+    ]
+    return "\n\n".join(p for p in parts if p) + "\n"
+
+
+def minimal_report(report: dict[str, Any]) -> str:
+    """Headline, run, cost and the six slices: what a comment shows when nothing else fits."""
+    known = {k: (report.get("breakdown") or {}).get(k) for k in BREAKDOWN_KEYS}
+    parts = [headline(report), run_line(report.get("run") or {}), cost_line(report.get("cost") or {}),
+             "### Where the time went\n\n" + breakdown_table({**report, "breakdown": known}),
+             "*The findings, per-rank figures and notes are too long for a pull-request comment: "
+             "see report.html or report.json.*", footer(report)]
+    return "\n\n".join(p for p in parts if p) + "\n"
 
 
 def headline(report: dict[str, Any]) -> str:
     """The one-line verdict as the comment's heading."""
-    return "### gpudoctor: " + md_text(report.get("verdict") or "no verdict")
+    return "### gpudoctor: " + md_text(clip(report.get("verdict") or "no verdict"))
 
 
 def run_line(run: dict[str, Any]) -> str:
@@ -119,7 +178,7 @@ def run_line(run: dict[str, Any]) -> str:
         status += f" (exit code {run.get('exit_code')})"
     price = num(run.get("price_per_gpu_hour_usd"))
     bits = [
-        md_code(command_text(run.get("command")) or "(no command recorded)"),
+        md_code(clip(command_text(run.get("command"))) or "(no command recorded)"),
         md_text(status),
         fmt_duration(run.get("duration_s")),
         md_text(gpus_text(run)),
@@ -184,10 +243,12 @@ def padding_line(padding: dict[str, Any]) -> str:
     )
 
 
-def findings_section(findings: list[dict[str, Any]]) -> str:
-    """The findings table, then each finding's evidence and fix."""
+def findings_section(findings: list[dict[str, Any]], limit: int | None = None) -> str:
+    """The findings table, then each finding's evidence and fix (past :data:`DETAILS_SHOWN`,
+    folded); at most ``limit`` of each, the rest counted."""
     if not findings:
         return "### Findings\n\nNo findings: nothing in this run points to wasted time."
+    shown = findings if limit is None else findings[: max(limit, 1)]
     rows = [
         [
             str(i),
@@ -199,11 +260,21 @@ def findings_section(findings: list[dict[str, Any]]) -> str:
             fmt_usd(f.get("waste_usd_per_hour"), "no price"),
             fmt_speedup(f.get("predicted_speedup")).replace("unavailable", "not estimated"),
         ]
-        for i, f in enumerate(findings, 1)
+        for i, f in enumerate(shown, 1)
     ]
-    head = table(["#", "rule", "severity", "waste", "$/hour", "speedup"], rows, right={3, 4, 5})
-    details = [finding_detail(i, f) for i, f in enumerate(findings, 1)]
-    return "### Findings\n\n" + head + "\n\n" + "\n\n".join(details)
+    parts = [table(["#", "rule", "severity", "waste", "$/hour", "speedup"], rows, right={3, 4, 5})]
+    if len(shown) < len(findings):
+        parts.append(left_out(len(findings) - len(shown), "findings", "report.json"))
+    explained = shown if limit is None else shown[:limit]
+    texts = [finding_detail(i, f) for i, f in enumerate(explained, 1)]
+    parts += texts[:DETAILS_SHOWN]
+    if texts[DETAILS_SHOWN:]:
+        first, last = DETAILS_SHOWN + 1, len(texts)
+        parts.append(details(f"Evidence and fixes of findings {first}–{last}" if last > first
+                             else f"Evidence and fix of finding {first}", "\n\n".join(texts[DETAILS_SHOWN:])))
+    if len(explained) < len(findings):
+        parts.append(left_out(len(findings) - len(explained), "findings' evidence and fixes", "report.html"))
+    return "### Findings\n\n" + "\n\n".join(parts)
 
 
 def finding_detail(index: int, finding: dict[str, Any]) -> str:
@@ -225,14 +296,16 @@ def finding_detail(index: int, finding: dict[str, Any]) -> str:
     return "\n\n".join(p for p in out if p)
 
 
-def ranks_section(per_rank: list[dict[str, Any]] | None) -> str:
-    """Per-rank breakdown, only for more than one rank."""
+def ranks_section(per_rank: list[dict[str, Any]] | None, limit: int | None = None) -> str:
+    """Per-rank breakdown, only for more than one rank; folded past :data:`RANKS_SHOWN` ranks.
+    With ``limit``, only the ``limit`` slowest ranks (by p50 step time): the stragglers."""
     if not per_rank or len(per_rank) < 2:
         return ""
+    shown = per_rank if limit is None or len(per_rank) <= limit else _slowest(per_rank, limit)
     keys = [k for k, _ in breakdown_items(per_rank[0].get("breakdown"))]
-    header = ["rank", "pid"] + [SPAN_LABELS.get(k, k) for k in keys] + ["steps", "p50 step"]
+    header = ["rank", "pid"] + [md_text(SPAN_LABELS.get(k, k)) for k in keys] + ["steps", "p50 step"]
     rows = []
-    for rank in per_rank:
+    for rank in shown:
         bd = dict(breakdown_items(rank.get("breakdown")))
         steps = rank.get("steps") or {}
         rows.append(
@@ -243,7 +316,21 @@ def ranks_section(per_rank: list[dict[str, Any]] | None) -> str:
                 fmt_step_time((steps.get("step_time_s") or {}).get("p50")),
             ]
         )
-    return "### Per rank\n\n" + table(header, rows, right=set(range(2, len(header))))
+    body = table(header, rows, right=set(range(2, len(header)))) if rows else ""
+    if len(shown) < len(per_rank):
+        body += "\n\n" + left_out(len(per_rank) - len(shown), "ranks (the faster ones)", "report.json")
+    if len(per_rank) <= RANKS_SHOWN:
+        return "### Per rank\n\n" + body
+    return "### Per rank\n\n" + details(f"{len(per_rank):,} ranks: breakdown and step times", body)
+
+
+def _slowest(per_rank: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """The ``limit`` ranks with the longest p50 step, in rank order (unknown step times last)."""
+    def p50(r: dict[str, Any]) -> float:
+        return num(((r.get("steps") or {}).get("step_time_s") or {}).get("p50")) or -1.0
+
+    keep = {id(r) for r in sorted(per_rank, key=p50, reverse=True)[:limit]}
+    return [r for r in per_rank if id(r) in keep]
 
 
 def section_parts(report: dict[str, Any]) -> list[str]:
@@ -328,11 +415,17 @@ def _inert(value: Any) -> Any:
     return value
 
 
-def notes_section(notes: list[Any] | None) -> str:
-    """Partial recordings, skipped lines and the like."""
+def notes_section(notes: list[Any] | None, limit: int | None = None) -> str:
+    """Partial recordings, skipped lines and the like; folded past :data:`NOTES_SHOWN`."""
     if not notes:
         return ""
-    return "### Notes\n\n" + "\n".join("- " + md_text(n) for n in notes)
+    shown = notes if limit is None else notes[:limit]
+    body = "\n".join("- " + md_text(n) for n in shown)
+    if len(shown) < len(notes):
+        body += "\n\n" + left_out(len(notes) - len(shown), "notes", "report.json")
+    if len(notes) <= NOTES_SHOWN:
+        return "### Notes\n\n" + body
+    return "### Notes\n\n" + details(f"{len(notes):,} notes", body)
 
 
 def footer(report: dict[str, Any]) -> str:
