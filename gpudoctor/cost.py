@@ -36,12 +36,14 @@ def table_price(gpu_name: str | None) -> float | None:
     return price_per_gpu_hour(gpu_name)
 
 
-def resolve_price(cli_price: float | None, cli_gpus: int | None, gpu_names: list[str]) -> Price:
+def resolve_price(cli_price: float | None, cli_gpus: int | None, gpu_names: list[str],
+                  cli_source: str = "--price-per-gpu-hour") -> Price:
+    """``cli_source`` names where ``cli_price`` came from (a replay config's hardware section...)."""
     env = os.environ.get("GPUDOCTOR_PRICE_PER_GPU_HOUR")
     seen = len(gpu_names)
     gpus = cli_gpus if cli_gpus is not None else seen
     if cli_price is not None:
-        return Price(cli_price, gpus or 1, "--price-per-gpu-hour")
+        return Price(cli_price, gpus or 1, cli_source)
     if env:
         try:
             return Price(float(env), gpus or 1, "GPUDOCTOR_PRICE_PER_GPU_HOUR")

@@ -45,6 +45,7 @@ class RecorderOptions:
     command: list[str] = field(default_factory=list)
     interval_s: float = 0.1
     price_per_gpu_hour: float | None = None
+    price_source: str | None = None  # where that price came from, when not --price-per-gpu-hour
     gpus: int | None = None
     nvml_binding: Any = None  # tests inject a fake pynvml here
     adaptive: bool = True  # sampler intervals follow the step time (samplers.pace)
@@ -87,6 +88,7 @@ class Recorder:
             "gpus": self._gpus_desc,
             "nvml_problems": self._problems,
             "price_per_gpu_hour": self.options.price_per_gpu_hour,
+            "price_source": self.options.price_source,
             "gpus_option": self.options.gpus,
             "gpudoctor_version": __version__,
         }

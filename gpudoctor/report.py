@@ -34,10 +34,13 @@ class ReportOptions:
 def build_report(rec: Recording, options: ReportOptions | None = None) -> dict[str, Any]:
     options = options or ReportOptions()
     a = analyze(rec)
+    source = rec.meta.get("price_source")  # a replay's price from its config says so; else the option's name
     price = resolve_price(
         options.price_per_gpu_hour if options.price_per_gpu_hour is not None else rec.meta.get("price_per_gpu_hour"),
         options.gpus if options.gpus is not None else rec.meta.get("gpus_option"),
         a.gpu.names,
+        source if options.price_per_gpu_hour is None and isinstance(source, str) and source
+        else "--price-per-gpu-hour",
     )
     findings, wasted = run_rules(a)
     infos = _info_findings(a, price)

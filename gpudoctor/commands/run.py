@@ -72,20 +72,24 @@ class Limit(Protocol):
 def run(command: list[str], out: Path | None, interval_s: float, price: float | None, gpus: int | None,
         as_json: bool, nvml_binding: Any = None, mode: str = "run",
         extra_env: dict[str, str] | None = None, limit: Limit | None = None,
-        summary: bool = True) -> tuple[int, dict[str, Any] | None, Path]:
+        summary: bool = True, shown_command: list[str] | None = None,
+        price_source: str | None = None) -> tuple[int, dict[str, Any] | None, Path]:
     """Run ``command`` under the doctor; returns its exit code (never the doctor's trouble: a
     recording or report that failed is said on stderr), the report (None if none) and the folder.
 
     ``limit``: the child gets its own process group and ``limit.poll`` may stop it (signals
-    then reach the group, DataLoader workers included); ``summary=False``: no summary printed."""
+    then reach the group, DataLoader workers included); ``summary=False``: no summary printed.
+    ``shown_command``: what the report shows as the command (``replay`` runs an internal worker);
+    ``price_source``: where ``price`` came from, when not ``--price-per-gpu-hour``."""
     if not command:
         raise UserError("no command to run; usage: gpudoctor run [OPTIONS] -- python train.py")
     _startable(command[0], (extra_env or {}).get("PATH", os.environ.get("PATH", os.defpath)))
     root = out or default_out(mode)
     existed = root.exists()
     folder = RunFolder(root).create()
-    recorder = Recorder(folder, RecorderOptions(mode=mode, command=command, interval_s=interval_s,
-                                                price_per_gpu_hour=price, gpus=gpus, nvml_binding=nvml_binding))
+    recorder = Recorder(folder, RecorderOptions(mode=mode, command=shown_command or command, interval_s=interval_s,
+                                                price_per_gpu_hour=price, price_source=price_source, gpus=gpus,
+                                                nvml_binding=nvml_binding))
     recorder.prepare()
     env = child_env(folder.root)
     if extra_env:

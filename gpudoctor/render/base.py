@@ -198,6 +198,8 @@ def command_text(command: Any) -> str:
 def gpus_text(run: dict[str, Any]) -> str:
     """``"2 × NVIDIA H100 80GB HBM3 (80 GiB)"``, or ``"no GPU seen"``."""
     gpus = run.get("gpus") or []
+    if not gpus and run.get("mode") == "replay":  # its GPU figures are the target's, predicted
+        return "none here: the replay ran on the CPU; the target GPU is predicted, not measured"
     if not gpus:
         count = run.get("gpu_count") or 0
         return f"{count} GPU(s)" if count else NO_GPU
