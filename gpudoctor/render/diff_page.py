@@ -24,7 +24,18 @@ from gpudoctor.render.base import (
 )
 from gpudoctor.render.charts import SPAN_LABELS
 from gpudoctor.render.html import markup, render_template
-from gpudoctor.render.markdown import md_code, md_text, table
+from gpudoctor.render.markdown import (
+    NOTES_SHOWN,
+    clip,
+    details,
+    fit_comment,
+    left_out,
+    md_code,
+    md_text,
+    table,
+)
+
+FINDINGS_SHOWN = 8  # more findings fold their list into <details>
 
 
 def fmt_delta(value: float | None, kind: str, unit: str | None = None) -> str:
@@ -156,15 +167,20 @@ def noise_text(d: dict[str, Any]) -> str:
 
 
 def render_diff_markdown(d: dict[str, Any]) -> str:
-    """The comparison as a GitHub pull-request comment."""
+    """The comparison as a GitHub pull-request comment, within its 65,536 characters
+    (:func:`gpudoctor.render.markdown.fit_comment`)."""
+    found = finding_rows(d)
+    return fit_comment(lambda limit: _diff_markdown(d, found, limit), lambda: _diff_markdown(d, [], 0, minimal=True))
+
+
+def _diff_markdown(d: dict[str, Any], found: list[dict[str, Any]], limit: int | None, minimal: bool = False) -> str:
     def rows(items: list[dict[str, str]], first: str) -> list[list[str]]:
         return [[md_text(r[first]), r["before"], r["after"], r["delta"]] for r in items]
 
-    found = finding_rows(d)
     parts = [
-        "### gpudoctor diff: " + md_text(d.get("summary") or "no change measured"),
-        f"Before: {md_code(d['before']['command'] or '(unknown)')}  \n"
-        f"After: {md_code(d['after']['command'] or '(unknown)')}",
+        "### gpudoctor diff: " + md_text(clip(d.get("summary") or "no change measured")),
+        f"Before: {md_code(clip(d['before']['command'] or '(unknown)'))}  \n"
+        f"After: {md_code(clip(d['after']['command'] or '(unknown)'))}",
         table(["", "before", "after", "change"], rows(overview_rows(d), "label"), right={1, 2, 3}),
         md_text(noise_text(d)),
         "#### Where the time went (seconds per step; startup per launch)\n\n"
@@ -173,9 +189,19 @@ def render_diff_markdown(d: dict[str, Any]) -> str:
             rows(breakdown_rows(d), "label"),
             right={1, 2, 3},
         ),
-        "#### Findings\n\n" + _findings_markdown(found, md_code, md_text),
     ]
-    applied = [r for r in found if r["predicted"]]
+    if minimal:
+        parts.append("*The findings and notes are too long for a pull-request comment: run "
+                     "gpudoctor diff BEFORE AFTER -o diff.html to read them.*")
+        return "\n\n".join(parts) + "\n"
+    shown = found if limit is None else found[:limit]
+    listed = _findings_markdown(shown, md_code, md_text)
+    if len(shown) < len(found):
+        listed += "\n\n" + left_out(len(found) - len(shown), "findings", "gpudoctor diff -o diff.html")
+    if len(found) > FINDINGS_SHOWN:
+        listed = details(f"{len(found):,} findings: resolved, new and still present", listed)
+    parts.append("#### Findings\n\n" + listed)
+    applied = [r for r in shown if r["predicted"]]
     if applied:
         parts.append(
             "#### Predicted vs achieved\n\n"
@@ -186,8 +212,13 @@ def render_diff_markdown(d: dict[str, Any]) -> str:
                 right={2, 3},
             )
         )
-    if d.get("notes"):
-        parts.append("\n".join("- " + md_text(n) for n in d["notes"]))
+    notes = d.get("notes") or []
+    if notes:
+        kept = notes if limit is None else notes[:limit]
+        text = "\n".join("- " + md_text(n) for n in kept)
+        if len(kept) < len(notes):
+            text += "\n\n" + left_out(len(notes) - len(kept), "notes", "gpudoctor diff -o diff.json")
+        parts.append(text if len(notes) <= NOTES_SHOWN else details(f"{len(notes):,} notes", text))
     return "\n\n".join(parts) + "\n"
 
 
