@@ -162,8 +162,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("replay", help="run a training config for a bounded time and diagnose it",
                        description="Rebuild a training config's pipeline (dataset, tokenizer, collator, "
                        "DataLoader, model) here, run it for a bounded time under the doctor, and predict "
-                       "the full run on --target, a GPU you have not rented (docs/replay.md).")
-    p.add_argument("config", type=Path, help="replay config YAML (see sample_configs/README.md)")
+                       "the full run on --target, a GPU you have not rented (docs/replay.md). The config "
+                       "can be derived from a recorded run folder or a Trainer checkpoint's JSON files; it "
+                       "is then written as replay.yaml in --out, each value with its source.")
+    p.add_argument("config", type=Path, nargs="?", metavar="CONFIG|RUN",
+                   help="replay config YAML (see sample_configs/README.md), or a run folder recorded by "
+                   "gpudoctor run to derive one from")
+    p.add_argument("--training-args", type=Path, default=None, metavar="JSON",
+                   help="TrainingArguments.to_json_string() output (not training_args.bin: a pickle is never loaded)")
+    p.add_argument("--model-config", type=Path, default=None, metavar="JSON",
+                   help="the model's config.json: its architecture and size")
     _common(p)
     p.add_argument("--target", default=None, help="predict the full run on this GPU (e.g. h100)")
     p.add_argument("--max-steps", type=_count, default=None, metavar="N",
