@@ -6,7 +6,7 @@ import copy
 import json
 import math
 import re
-from html import escape
+from html import escape, unescape
 from pathlib import Path
 
 import numpy
@@ -18,6 +18,7 @@ from gpudoctor.render.base import fmt_usd
 from gpudoctor.render.html import HtmlRenderer
 from gpudoctor.render.json_renderer import JsonRenderer
 from gpudoctor.render.markdown import MarkdownRenderer, md_code, md_text
+from gpudoctor.render.terminal import summary_lines
 
 DATA = Path(__file__).parent / "data"
 HOSTILE = "<script>alert(1)</script>"
@@ -138,20 +139,71 @@ def test_html_shows_every_breakdown_slice_with_its_percentage(name: str) -> None
         ), key
 
 
-def test_html_null_share_reads_unavailable_not_zero(nogpu: dict) -> None:
-    assert nogpu["shares"]["gpu_busy"] is None
-    html = HtmlRenderer().render(nogpu)
-    assert re.search(r"<td>GPU busy</td><td class=\"num unavailable\">unavailable</td>", html)
-    nogpu["shares"]["tokenization"] = None
-    html = HtmlRenderer().render(nogpu)
-    assert re.search(r"<td>tokenization</td><td class=\"num unavailable\">unavailable</td>", html)
-    assert "no GPU seen" in html
+def visible(html: str) -> str:
+    """The page's text as a reader sees it (no style, no tags, entities unescaped)."""
+    text = re.sub(r"<style>.*?</style>", " ", html, flags=re.S)
+    return " ".join(unescape(re.sub(r"<[^>]+>", " ", text)).split())
 
 
-def test_html_without_price_tells_how_to_get_one(nogpu: dict) -> None:
+def test_html_null_share_reads_unavailable_not_zero(sample: dict) -> None:
+    sample["shares"]["gpu_busy"] = None  # a GPU whose busy share could not be read
+    sample["shares"]["tokenization"] = None
+    html = HtmlRenderer().render(sample)
+    assert re.search(r"<td>GPU busy, of wall time</td><td class=\"num unavailable\">unavailable</td>", html)
+    assert re.search(r"<td>tokenization, of wall time</td><td class=\"num unavailable\">unavailable</td>", html)
+
+
+def test_html_cpu_run_without_price_says_each_missing_thing_once(nogpu: dict) -> None:
+    """No price: said once (the note), no dollar tiles, no Cost card. No GPU: 'no GPU on this
+    machine' once, and no empty GPU panel, tile or share."""
     html = HtmlRenderer().render(nogpu)
-    assert "no price: pass --price-per-gpu-hour" in html
-    assert "$0.00" not in html
+    text = visible(html)
+    assert text.count("--price-per-gpu-hour") == 1 and "no price" not in text.replace("no price given", "")
+    assert not re.search(r"\$\d", text) and "wasted $/hour" not in text and "<h2>Cost</h2>" not in html
+    assert text.count("no GPU on this machine") == 1
+    assert "GPU busy" not in text and "no GPU busy samples" not in html
+
+
+def test_html_cpu_is_of_all_cores_in_tiles_card_and_chart(sample: dict) -> None:
+    """One convention: the share and the timeline are both % of all N cores; the series'
+    100 = one core is divided by the cores, so the chart's scale stays 0-100%."""
+    n = sample["run"]["host"]["cpu_count"]
+    sample["timeline"]["series"]["cpu_pct"] = [100.0 * n / 2] * len(sample["timeline"]["series"]["t_s"])
+    html = HtmlRenderer().render(sample)
+    text = visible(html)
+    assert f"CPU busy, of all {n} cores" in text
+    assert f"{100 * sample['shares']['cpu_busy']:.1f}% of all {n} cores" in text
+    assert f"CPU % of all {n} cores" in html
+    chart = html[html.index(f"CPU % of all {n} cores"):]
+    assert ">100%<" in chart and f">{100 * n // 2}%<" not in chart  # half the cores: 50% of a 0-100% axis
+
+
+def test_html_info_findings_are_notes_not_problems(nogpu: dict) -> None:
+    info = [f for f in nogpu["findings"] if f["severity"] == "info"]
+    problems = [f for f in nogpu["findings"] if f["severity"] != "info"]
+    assert info and len(problems) == 1
+    html = HtmlRenderer().render(nogpu)
+    cards = re.findall(r'<section class="card finding".*?</section>', html, re.S)
+    assert len(cards) == len(problems) and all(f["rule"] not in "".join(cards) for f in info)
+    assert "Findings: 1 problem<" in html
+    notes = html[html.index("<h2>Notes</h2>"):]
+    for f in info:
+        assert escape(f["title"]) in notes and escape(f["fix"]["summary"]) in notes
+    assert "Fix:" not in notes and "waste <b>" not in notes and "badge" not in notes
+
+
+def test_html_start_time_is_human_with_its_zone(sample: dict) -> None:
+    sample["run"]["started_at"] = "2026-11-24T01:55:38.664560+00:00"
+    html = HtmlRenderer().render(sample)
+    assert "2026-11-24 01:55:38 UTC" in html and "01:55:38.664560" not in html
+    assert json.loads(JsonRenderer().render(sample))["run"]["started_at"] == "2026-11-24T01:55:38.664560+00:00"
+
+
+def test_html_says_the_command_crashed_and_what_the_report_covers(sample: dict) -> None:
+    sample["run"].update(status="crashed", exit_code=137)
+    text = visible(HtmlRenderer().render(sample))
+    assert "exit code 137 (signal 9, SIGKILL)" in text
+    assert "The command crashed with exit code 137 (signal 9, SIGKILL); the report covers the 5m 00s it ran." in text
 
 
 def test_html_shows_findings_in_given_order_with_fix_and_dollars(sample: dict) -> None:
@@ -270,3 +322,23 @@ def test_markdown_code_cannot_be_closed_by_its_content(hostile: dict) -> None:
     )
     assert md_code("a`b") == "``a`b``"
     assert md_code("`x`") == "`` `x` ``"
+
+
+# --- terminal ----------------------------------------------------------------
+
+
+def test_terminal_says_the_crash_the_cores_and_no_gpu_once(nogpu: dict) -> None:
+    lines = summary_lines(nogpu, Path("r"))
+    text = "\n".join(lines)
+    assert lines[0] == "gpudoctor: the command crashed with exit code 1; the report covers the 2m 00s it ran."
+    assert lines[1].startswith("gpudoctor: 1 problem found;")
+    assert text.count("no GPU on this machine") == 1 and "GPU busy" not in text
+    assert f"CPU busy {100 * nogpu['shares']['cpu_busy']:.1f}% of all 8 cores" in text
+    assert "cost_unavailable" not in text and "price" not in text  # notes are for the report
+
+
+def test_terminal_of_a_finished_gpu_run_has_no_outcome_line(sample: dict) -> None:
+    lines = summary_lines(sample, Path("r"))
+    assert lines[0].startswith("gpudoctor: 5 problems found;")
+    assert any(ln.startswith("  GPU busy 45%; CPU busy") and "of all 16 cores" in ln for ln in lines)
+    assert sum(ln.startswith("  [") for ln in lines) == 5
