@@ -14,15 +14,22 @@ from typing import Any
 from gpudoctor.recording.store import load_recording
 from gpudoctor.render import write_all
 from gpudoctor.report import ReportOptions, build_report
+from gpudoctor.trackers import add_to_trackers
 
 
-def finish(folder: Path, options: ReportOptions, *, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def finish(folder: Path, options: ReportOptions, *, extra: dict[str, Any] | None = None,
+           trackers: bool = False) -> dict[str, Any]:
     """Analyse the folder's recording and write report.json/html/md into it (0600, by rename).
 
     ``extra``: sections a mode adds beside the analysis (replay's preflight, try's trial).
+    ``trackers``: then add the figures to the MLflow / W&B / TensorBoard runs the training logged to
+    (``run``, ``attach`` and the in-process API; docs/trackers.md).
     """
-    report = build_report(load_recording(folder), options)
+    recording = load_recording(folder)
+    report = build_report(recording, options)
     if extra:
         report.update(extra)
     write_all(report, folder)
+    if trackers and add_to_trackers(report, folder, recording.events):
+        write_all(report, folder)  # now saying where its figures went
     return report

@@ -407,6 +407,16 @@ class Nodes(TypedDict):
     nodes: list[NodeEntry]
 
 
+class TrackerEntry(TypedDict):
+    """One experiment-tracker run the training logged to, and what the doctor added to it
+    (:mod:`gpudoctor.trackers`): ``status`` added, skipped (``detail`` says why) or failed."""
+
+    kind: Literal["mlflow", "wandb", "tensorboard"]
+    status: Literal["added", "skipped", "failed"]
+    target: str
+    detail: str
+
+
 # --- the report --------------------------------------------------------------------------------
 
 

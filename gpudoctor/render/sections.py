@@ -16,7 +16,7 @@ from gpudoctor.render import nodes, preflight, trial
 from gpudoctor.render.base import fmt_duration, fmt_pct, num
 from gpudoctor.report_schema import SECTIONS
 
-IN_NOTES = frozenset({"attach"})  # shown through the report's notes
+IN_NOTES = frozenset({"attach", "trackers"})  # shown through the report's notes
 MAX_PROFILER_ROWS = 12
 
 
