@@ -113,6 +113,12 @@ def _common(p: argparse.ArgumentParser, out: bool = True) -> None:
     p.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
+def _no_trackers(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-trackers", action="store_true",
+                   help="do not add the report's figures to the MLflow / W&B / TensorBoard runs the training "
+                   "logs to (docs/trackers.md)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="gpudoctor", description="Where did the GPU-hours go, and what to change.")
     parser.add_argument("--version", action="version", version=f"gpudoctor {__version__}")
@@ -124,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "after it: gpudoctor run --out DIR -- python train.py --lr 3e-4.")
     _common(p)
     p.add_argument("--interval", type=_interval, default=0.1, help="sampling period in seconds (default 0.1)")
+    _no_trackers(p)
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...",
                    help="the command to profile, after -- (everything after -- is the command's)")
 
@@ -158,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="py-spy stack samples per second (default 20)")
     p.add_argument("--no-inject", action="store_true",
                    help="do not load the in-process hooks (no debugger); estimate from stack samples only")
+    _no_trackers(p)
 
     p = sub.add_parser("replay", help="run a training config for a bounded time and diagnose it",
                        description="Rebuild a training config's pipeline (dataset, tokenizer, collator, "

@@ -55,7 +55,8 @@ def _report(folder: Path, args: Any, observed_s: float) -> int:
     from gpudoctor.render.terminal import print_summary
     from gpudoctor.report import ReportOptions
 
-    report = finish(folder, ReportOptions(price_per_gpu_hour=args.price_per_gpu_hour, gpus=args.gpus))
+    report = finish(folder, ReportOptions(price_per_gpu_hour=args.price_per_gpu_hour, gpus=args.gpus),
+                    trackers=not args.no_trackers)
     print_summary(report, folder, args.json)
     if report["breakdown"].get("compute") is None:
         print(f"gpudoctor: no training activity seen in pid {args.pid} during {observed_s:.0f} s "

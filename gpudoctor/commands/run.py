@@ -73,14 +73,15 @@ def run(command: list[str], out: Path | None, interval_s: float, price: float | 
         as_json: bool, nvml_binding: Any = None, mode: str = "run",
         extra_env: dict[str, str] | None = None, limit: Limit | None = None,
         summary: bool = True, shown_command: list[str] | None = None,
-        price_source: str | None = None) -> tuple[int, dict[str, Any] | None, Path]:
+        price_source: str | None = None, trackers: bool = False) -> tuple[int, dict[str, Any] | None, Path]:
     """Run ``command`` under the doctor; returns its exit code (never the doctor's trouble: a
     recording or report that failed is said on stderr), the report (None if none) and the folder.
 
     ``limit``: the child gets its own process group and ``limit.poll`` may stop it (signals
     then reach the group, DataLoader workers included); ``summary=False``: no summary printed.
     ``shown_command``: what the report shows as the command (``replay`` runs an internal worker);
-    ``price_source``: where ``price`` came from, when not ``--price-per-gpu-hour``."""
+    ``price_source``: where ``price`` came from, when not ``--price-per-gpu-hour``;
+    ``trackers``: add the figures to the training's tracker runs (docs/trackers.md)."""
     if not command:
         raise UserError("no command to run; usage: gpudoctor run [OPTIONS] -- python train.py")
     _startable(command[0], (extra_env or {}).get("PATH", os.environ.get("PATH", os.defpath)))
@@ -120,7 +121,7 @@ def run(command: list[str], out: Path | None, interval_s: float, price: float | 
     status = "finished" if code == 0 else ("interrupted" if stopped else "crashed")
     recorder.stop(status, code)
     try:
-        report = _report(folder, price, gpus, as_json, summary)
+        report = _report(folder, price, gpus, as_json, summary, trackers)
     except OSError as exc:  # --out filled up or vanished: the training itself is not at fault
         error = recorder.write_error or exc
         print(f"gpudoctor: could not write to --out {folder.root} ({error.strerror or error}): the recording "
@@ -186,11 +187,11 @@ def _exit_code(code: int) -> int:
 
 
 def _report(folder: RunFolder, price: float | None, gpus: int | None, as_json: bool,
-            summary: bool = True) -> dict[str, Any] | None:
+            summary: bool = True, trackers: bool = False) -> dict[str, Any] | None:
     from gpudoctor.pipeline import finish
     from gpudoctor.render.terminal import print_summary
 
-    report = finish(folder.root, ReportOptions(price_per_gpu_hour=price, gpus=gpus))
+    report = finish(folder.root, ReportOptions(price_per_gpu_hour=price, gpus=gpus), trackers=trackers)
     if summary:
         print_summary(report, folder.root, as_json)
     return report
@@ -205,5 +206,6 @@ def main(args: Any) -> int:
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
-    code, _, folder = run(command, args.out, args.interval, args.price_per_gpu_hour, args.gpus, args.json)
+    code, _, folder = run(command, args.out, args.interval, args.price_per_gpu_hour, args.gpus, args.json,
+                          trackers=not args.no_trackers)
     return code
