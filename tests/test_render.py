@@ -296,11 +296,31 @@ def test_markdown_has_verdict_breakdown_and_findings_tables(sample: dict) -> Non
     assert f"**{fmt_usd(sample['cost']['wasted_usd_per_hour'])}/hour**" in md
 
 
-def test_markdown_null_share_and_price_read_unavailable(nogpu: dict) -> None:
+def test_markdown_null_share_reads_unavailable(sample: dict) -> None:
+    sample["shares"]["gpu_busy"] = None
+    assert "GPU busy unavailable of wall time" in MarkdownRenderer().render(sample)
+
+
+def test_markdown_cpu_run_without_price_says_each_missing_thing_once(nogpu: dict) -> None:
+    """The same as the HTML: one price line (the note), one 'no GPU on this machine', no $ column,
+    info findings as notes (not in the findings table, no 'Fix:'), CPU of all N cores, the crash."""
     md = MarkdownRenderer().render(nogpu)
-    assert "GPU busy unavailable" in md
-    assert "no price: pass --price-per-gpu-hour" in md
+    assert md.count("--price-per-gpu-hour") == 1 and "no price:" not in md and "| $/hour |" not in md
+    assert md.count("no GPU on this machine") == 1 and "GPU busy" not in md
+    assert f"CPU busy {100 * nogpu['shares']['cpu_busy']:.1f}% of all 8 cores" in md
+    table_part = md[md.index("### Findings"):md.index("### Notes")]
+    assert "### Findings: 1 problem\n" in md and "cost\\_unavailable" not in table_part
+    assert "cost_unavailable" not in table_part and "⚪" not in md
+    notes = md[md.index("### Notes"):]
+    assert "- Dollar figures unavailable: " in notes and "Fix:" not in notes
+    assert "**The command crashed with exit code 1; the report covers the 2m 00s it ran.**" in md
     assert "| rank | pid |" in md
+
+
+def test_markdown_start_time_is_human(sample: dict) -> None:
+    sample["run"]["started_at"] = "2026-11-24T01:55:38.664560+00:00"
+    md = MarkdownRenderer().render(sample)
+    assert "started 2026-11-24 01:55:38 UTC" in md and ".664560" not in md
 
 
 def test_markdown_escapes_run_strings_outside_code(hostile: dict) -> None:

@@ -26,15 +26,21 @@ from gpudoctor.render.base import (
     breakdown_items,
     command_text,
     config_code,
+    cpu_text,
+    exit_text,
     fix_tables,
     fmt_duration,
     fmt_int,
     fmt_pct,
     fmt_speedup,
     fmt_step_time,
+    fmt_time,
     fmt_usd,
     gpus_text,
+    has_gpu,
     num,
+    outcome_text,
+    plural,
     startup_text,
 )
 from gpudoctor.render.charts import SPAN_LABELS
@@ -141,16 +147,18 @@ class MarkdownRenderer(Renderer):
 
 def render_report(report: dict[str, Any], limit: int | None = None) -> str:
     """The whole report, with at most ``limit`` rows in each long section (None: all)."""
+    findings = [f for f in report.get("findings") or [] if isinstance(f, dict)]
     parts = [
         headline(report),
-        run_line(report.get("run") or {}),
-        cost_line(report.get("cost") or {}),
+        outcome_line(report.get("run") or {}),
+        run_line(report.get("run") or {}, noted=_price_noted(findings)),
+        cost_line(report.get("cost") or {}, noted=_price_noted(findings)),
         "### Where the time went\n\n" + breakdown_table(report),
         facts_lines(report),
-        findings_section(report.get("findings") or [], limit),
+        findings_section([f for f in findings if f.get("severity") != "info"], limit),
         ranks_section(report.get("per_rank"), limit),
         *(section_parts(report) if limit is None or limit > 0 else []),
-        notes_section(report.get("notes"), limit),
+        notes_section(info_notes(findings, report.get("notes")), limit),
         footer(report),
     ]
     return "\n\n".join(p for p in parts if p) + "\n"
@@ -159,7 +167,9 @@ def render_report(report: dict[str, Any], limit: int | None = None) -> str:
 def minimal_report(report: dict[str, Any]) -> str:
     """Headline, run, cost and the six slices: what a comment shows when nothing else fits."""
     known = {k: (report.get("breakdown") or {}).get(k) for k in BREAKDOWN_KEYS}
-    parts = [headline(report), run_line(report.get("run") or {}), cost_line(report.get("cost") or {}),
+    noted = _price_noted([f for f in report.get("findings") or [] if isinstance(f, dict)])
+    parts = [headline(report), outcome_line(report.get("run") or {}), run_line(report.get("run") or {}, noted),
+             cost_line(report.get("cost") or {}, noted),
              "### Where the time went\n\n" + breakdown_table({**report, "breakdown": known}),
              "*The findings, per-rank figures and notes are too long for a pull-request comment: "
              "see report.html or report.json.*", footer(report)]
@@ -171,27 +181,40 @@ def headline(report: dict[str, Any]) -> str:
     return "### gpudoctor: " + md_text(clip(report.get("verdict") or "no verdict"))
 
 
-def run_line(run: dict[str, Any]) -> str:
-    """Command, status, duration, GPUs and price on one line."""
+def outcome_line(run: dict[str, Any]) -> str:
+    """The command crashed or was interrupted, and the report covers what ran; "" when it finished."""
+    text = outcome_text(run)
+    return f"**{md_text(text[:1].upper() + text[1:])}.**" if text else ""
+
+
+def _price_noted(findings: list[dict[str, Any]]) -> bool:
+    """A ``cost_unavailable`` note says why there are no dollars: the rest need not say it again."""
+    return any(f.get("rule") == "cost_unavailable" for f in findings)
+
+
+def run_line(run: dict[str, Any], noted: bool = False) -> str:
+    """Command, status, start, duration, GPUs and price on one line (a missing price only when no
+    note says it)."""
     status = str(run.get("status") or "finished")
     if run.get("exit_code") not in (None, 0):
-        status += f" (exit code {run.get('exit_code')})"
+        status += f", {exit_text(run.get('exit_code'))}"
     price = num(run.get("price_per_gpu_hour_usd"))
     bits = [
         md_code(clip(command_text(run.get("command"))) or "(no command recorded)"),
         md_text(status),
+        md_text("started " + fmt_time(run.get("started_at"))) if run.get("started_at") else "",
         fmt_duration(run.get("duration_s")),
         md_text(gpus_text(run)),
-        f"{fmt_usd(price)}/GPU-hour" if price is not None else md_text(NO_PRICE),
+        f"{fmt_usd(price)}/GPU-hour" if price is not None else "" if noted else md_text(NO_PRICE),
     ]
-    return " · ".join(bits)
+    return " · ".join(b for b in bits if b)
 
 
-def cost_line(cost: dict[str, Any]) -> str:
+def cost_line(cost: dict[str, Any], noted: bool = False) -> str:
     """Wasted share and dollars, and the whole-run projection when known."""
     line = f"**Wasted:** {fmt_pct(cost.get('wasted_fraction'))} of wall time"
     if num(cost.get("wasted_usd_per_hour")) is None:
-        return line + " · " + md_text(NO_PRICE)
+        return line if noted else line + " · " + md_text(NO_PRICE)
     line += f" · **{fmt_usd(cost.get('wasted_usd_per_hour'))}/hour**"
     line += f" of {fmt_usd(cost.get('usd_per_hour'))}/hour"
     if num(cost.get("wasted_usd_so_far")) is not None:
@@ -215,14 +238,16 @@ def breakdown_table(report: dict[str, Any]) -> str:
 
 def facts_lines(report: dict[str, Any]) -> str:
     """Shares, padding and steps, one line each."""
+    run = report.get("run") or {}
     shares = report.get("shares") or {}
     padding = report.get("padding") or {}
     steps = report.get("steps") or {}
     times = steps.get("step_time_s") or {}
+    gpu = f"GPU busy {fmt_pct(shares.get('gpu_busy'))} of wall time · " if has_gpu(run) else ""
     return "\n".join(
         [
-            f"**Shares:** tokenization {fmt_pct(shares.get('tokenization'))} · "
-            f"GPU busy {fmt_pct(shares.get('gpu_busy'))} · CPU busy {fmt_pct(shares.get('cpu_busy'))}  ",
+            f"**Shares:** tokenization {fmt_pct(shares.get('tokenization'))} of wall time · {gpu}"
+            f"CPU busy {cpu_text(shares.get('cpu_busy'), run)} (the training processes)  ",
             padding_line(padding) + "  ",
             f"**Steps:** {fmt_int(steps.get('count') or 0)} · p50 {fmt_step_time(times.get('p50'))} · "
             f"p90 {fmt_step_time(times.get('p90'))} · first step at {fmt_duration(steps.get('first_step_at_s'))}  ",
@@ -247,7 +272,8 @@ def findings_section(findings: list[dict[str, Any]], limit: int | None = None) -
     """The findings table, then each finding's evidence and fix (past :data:`DETAILS_SHOWN`,
     folded); at most ``limit`` of each, the rest counted."""
     if not findings:
-        return "### Findings\n\nNo findings: nothing in this run points to wasted time."
+        return "### Findings\n\nNo problems found: nothing in this run points to wasted time."
+    priced = any(num(f.get("waste_usd_per_hour")) is not None for f in findings)
     shown = findings if limit is None else findings[: max(limit, 1)]
     rows = [
         [
@@ -257,12 +283,13 @@ def findings_section(findings: list[dict[str, Any]], limit: int | None = None) -
             + " "
             + md_text(f.get("severity") or "info"),
             fmt_pct(f.get("waste_fraction")),
-            fmt_usd(f.get("waste_usd_per_hour"), "no price"),
+            *([fmt_usd(f.get("waste_usd_per_hour"), "unavailable")] if priced else []),
             fmt_speedup(f.get("predicted_speedup")).replace("unavailable", "not estimated"),
         ]
         for i, f in enumerate(shown, 1)
     ]
-    parts = [table(["#", "rule", "severity", "waste", "$/hour", "speedup"], rows, right={3, 4, 5})]
+    header = ["#", "rule", "severity", "waste", *(["$/hour"] if priced else []), "speedup"]
+    parts = [table(header, rows, right=set(range(3, len(header))))]
     if len(shown) < len(findings):
         parts.append(left_out(len(findings) - len(shown), "findings", "report.json"))
     explained = shown if limit is None else shown[:limit]
@@ -274,7 +301,7 @@ def findings_section(findings: list[dict[str, Any]], limit: int | None = None) -
                              else f"Evidence and fix of finding {first}", "\n\n".join(texts[DETAILS_SHOWN:])))
     if len(explained) < len(findings):
         parts.append(left_out(len(findings) - len(explained), "findings' evidence and fixes", "report.html"))
-    return "### Findings\n\n" + "\n\n".join(parts)
+    return f"### Findings: {plural(len(findings), 'problem')}\n\n" + "\n\n".join(parts)
 
 
 def finding_detail(index: int, finding: dict[str, Any]) -> str:
@@ -413,6 +440,19 @@ def _inert(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_inert(v) for v in value]
     return value
+
+
+def info_notes(findings: list[dict[str, Any]], notes: Any) -> list[str]:
+    """Info findings are notes, not problems (no waste, no "Fix:"): "title: what was seen. What it
+    means", then the report's own notes, each said once."""
+    out = []
+    for f in findings:
+        if f.get("severity") == "info":
+            seen = str(f.get("evidence") or "").strip()
+            seen += "" if not seen or seen[-1] in ".!?" else "."
+            out.append(f"{f.get('title') or f.get('rule')}: {seen} {(f.get('fix') or {}).get('summary') or ''}".strip())
+    known = {str(f.get("evidence")) for f in findings if f.get("severity") == "info"}
+    return out + [str(n) for n in notes or [] if str(n) not in known]
 
 
 def notes_section(notes: list[Any] | None, limit: int | None = None) -> str:
