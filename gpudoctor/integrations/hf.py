@@ -24,9 +24,10 @@ _guard_end = guarded("Trainer callback end")
 
 class GpuDoctorCallback(EventsCallback):
     def __init__(self, out: str | None = None, *, price_per_gpu_hour: float | None = None,
-                 gpus: int | None = None, _writer: EventWriter | None = None) -> None:
+                 gpus: int | None = None, trackers: bool = True, _writer: EventWriter | None = None) -> None:
         super().__init__(_writer)
         self._out = out
+        self._trackers = trackers
         self._price = price_per_gpu_hour
         self._gpus = gpus
         self._session: Any = None
@@ -39,7 +40,8 @@ class GpuDoctorCallback(EventsCallback):
     @_guard
     def _start(self, trainer: Any) -> None:
         if self._writer is None:
-            self._session = profile(out=self._out, price_per_gpu_hour=self._price, gpus=self._gpus)
+            self._session = profile(out=self._out, price_per_gpu_hour=self._price, gpus=self._gpus,
+                                    trackers=self._trackers)
             self._session.__enter__()
             self._writer = hooks.writer()
             if self._writer is not None and trainer is not None:

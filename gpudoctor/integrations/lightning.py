@@ -25,9 +25,10 @@ def _make_class() -> type:
 
     class GpuDoctorLightningCallback(base):  # type: ignore[misc, valid-type]
         def __init__(self, out: str | None = None, *, price_per_gpu_hour: float | None = None,
-                     gpus: int | None = None) -> None:
+                     gpus: int | None = None, trackers: bool = True) -> None:
             super().__init__()
             self._out = out
+            self._trackers = trackers
             self._price = price_per_gpu_hour
             self._gpus = gpus
             self._session: Any = None
@@ -40,7 +41,8 @@ def _make_class() -> type:
         @_guard
         def _start(self) -> None:
             if not hooks.is_installed():
-                self._session = profile(out=self._out, price_per_gpu_hour=self._price, gpus=self._gpus)
+                self._session = profile(out=self._out, price_per_gpu_hour=self._price, gpus=self._gpus,
+                                        trackers=self._trackers)
                 self._session.__enter__()
 
         @_guard_end  # its own hook: the session closes even when the callback is off

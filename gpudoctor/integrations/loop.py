@@ -38,12 +38,14 @@ from gpudoctor.redact import redact_argv
 
 class profile:  # noqa: N801 - reads as a function at the call site, like torch.profiler.profile
     def __init__(self, out: str | Path | None = None, *, price_per_gpu_hour: float | None = None,
-                 gpus: int | None = None, interval_s: float = 0.1, write_reports: bool = True) -> None:
+                 gpus: int | None = None, interval_s: float = 0.1, write_reports: bool = True,
+                 trackers: bool = True) -> None:
         self.out = Path(out) if out is not None else None
         self.price = price_per_gpu_hour
         self.gpus = gpus
         self.interval_s = interval_s
         self.write_reports = write_reports
+        self.trackers = trackers  # add the figures to the live MLflow / W&B / TensorBoard runs (docs/trackers.md)
         self.report: dict[str, Any] | None = None
         self.folder: Path | None = None
         self._recorder: Any = None
@@ -83,7 +85,8 @@ class profile:  # noqa: N801 - reads as a function at the call site, like torch.
             )
             from gpudoctor.report import ReportOptions
 
-            self.report = finish(self.folder, ReportOptions(price_per_gpu_hour=self.price, gpus=self.gpus))
+            self.report = finish(self.folder, ReportOptions(price_per_gpu_hour=self.price, gpus=self.gpus),
+                                 trackers=self.trackers)
 
     def step(self) -> None:
         step()
