@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from gpudoctor.sweep.points import Resolved
 from gpudoctor.sweep.results import finalize, merge, new_doc, point_entry
 from gpudoctor.sweep.runner import Runner
 from gpudoctor.sweep.trial import TrialRun
-from gpudoctor.sweep.windows import Protocol, combine, steady_state
+from gpudoctor.sweep.windows import Protocol, TrialEvents, combine, read_trial, steady_state
 
 CONFIG = """
 dataset: {kind: synthetic, count: 100}
@@ -33,19 +34,38 @@ def cfg():
     return load_config_text(CONFIG, "test.yaml")
 
 
-def events(arrivals_t: list[float], rows: int = 8, wait_s: float = 0.01) -> list[dict]:
+T0 = 1.7e9  # epoch seconds, as the hooks write them
+
+
+def event_lines(arrivals_t: list[float], rows: int = 8, wait_s: float = 0.01) -> list[dict]:
+    """What the hooks write for these batch arrivals (seconds from T0)."""
     out: list[dict] = []
     for i, t in enumerate(arrivals_t):
+        t += T0
         out.append({"k": "span", "c": "data_wait", "t0": t - wait_s, "dt": wait_s})
         out.append(
-            {"k": "batch", "t": t, "tokens": rows * 10, "pad": rows * 2, "lengths": [8] * rows}
-        )
+            {"k": "batch", "t": t, "tokens": rows * 10, "pad": rows * 2, "seq_len": 10,
+             "lengths": [8] * rows}
+        )  # fmt: skip
         if i % 2:
             out.append({"k": "step", "t": t + 0.001})
     return out
 
 
-def test_warmup_backlog_is_not_counted_as_throughput():
+def load(lines: list[dict], tmp: Path, extra: str = "") -> TrialEvents:
+    """The lines as a trial's events file, read back the way a trial's are (validator included)."""
+    (tmp / "events").mkdir(exist_ok=True)
+    text = "".join(json.dumps(e) + "\n" for e in lines) + extra
+    (tmp / "events" / "1.jsonl").write_text(text)
+    return read_trial(tmp, 1)
+
+
+@pytest.fixture
+def events(tmp_path: Path):
+    return lambda arrivals_t, **kw: load(event_lines(arrivals_t, **kw), tmp_path)
+
+
+def test_warmup_backlog_is_not_counted_as_throughput(events):
     # 20 batches drained from a prefetch queue in the first 0.2 s, then one batch every 0.1 s.
     burst = [0.01 * i for i in range(20)]
     steady = [0.2 + 0.1 * i for i in range(1, 61)]
@@ -62,7 +82,7 @@ def test_warmup_backlog_is_not_counted_as_throughput():
     assert figures["step_time_s"] == pytest.approx(0.2, rel=0.05)
 
 
-def test_too_few_batches_is_no_steady_state():
+def test_too_few_batches_is_no_steady_state(events):
     assert steady_state(events([0.0, 0.5, 1.0]), 8, Protocol(warmup_s=2.0)) is None
 
 
@@ -181,68 +201,76 @@ def test_merge_refuses_shards_of_another_sweep():
         merge([a, b], ["a", "b"])
 
 
-def test_a_noisy_point_is_measured_again_and_its_spread_kept(tmp_path, monkeypatch):
-    from gpudoctor.sweep import runner as runner_mod
+class ScriptedBackend:
+    """A backend whose trials give the windows listed, in order (the runner's side only)."""
+
+    name, cores, gpu, slots, on_start = "scripted", 8, False, 1, None
+
+    def __init__(self, rates: list[list[float]], intervals: list[float] | None = None) -> None:
+        self.rates, self.intervals, self.jobs, self.queue = list(rates), intervals or [], [], []
+
+    def submit(self, job):
+        self.jobs.append(job)
+        self.queue.append(job)
+
+    def pending(self):
+        return len(self.queue)
+
+    def next_done(self):
+        job = self.queue.pop(0)
+        windows = [
+            {"samples_per_s": r, "nonpad_tokens_per_s": None, "pad_fraction": None,
+             "data_wait_share": 0.1, "batches": 5, "dt_s": 1.0}
+            for r in self.rates.pop(0)
+        ]  # fmt: skip
+        steady = {"windows": windows, "step_intervals_s": self.intervals, "first_batch_t": 0.0,
+                  "steady_from_s": 1.0, "steady_s": 3.0}  # fmt: skip
+        return job, TrialRun("ok", steady=steady, peak_rss_mib=100.0)
+
+    def close(self):
+        pass
+
+
+def _runner(tmp_path: Path, backend) -> Runner:
     from gpudoctor.sweep.cache import TrialCache
 
-    calls = []
-
-    def fake_trial(config_yaml, run_dir, protocol, timeout_s, batch_size, nvml=None):
-        calls.append(run_dir)
-        run_dir.mkdir(parents=True)
-        rates = [50.0, 100.0, 75.0] if len(calls) == 1 else [76.0, 74.0, 75.0]
-        windows = [
-            {
-                "samples_per_s": r,
-                "nonpad_tokens_per_s": None,
-                "pad_fraction": None,
-                "data_wait_share": 0.1,
-                "batches": 5,
-                "dt_s": 1.0,
-            }
-            for r in rates
-        ]
-        steady = {
-            "windows": windows,
-            "step_intervals_s": [],
-            "first_batch_t": 0.0,
-            "steady_from_s": 1.0,
-            "steady_s": 3.0,
-        }
-        return TrialRun("ok", steady=steady, peak_rss_mib=100.0)
-
-    monkeypatch.setattr(runner_mod, "run_trial", fake_trial)
-    run = Runner(
+    return Runner(
         TrialCache(tmp_path),
+        backend,
         Protocol(),
         60,
         noise=0.10,
         repeats=1,
-        nvml=None,
         cost_args={"target": None, "price": None, "gpus_count": None},
         on_change=lambda: None,
     )
-    run._prepared = {}
-    monkeypatch.setattr(Runner, "_prepare", lambda self, c, y: None)
+
+
+def _item(index: int, workers: int) -> Resolved:
     from gpudoctor.sweep.plan import Point
 
-    entry = point_entry(0, {WORKERS: 0}, True, 8)
-    run.evaluate(
-        Resolved(
-            Point(0, {WORKERS: 0}), entry, cfg(), "dataset: {kind: synthetic, count: 1}\n", "k1"
-        )
-    )
-    assert len(calls) == 2 and entry["metrics"]["runs"] == 2
+    entry = point_entry(index, {WORKERS: workers}, workers == 0, 8)
+    text = f"dataset: {{kind: synthetic, count: 1}}\n# {index}\n"
+    return Resolved(Point(index, {WORKERS: workers}), entry, cfg(), text, f"k{index}")
+
+
+def test_a_noisy_point_is_measured_again_and_its_spread_kept(tmp_path):
+    backend = ScriptedBackend([[50.0, 100.0, 75.0], [76.0, 74.0, 75.0]])
+    item = _item(0, 0)
+    _runner(tmp_path, backend).evaluate(item)
+    entry = item.entry
+    assert len(backend.jobs) == 2 and [j.attempt for j in backend.jobs] == [0, 1]
+    assert entry["metrics"]["runs"] == 2
     assert entry["metrics"]["samples_per_s"] == pytest.approx(75.0)
     assert entry["metrics"]["spread"] == pytest.approx(50 / 75)  # kept, not hidden
 
 
-def test_sparse_batch_events_still_count_every_batch():
+def test_sparse_batch_events_still_count_every_batch(tmp_path):
     # Past a few thousand batches the hooks write a batch event for one batch in ten.
-    full = events([0.01 * i for i in range(1, 3001)])
+    full = event_lines([0.01 * i for i in range(1, 3001)])
     spans = [e for e in full if e["k"] != "batch"]
     sparse = spans + [e for i, e in enumerate(x for x in full if x["k"] == "batch") if i % 10 == 0]
-    result = steady_state(sparse, 8, Protocol(warmup_s=1.0, window_s=5.0, windows=3))
+    result = steady_state(load(sparse, tmp_path), 8, Protocol(warmup_s=1.0, window_s=5.0, windows=3))
     assert result is not None
     figures = combine([result], accumulation=1, batch_size=8)
     assert figures["samples_per_s"] == pytest.approx(800.0, rel=0.02)

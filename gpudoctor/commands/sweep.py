@@ -11,14 +11,18 @@ import json
 import sys
 from typing import Any
 
+from gpudoctor.redact import redact_argv
+from gpudoctor.render.sweep_page import adaptive_text, headline
+from gpudoctor.sweep.options import SweepOptions
+from gpudoctor.sweep.session import emit_slurm, merge_sweeps, run_sweep
+
 
 def main(args: Any) -> int:
-    from gpudoctor.render.sweep_page import headline
-    from gpudoctor.sweep.options import SweepOptions
-    from gpudoctor.sweep.session import merge_sweeps, run_sweep
-
     opts = SweepOptions.from_args(args)
-    opts.argv = ["gpudoctor", "sweep", *sys.argv[2:]] if sys.argv[1:2] == ["sweep"] else []
+    argv = ["gpudoctor", "sweep", *sys.argv[2:]] if sys.argv[1:2] == ["sweep"] else []
+    opts.argv = redact_argv(argv)  # a --study-storage URL may hold a database password
+    if opts.emit_slurm is not None:
+        return _emit(opts)
     doc, folder = merge_sweeps(opts) if opts.merge else run_sweep(opts)
     if opts.as_json:
         print(json.dumps(doc, indent=2, default=str))
@@ -40,8 +44,18 @@ def main(args: Any) -> int:
         print(f"  note: {note}", file=out)
     adaptive = doc.get("adaptive")
     if adaptive:
-        from gpudoctor.render.sweep_page import adaptive_text
-
         print(f"  {adaptive_text(adaptive)}", file=out)
     print(f"  report: {folder / 'sweep.html'}", file=out)
     return 0 if doc.get("best") else 1
+
+
+def _emit(opts: SweepOptions) -> int:
+    paths, count = emit_slurm(opts)
+    folder = paths[0].parent
+    print(
+        f"gpudoctor: wrote a Slurm job array of {count} tasks (one per point) and its merge step:\n"
+        + "\n".join(f"  {p}" for p in paths)
+        + f"\n  submit: {folder / 'submit.sh'}  (result: {folder / 'merged' / 'sweep.html'})",
+        file=sys.stderr,
+    )
+    return 0

@@ -23,6 +23,9 @@ def headline(doc: dict[str, Any]) -> str:
         return "No point trained steadily: see the table for why each one stopped."
     gain = best.get("speedup_vs_current")
     change = doc.get("change") or {}
+    tied = best.get("tied_with") or []
+    if tied:
+        return _tied(best, tied)
     if not change.get("params"):
         return f"Your current setting is the fastest measured: {rate(best['samples_per_s'])} samples/s."
     versus = (
@@ -31,6 +34,27 @@ def headline(doc: dict[str, Any]) -> str:
         else " (your current setting was not measured)"
     )
     return f"Fastest: {best['label']} at {rate(best['samples_per_s'])} samples/s{versus}."
+
+
+def _tied(best: dict[str, Any], tied: list[dict[str, Any]]) -> str:
+    """No winner to name: the fastest and every point inside its noise, by name."""
+    names = [f"{best['label']} ({rate(best['samples_per_s'])} samples/s)"] + [
+        f"{t['label']} ({rate(t['samples_per_s'])}, {100 * t['slower_fraction']:.0f}% slower)"
+        for t in tied
+    ]
+    listed = ", ".join(names[:-1]) + " and " + names[-1]
+    limit = max(t["tie_limit"] for t in tied)
+    current = best.get("current_index")
+    with_current = any(t["index"] == current for t in tied) or best["index"] == current
+    advice = (
+        " Your current setting is among them: the measurement gives no reason to change it."
+        if with_current
+        else " Pick by other means (memory, the effective batch)."
+    )
+    return (
+        f"Tied within the noise (gaps up to ±{100 * limit:.0f}%, from each point's own step times): "
+        f"{listed}.{advice}"
+    )
 
 
 def facts(doc: dict[str, Any]) -> list[tuple[str, str]]:
@@ -68,7 +92,13 @@ def adaptive_text(a: dict[str, Any]) -> str:
         False: "a different winner from the full grid",
         None: "full grid not measured, so not compared",
     }[a.get("same_winner")]
-    return f"{a['method']}: {a['trials_used']} trials of {a['grid_points']} in the grid; {same}"
+    pruned = f", {a['pruned']} pruned early" if a.get("pruned") else ""
+    found = f", best found at trial {a['found_at_trial']}" if a.get("found_at_trial") else ""
+    resumed = f" (resumed: {a['resumed_trials']} from before)" if a.get("resumed_trials") else ""
+    return (
+        f"{a['method']}: {a['trials_used']} trials of {a['grid_points']} points{pruned}{found}"
+        f"{resumed}; {same}"
+    )
 
 
 def heatmaps(doc: dict[str, Any]) -> list[dict[str, Any]]:

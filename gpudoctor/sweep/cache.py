@@ -18,7 +18,7 @@ from typing import Any
 
 from gpudoctor import safefs
 
-CACHED_STATUSES = ("ok", "oom", "no_steady_state")
+CACHED_STATUSES = ("ok", "oom", "no_steady_state")  # never "pruned": a partial measurement
 RECORD = "trial.json"
 
 
@@ -42,6 +42,11 @@ class TrialCache:
             safefs.private_dir(self.root, "the sweep cache")
             self._private = True
         return True
+
+    def make_root(self) -> Path:
+        """The cache folder, made private if new (a study's SQLite file lives there too)."""
+        self._check(create=True)
+        return self.root
 
     def folder(self, key: str) -> Path:
         self._check(create=True)

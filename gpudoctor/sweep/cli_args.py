@@ -53,7 +53,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--adaptive",
         action="store_true",
-        help="coordinate ascent, one axis at a time, instead of the whole grid",
+        help="search the grid with an Optuna study (TPE) instead of measuring every point; "
+        "points clearly slower than the best in their first windows are pruned",
+    )
+    p.add_argument(
+        "--study-storage",
+        default=None,
+        metavar="URL",
+        help="--adaptive's Optuna storage: any Optuna URL (e.g. postgresql://..., for several "
+        "drivers on one study); default a SQLite file in the trial cache, so a rerun resumes",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        default="local",
+        help="where trials run: local (one process at a time, default) or ray (Ray tasks, many "
+        "at once; pip install 'gpudoctor[ray]')",
+    )
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDR",
+        help="with --backend ray: join this cluster (auto or HOST:PORT); default a local Ray "
+        "instance for this sweep",
+    )
+    p.add_argument(
+        "--emit-slurm",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write a Slurm job array (one task per point, --shard under the hood) and its "
+        "merge step to DIR instead of running trials",
     )
     p.add_argument(
         "--shard",

@@ -38,6 +38,10 @@ class SweepOptions:
     gpus: int | None = None
     as_json: bool = False
     argv: list[str] = field(default_factory=list)
+    backend: str = "local"
+    ray_address: str | None = None
+    study_storage: str | None = None
+    emit_slurm: Path | None = None
 
     @classmethod
     def from_args(cls, args: Any) -> SweepOptions:
@@ -63,11 +67,16 @@ class SweepOptions:
             price_per_gpu_hour=price,
             gpus=args.gpus,
             as_json=args.json,
+            backend=args.backend,
+            ray_address=args.ray_address,
+            study_storage=args.study_storage,
+            emit_slurm=args.emit_slurm,
         )
         opts.check()
         return opts
 
     def check(self) -> None:
+        self._check_modes()
         if self.merge:
             if self.config is not None or self.grid:
                 raise UserError(
@@ -96,6 +105,28 @@ class SweepOptions:
                 raise UserError(f"{name} must be more than 0, got {number:g}")
         if self.repeats < 0:
             raise UserError(f"--repeats must be 0 or more, got {self.repeats}")
+
+
+    def _check_modes(self) -> None:
+        """Options that belong to another way of running, given together: one line each."""
+        if self.ray_address and self.backend != "ray":
+            raise UserError("--ray-address is for --backend ray: add --backend ray or drop it")
+        if self.study_storage and not self.adaptive:
+            raise UserError("--study-storage is --adaptive's Optuna storage: add --adaptive or drop it")
+        if self.emit_slurm is not None:
+            for flag, given in (
+                ("--adaptive", self.adaptive),
+                ("--shard", self.shard),
+                ("--merge", self.merge),
+                ("--backend ray", self.backend == "ray"),
+            ):
+                if given:
+                    raise UserError(
+                        f"--emit-slurm writes a job array of every point (Slurm runs and merges "
+                        f"the shards): drop {flag}"
+                    )
+        if self.merge and self.backend == "ray":
+            raise UserError("--merge runs no trial: drop --backend ray")
 
 
 def _env_float(name: str) -> float:

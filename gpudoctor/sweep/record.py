@@ -14,9 +14,7 @@ from gpudoctor.sweep.trial import TrialRun
 from gpudoctor.sweep.windows import combine
 
 
-def build_record(
-    key: str, runs: list[tuple[str, TrialRun]], cfg: ReplayConfig, gpu_name: str | None
-) -> dict[str, Any]:
+def build_record(key: str, runs: list[tuple[str, TrialRun]], cfg: ReplayConfig) -> dict[str, Any]:
     """What a point's runs add up to: the median of every good window, or the last failure."""
     good = [(name, r) for name, r in runs if r.status == "ok" and r.steady is not None]
     last_name, last = runs[-1]
@@ -50,6 +48,6 @@ def build_record(
         "reason": note,
         "metrics": metrics,
         "device": measure.get("device"),
-        "gpu_name": gpu_name if measure.get("device") == "cuda" else None,
+        "gpu_name": run.gpu_name if measure.get("device") == "cuda" else None,
         "measure_file": f"{name}/replay_measure.json" if run.measure_path else None,
     }

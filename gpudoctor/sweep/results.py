@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import socket
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 from gpudoctor._version import __version__
 from gpudoctor.errors import UserError
+from gpudoctor.step_noise import Z as TIE_Z  # a gap beyond two combined noises is a real one
 from gpudoctor.sweep import SCHEMA
 from gpudoctor.sweep.points import label
 from gpudoctor.sweep.summary import change, lr_advice
@@ -94,6 +96,37 @@ def best_point(points: list[dict[str, Any]]) -> dict[str, Any] | None:
     return max(scored, key=lambda s: (s[0], s[1]))[2] if scored else None
 
 
+def tied_with(points: list[dict[str, Any]], best: dict[str, Any]) -> list[dict[str, Any]]:
+    """The measured points the winner does not beat beyond the noise, fastest first.
+
+    Two points are tied when their gap is at most ``Z·√(noise_a² + noise_b²)`` of the
+    winner's speed, each noise relative and from the point's own step intervals
+    (:func:`gpudoctor.sweep.windows.combine`), the rule ``gpudoctor diff`` uses. A point
+    without a noise figure is never called tied: that would need a noise nobody observed.
+    """
+    top, top_noise = score(best), best["metrics"].get("noise")
+    if not top or top_noise is None:
+        return []
+    out = []
+    for p in points:
+        s, noise = score(p), (p.get("metrics") or {}).get("noise")
+        if p is best or s is None or noise is None:
+            continue
+        gap = (top - s) / top
+        limit = TIE_Z * math.hypot(top_noise, noise)
+        if gap <= limit:
+            out.append(
+                {
+                    "index": p["index"],
+                    "label": p["label"],
+                    OBJECTIVE: s,
+                    "slower_fraction": gap,
+                    "tie_limit": limit,
+                }
+            )
+    return sorted(out, key=lambda t: (-t[OBJECTIVE], t["index"]))
+
+
 def finalize(doc: dict[str, Any]) -> dict[str, Any]:
     """Fill ``best`` and ``change`` from the points (sorted by index)."""
     doc["points"].sort(key=lambda p: p["index"])
@@ -112,6 +145,8 @@ def finalize(doc: dict[str, Any]) -> dict[str, Any]:
         "speedup_vs_current": score(best) / base_score if base_score else None,
         "current_index": base["index"] if base else None,
         "current_status": base["status"] if base else None,
+        "noise": best["metrics"].get("noise"),
+        "tied_with": tied_with(doc["points"], best),
     }
     doc["change"] = change(doc["grid"]["baseline"], best["params"])
     doc["change"]["lr_advice"] = lr_advice(doc["grid"], best["effective_batch"])
@@ -131,16 +166,17 @@ def _same_batch(doc: dict[str, Any], best: dict[str, Any]) -> dict[str, Any] | N
     if alt is None:
         return None
     slower = 1.0 - (score(alt) or 0.0) / (score(best) or 1.0)
-    spread = max((p["metrics"].get("spread") or 0.0) for p in (alt, best))
+    noises = [p["metrics"].get("noise") for p in (alt, best)]
+    within = None not in noises and slower <= TIE_Z * math.hypot(*noises)
     return {
         "index": alt["index"],
         "label": alt["label"],
         OBJECTIVE: score(alt),
         "slower_fraction": slower,
-        "within_noise": slower <= spread / 2,
+        "within_noise": within,
         "text": f"{alt['label']} keeps your effective batch of {keep} at {score(alt):.3g} samples/s, "
         f"{100 * slower:.0f}% slower"
-        + (" (within the noise)" if slower <= spread / 2 else "")
+        + (" (within the noise)" if within else "")
         + ", with no learning-rate change",
     }
 

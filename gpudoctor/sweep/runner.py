@@ -1,15 +1,12 @@
-"""Evaluate points: from the cache, else one trial process at a time, measuring a
-noisy point again; ``on_change`` rewrites ``sweep.json`` (and the pages) after
-every point, so an interrupted or failing sweep keeps what it measured.
+"""Evaluate points: from the cache, else as trials on a backend, measuring a noisy point
+again; ``on_change`` rewrites ``sweep.json`` (and the pages) after every point, so an
+interrupted or failing sweep keeps what it measured.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,11 +14,13 @@ from typing import Any
 
 from gpudoctor.errors import UserError
 from gpudoctor.replay.config import ReplayConfig
+from gpudoctor.sweep.axes import WORKERS, current_value
+from gpudoctor.sweep.backend import Backend, TrialJob
 from gpudoctor.sweep.cache import TrialCache
 from gpudoctor.sweep.costs import point_cost
 from gpudoctor.sweep.points import Resolved
 from gpudoctor.sweep.record import build_record
-from gpudoctor.sweep.trial import TrialRun, run_trial
+from gpudoctor.sweep.trial import TrialRun, Watch
 from gpudoctor.sweep.windows import Protocol
 
 # What the replay's prepared data depends on: one preparation per distinct value.
@@ -31,72 +30,93 @@ PREPARE_KEYS = ("dataset", "text", "tokenizer", "max_length", "padding")
 @dataclass
 class Runner:
     cache: TrialCache
+    backend: Backend
     protocol: Protocol
     timeout_s: float
     noise: float
     repeats: int
-    nvml: Any
     cost_args: dict[str, Any]
     on_change: Callable[[], None]
     display: Any = None
     trials_run: int = 0
-    _prepared: dict[str, str | None] = field(default_factory=dict)
+    _runs: dict[str, list[tuple[str, TrialRun]]] = field(default_factory=dict)
 
-    def evaluate(self, item: Resolved) -> dict[str, Any]:
+    def evaluate(self, item: Resolved, watch: Watch | None = None) -> dict[str, Any]:
         """Fill ``item.entry`` from the cache or from new trials; return it."""
-        entry = item.entry
-        if item.point.skip or item.cfg is None or item.key is None:
-            entry.update(status="skipped", reason=item.point.skip)
-            return self._done(entry, counted=False)
-        record = self.cache.load(item.key)
-        entry["cached"] = record is not None
-        if record is None:
-            record = self._measure(item, item.cfg, item.key)
-        self._fill(entry, record, item.cfg)
-        return self._done(entry, counted=not entry["cached"])
+        self.evaluate_all([item], watch)
+        return item.entry
 
-    def _done(self, entry: dict[str, Any], counted: bool) -> dict[str, Any]:
-        self.on_change()
-        if self.display is not None:
-            self.display.point(entry, counted)
-        return entry
+    def evaluate_all(self, items: list[Resolved], watch: Watch | None = None) -> None:
+        """Every item: skipped and cached ones at once, then the rest on the backend, as many
+        at a time as it runs; each entry is filled (and the outputs rewritten) as it finishes."""
+        todo: dict[str, Resolved] = {}
+        for item in items:
+            entry = item.entry
+            if item.point.skip or item.cfg is None or item.key is None:
+                entry.update(status="skipped", reason=item.point.skip)
+                self._done(entry, counted=False)
+                continue
+            record = self.cache.load(item.key)
+            entry["cached"] = record is not None
+            if record is not None:
+                self._fill(entry, record, item.cfg)
+                self._done(entry, counted=False)
+            elif item.key in todo:  # the same effective config twice: measured once
+                todo[item.key + f"#{item.point.index}"] = item
+            else:
+                todo[item.key] = item
+                self._runs[item.key] = []
+                self.backend.submit(self._job(item, 0, watch))
+        while self.backend.pending():
+            job, run = self.backend.next_done()
+            self.trials_run += 1
+            self._finish(job, run, todo)
 
-    def _measure(self, item: Resolved, cfg: ReplayConfig, key: str) -> dict[str, Any]:
-        """Run the point, again while its windows disagree by more than ``noise``."""
-        folder = self.cache.folder(key)
+    def _finish(self, job: TrialJob, run: TrialRun, todo: dict[str, Resolved]) -> None:
+        item = todo[job.key]
+        assert item.cfg is not None
+        runs = self._runs[job.key]
+        runs.append((job.run_dir.name, run))
+        record = build_record(job.key, runs, item.cfg)
+        spread = (record.get("metrics") or {}).get("spread")
+        noisy = record["status"] == "ok" and spread is not None and spread > self.noise
+        if noisy and job.attempt < self.repeats:
+            self.backend.submit(self._job(item, job.attempt + 1, None))  # pruning: first runs only
+            return
+        self.cache.save(record)
+        for twin_key in [k for k in todo if k == job.key or k.startswith(job.key + "#")]:
+            twin = todo[twin_key]
+            twin.entry["cached"] = twin is not item
+            self._fill(twin.entry, record, item.cfg)
+            self._done(twin.entry, counted=twin is item)
+
+    def _job(self, item: Resolved, attempt: int, watch: Watch | None) -> TrialJob:
+        assert item.cfg is not None and item.key is not None
+        folder = self.cache.folder(item.key)
         folder.mkdir(parents=True, exist_ok=True)
         config_yaml = folder / "config.yaml"
         config_yaml.write_text(item.yaml_text or "")
-        failed = self._prepare(cfg, config_yaml)
-        if failed:
-            return {"key": key, "status": "crashed", "reason": failed, "metrics": None}
-        runs: list[tuple[str, TrialRun]] = []
-        batch = cfg.training.per_device_train_batch_size
-        for attempt in range(1 + self.repeats):
-            if self.display is not None:
-                self.display.running(item.entry["label"], attempt)
-            run_dir = _free_dir(folder)
-            self.trials_run += 1
-            run = run_trial(config_yaml, run_dir, self.protocol, self.timeout_s, batch, self.nvml)
-            runs.append((run_dir.name, run))
-            record = build_record(key, runs, cfg, gpu_name_of(self.nvml))
-            spread = (record.get("metrics") or {}).get("spread")
-            if record["status"] != "ok" or spread is None or spread <= self.noise:
-                break
-        self.cache.save(record)
-        return record
+        run_dir = _free_dir(folder)
+        run_dir.mkdir()  # taken now: a repeat submitted beside it gets the next name
+        return TrialJob(
+            key=item.key,
+            label=item.entry["label"],
+            config_yaml=config_yaml,
+            yaml_text=item.yaml_text or "",
+            run_dir=run_dir,
+            protocol=self.protocol,
+            timeout_s=self.timeout_s,
+            batch_size=item.cfg.training.per_device_train_batch_size,
+            workers=int(current_value(item.cfg, WORKERS) or 0),
+            prepare_key=prepare_key(item.cfg),
+            attempt=attempt,
+            watch=watch,
+        )
 
-    def _prepare(self, cfg: ReplayConfig, config_yaml: Path) -> str | None:
-        """Build the replay's data cache, once per distinct input side; the error if it fails.
-
-        Unmeasured and before the trial, as ``gpudoctor replay`` does: preparing is
-        this tool's setup, not the config's startup.
-        """
-        body = {k: _plain(getattr(cfg, k)) for k in PREPARE_KEYS}
-        key = json.dumps({**body, "examples": cfg.replay.examples}, sort_keys=True, default=str)
-        if key not in self._prepared:
-            self._prepared[key] = _prepare_once(config_yaml, self.timeout_s)
-        return self._prepared[key]
+    def _done(self, entry: dict[str, Any], counted: bool) -> None:
+        self.on_change()
+        if self.display is not None:
+            self.display.point(entry, counted)
 
     def _fill(self, entry: dict[str, Any], record: dict[str, Any], cfg: ReplayConfig) -> None:
         entry.update(status=record["status"], reason=record.get("reason"), key=record["key"])
@@ -113,18 +133,10 @@ class Runner:
             entry["cost"], entry["reason"] = None, f"not priced: {exc}"
 
 
-def _prepare_once(config_yaml: Path, timeout_s: float) -> str | None:
-    cmd = [sys.executable, "-m", "gpudoctor.replay.worker", str(config_yaml), "--prepare-only"]
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return f"preparing the data took longer than --trial-timeout {timeout_s:g} s"
-    if proc.returncode == 0:
-        return None
-    lines = (proc.stderr or proc.stdout).strip().splitlines()
-    last = lines[-1].removeprefix("gpudoctor: ") if lines else f"exit code {proc.returncode}"
-    return "preparing the data failed: " + last.replace(f"{config_yaml}:", "line ")
+def prepare_key(cfg: ReplayConfig) -> str:
+    """What the replay's prepared data depends on, as text: one preparation per distinct value."""
+    body = {k: _plain(getattr(cfg, k)) for k in PREPARE_KEYS}
+    return json.dumps({**body, "examples": cfg.replay.examples}, sort_keys=True, default=str)
 
 
 def _plain(value: Any) -> Any:
@@ -136,7 +148,3 @@ def _free_dir(folder: Path) -> Path:
     while (folder / f"run-{n}").exists():
         n += 1
     return folder / f"run-{n}"
-
-
-def gpu_name_of(nvml: Any) -> str | None:
-    return None if nvml is None or not nvml.indices else nvml.name(nvml.indices[0])

@@ -1,5 +1,6 @@
-"""One ``gpudoctor sweep`` from options to a written folder: plan the points, run
-them (all, a shard, or adaptively), and keep ``sweep.json`` current throughout.
+"""One ``gpudoctor sweep`` from options to a written folder: plan the points, run them
+(all, a shard, or adaptively; here or on Ray), and keep ``sweep.json`` current throughout;
+or write the Slurm scripts that run it as a job array.
 """
 
 from __future__ import annotations
@@ -11,17 +12,21 @@ from typing import Any
 
 from gpudoctor.errors import UserError
 from gpudoctor.recorder import default_out
-from gpudoctor.sweep import adaptive, results
+from gpudoctor.redact import redact_value
+from gpudoctor.replay.config import ReplayConfig, load_config
+from gpudoctor.replay.gpus import lookup
 from gpudoctor.sweep import points as pts
+from gpudoctor.sweep import results, slurm
 from gpudoctor.sweep.axes import parse_grid
+from gpudoctor.sweep.backend import Backend, LocalBackend
 from gpudoctor.sweep.cache import TrialCache
-from gpudoctor.sweep.monitor import open_nvml
 from gpudoctor.sweep.options import SweepOptions
 from gpudoctor.sweep.output import write_outputs
 from gpudoctor.sweep.plan import Plan, build_plan, effective_batch, parse_shard, shard
 from gpudoctor.sweep.points import Resolved, resolve
 from gpudoctor.sweep.progress import Display
 from gpudoctor.sweep.runner import Runner
+from gpudoctor.sweep.windows import Protocol
 
 
 @dataclass
@@ -37,21 +42,28 @@ class Setup:
 
 def run_sweep(opts: SweepOptions) -> tuple[dict[str, Any], Path]:
     """Measure the points; return the document and the folder it was written to."""
-    setup = _setup(opts)
+    backend = _backend(opts)
+    try:
+        return _run(opts, backend)
+    finally:
+        backend.close()
+
+
+def _run(opts: SweepOptions, backend: Backend) -> tuple[dict[str, Any], Path]:
+    setup = _setup(opts, backend)
     todo = need_trials(setup.items, setup.runner.cache)
     if not opts.adaptive:
         check_limit(len(todo), opts.max_trials, opts.yes)
     doc, runner = setup.doc, setup.runner
     with Display(len(todo), "sweep") as display:
         runner.display = display
+        backend.on_start = lambda job: display.running(job.label, job.attempt)
         try:
             if opts.adaptive:
-                _adaptive(setup.items, setup.plan, runner, doc)
+                _adaptive(setup, opts, backend)
             else:
                 doc["points"] = [i.entry for i in setup.items]
-                new = {id(i) for i in todo}
-                for item in sorted(setup.items, key=lambda i: id(i) in new):  # cached ones first
-                    runner.evaluate(item)
+                runner.evaluate_all(setup.items)
         except KeyboardInterrupt:
             doc["notes"].append("interrupted: the points not measured are pending")
             runner.on_change()
@@ -62,30 +74,44 @@ def run_sweep(opts: SweepOptions) -> tuple[dict[str, Any], Path]:
     return doc, setup.folder
 
 
-def _setup(opts: SweepOptions) -> Setup:
-    """Load and check everything, and make each point concrete, before any trial starts."""
-    from gpudoctor.replay.config import load_config
+def _backend(opts: SweepOptions) -> Backend:
+    if opts.backend == "ray":
+        # ray is optional and heavy: its module (and ray) load only for --backend ray
+        from gpudoctor.sweep.ray_backend import RayBackend
 
+        return RayBackend(opts.ray_address)
+    return LocalBackend()
+
+
+def _load(opts: SweepOptions, cores: int) -> tuple[ReplayConfig, Plan]:
+    """The config, grid and plan, checked before anything runs."""
     assert opts.config is not None
     cfg = load_config(opts.config)
     axes = parse_grid(opts.grid)
     if opts.target:
-        from gpudoctor.replay.gpus import lookup
-
         lookup(opts.target)  # an unknown GPU fails before any trial
+    return cfg, build_plan(cfg, axes, opts.hold_global_batch, cores)
+
+
+def _setup(opts: SweepOptions, backend: Backend) -> Setup:
+    """Load and check everything, and make each point concrete, before any trial starts."""
+    assert opts.config is not None
+    cores = backend.cores
+    cfg, plan = _load(opts, cores)
     target = opts.target or cfg.hardware.target
-    cores, nvml = results.available_cores(), open_nvml()
-    threads = opts.protocol.torch_threads
-    protocol = dataclasses.replace(
-        opts.protocol, torch_threads=(0 if nvml else 1) if threads is None else threads
-    )
-    plan = build_plan(cfg, axes, opts.hold_global_batch, cores)
+    protocol = _protocol(opts.protocol, backend.gpu)
     raw, base_dir = pts.read_raw(opts.config), opts.config.resolve().parent
     grid = _grid_doc(plan, cfg, opts)
     doc = results.new_doc(
         opts.config, cfg.sha256(), grid, protocol.as_dict(), plan.notes, opts.argv
     )
     doc["target"] = target
+    doc["backend"] = {
+        "name": backend.name,
+        "address": redact_value(opts.ray_address) if opts.ray_address else None,
+        "slots": backend.slots,
+        "cores_per_trial_max": cores,
+    }
     items = []
     for p in shard(plan.points, opts.shard):
         entry = results.point_entry(p.index, p.params, p.baseline, effective_batch(p.params, cfg))
@@ -94,15 +120,21 @@ def _setup(opts: SweepOptions) -> Setup:
     costs = {"target": target, "price": opts.price_per_gpu_hour, "gpus_count": opts.gpus}
     runner = Runner(
         TrialCache(opts.cache),
+        backend,
         protocol,
         opts.trial_timeout_s,
         opts.noise,
         opts.repeats,
-        nvml,
         costs,
         lambda: write_outputs(doc, folder),
     )
     return Setup(plan, items, doc, runner, folder)
+
+
+def _protocol(protocol: Protocol, gpu: bool) -> Protocol:
+    """Intra-op threads: one beside a CPU stand-in model, PyTorch's own on a GPU (0)."""
+    threads = protocol.torch_threads
+    return dataclasses.replace(protocol, torch_threads=(0 if gpu else 1) if threads is None else threads)
 
 
 def need_trials(items: list[Resolved], cache: TrialCache) -> list[Resolved]:
@@ -133,33 +165,49 @@ def _grid_doc(plan: Plan, cfg: Any, opts: SweepOptions) -> dict[str, Any]:
     }
 
 
-def _adaptive(items: list[Resolved], plan: Plan, runner: Runner, doc: dict[str, Any]) -> None:
-    """Coordinate ascent over the grid; the current setting is measured too, for the speedup."""
-    by_index = {i.point.index: i for i in items}
+def _adaptive(setup: Setup, opts: SweepOptions, backend: Backend) -> None:
+    """The Optuna search over the grid; the current setting is measured too, for the speedup."""
+    # optuna is optional: the search module (and optuna) load only for --adaptive
+    from gpudoctor.sweep import search
 
-    def score(point: Any) -> float | None:
-        entry = by_index[point.index].entry
-        if entry not in doc["points"]:
-            doc["points"].append(entry)
-            runner.evaluate(by_index[point.index])
-        return results.score(entry)
-
-    grid = [i.point for i in items if i.point.index < plan.grid_size]
-    start = adaptive.start_point(grid, plan.baseline, plan.grid_size)
-    if start is None:
-        raise UserError("--adaptive: no grid point can run here (all skipped); see the notes above")
-    climb = adaptive.climb(
-        grid, adaptive.groups(list(plan.baseline), plan.hold_global_batch), start, score
+    plan, runner, doc = setup.plan, setup.runner, setup.doc
+    storage = opts.study_storage or search.default_storage(opts.cache)
+    if opts.study_storage is None:
+        runner.cache.make_root()  # private: it holds the default SQLite file
+    name = search.study_name(doc)
+    study = search.open_study(storage, name, search.prune_margin(opts.noise))
+    grid = [i for i in setup.items if i.point.index < plan.grid_size]
+    choices = {a.key: list(a.values) for a in plan.axes}
+    found = search.run_search(
+        grid,
+        choices,
+        runner,
+        doc,
+        study,
+        max_trials=opts.max_trials,
+        parallel=backend.slots,
+        pruning=backend.name == "local",
     )
-    for point in plan.points[plan.grid_size :]:
-        score(point)  # the current setting, outside the grid
+    outside = setup.items[plan.grid_size :]  # the current setting, when no grid point
+    doc["points"] += [i.entry for i in outside]
+    runner.evaluate_all(outside)
+    best = results.best_point(doc["points"])
     doc["adaptive"] = {
-        "method": "coordinate ascent (one axis at a time)",
-        "trials_used": len(doc["points"]),
+        "method": f"Optuna TPE (seed {search.SEED}), pruning clearly slower points"
+        if backend.name == "local"
+        else f"Optuna TPE (seed {search.SEED}), {backend.slots} trials at a time",
+        "study": name,
+        "storage": redact_value(storage),
+        "trials_used": len(found.measured),
+        "pruned": len(found.pruned),
+        "resumed_trials": found.resumed_trials,
         "grid_points": len(plan.points),
-        "passes": climb.passes,
-        "path": climb.visited,
-        **_full_grid_winner(items, runner.cache, results.best_point(doc["points"])),
+        "stopped": found.stopped,
+        "path": found.measured,
+        "found_at_trial": found.measured.index(best["index"]) + 1
+        if best and best["index"] in found.measured
+        else None,
+        **_full_grid_winner(setup.items, runner.cache, best),
     }
 
 
@@ -189,3 +237,11 @@ def merge_sweeps(opts: SweepOptions) -> tuple[dict[str, Any], Path]:
     folder = opts.out or default_out("sweep")
     write_outputs(doc, folder)
     return doc, folder
+
+
+def emit_slurm(opts: SweepOptions) -> tuple[list[Path], int]:
+    """``--emit-slurm DIR``: the job array and merge scripts; their paths and the point count."""
+    assert opts.emit_slurm is not None
+    local = LocalBackend()  # the GPU seen here decides whether the tasks ask for one
+    _, plan = _load(opts, local.cores)
+    return slurm.write_scripts(opts, plan, opts.emit_slurm, local.gpu), len(plan.points)

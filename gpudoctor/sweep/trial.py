@@ -14,15 +14,19 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.sweep.monitor import TreeMonitor
-from gpudoctor.sweep.windows import Protocol, read_events, steady_state
+from gpudoctor.recorder import child_env
+from gpudoctor.samplers.nvml import Nvml
+from gpudoctor.samplers.tree import TreeSampler
+from gpudoctor.sweep.windows import Protocol, early_rate, read_trial, steady_state
 
 LOG = "worker.log"
 MAX_STEPS = 10**9  # the time bound stops the trial, never the step count
+POLL_S = 0.5  # how often a trial that may be pruned has its windows read
 OOM_MARKS = (
     "OutOfMemoryError",
     "CUDA out of memory",
@@ -30,18 +34,22 @@ OOM_MARKS = (
     "DefaultCPUAllocator: can't allocate memory",
 )
 
+# (whole windows measured so far, samples/s over them) -> True to stop the trial (pruned)
+Watch = Callable[[int, float], bool]
+
 
 @dataclass
 class TrialRun:
     """What one worker process gave: a status, and figures when it trained steadily."""
 
-    status: str  # ok | oom | crashed | timeout | no_steady_state
+    status: str  # ok | oom | crashed | timeout | no_steady_state | pruned
     reason: str | None = None
     steady: dict[str, Any] | None = None
     measure_path: Path | None = None
     peak_rss_mib: float | None = None
     peak_gpu_mem_mib: float | None = None
     gpu_busy: float | None = None
+    gpu_name: str | None = None
     wall_s: float = 0.0
 
 
@@ -53,17 +61,31 @@ def command(config_yaml: Path, run_dir: Path, protocol: Protocol) -> list[str]:
     ]  # fmt: skip
 
 
+def prepare(config_yaml: Path, timeout_s: float) -> str | None:
+    """Build the replay's data cache (unmeasured, as ``gpudoctor replay`` does); the error if it fails."""
+    cmd = [sys.executable, "-m", "gpudoctor.replay.worker", str(config_yaml), "--prepare-only"]
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return f"preparing the data took longer than --trial-timeout {timeout_s:g} s"
+    if proc.returncode == 0:
+        return None
+    lines = (proc.stderr or proc.stdout).strip().splitlines()
+    last = lines[-1].removeprefix("gpudoctor: ") if lines else f"exit code {proc.returncode}"
+    return "preparing the data failed: " + last.replace(f"{config_yaml}:", "line ")
+
+
 def run_trial(
     config_yaml: Path,
     run_dir: Path,
     protocol: Protocol,
     timeout_s: float,
     batch_size: int,
-    nvml: Any = None,
+    nvml: Nvml | None = None,
+    watch: Watch | None = None,
 ) -> TrialRun:
-    """Run the worker once and classify how it ended."""
-    from gpudoctor.recorder import child_env
-
+    """Run the worker once and classify how it ended; ``watch`` may stop it early (pruned)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     env = child_env(run_dir)
     env.update(GPUDOCTOR_PROFILE_WINDOW="off", TOKENIZERS_PARALLELISM="false")
@@ -80,32 +102,74 @@ def run_trial(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        with TreeMonitor(proc.pid, nvml=nvml) as monitor:
-            timed_out = _wait(proc, timeout_s)
-    result = _classify(
-        proc.returncode, timed_out, run_dir, proc.pid, protocol, batch_size, timeout_s
-    )
+        with TreeSampler(proc.pid, nvml=nvml) as monitor:
+            ended = _wait(proc, timeout_s, _pruner(watch, run_dir, proc.pid, batch_size, protocol))
+    if isinstance(ended, TrialRun):
+        result = ended
+    else:
+        result = _classify(
+            proc.returncode, ended, run_dir, proc.pid, protocol, batch_size, timeout_s
+        )
     if result.reason:  # the trial's YAML lives in the cache: its path says nothing to the user
         result.reason = result.reason.replace(f"{config_yaml}:", "line ")
     result.wall_s = time.perf_counter() - start
     result.peak_rss_mib = round(monitor.peak_rss_mib, 1) or None
     result.peak_gpu_mem_mib = monitor.peak_gpu_mem_mib
+    result.gpu_name = nvml.name(nvml.indices[0]) if nvml is not None and nvml.indices else None
     if result.steady is not None:
         t0 = result.steady["first_batch_t"] + result.steady["steady_from_s"]
         result.gpu_busy = monitor.gpu_busy(t0, t0 + result.steady["steady_s"])
     return result
 
 
-def _wait(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
-    """Wait for the worker; past the timeout stop its whole session (DataLoader workers too).
+def _pruner(
+    watch: Watch | None, run_dir: Path, pid: int, batch_size: int, protocol: Protocol
+) -> Callable[[], TrialRun | None] | None:
+    """A check run every :data:`POLL_S`: each newly whole window goes to ``watch``."""
+    if watch is None:
+        return None
+    told = 0
 
-    The worker has its own session, so Ctrl-C reaches only us: stop it before leaving.
+    def check() -> TrialRun | None:
+        nonlocal told
+        early = early_rate(read_trial(run_dir, pid), batch_size, protocol)
+        if early is None or early[0] <= told:
+            return None
+        told = early[0]
+        if watch(*early):
+            return TrialRun(
+                "pruned",
+                f"stopped after {told} window(s) at {early[1]:.3g} samples/s, "
+                "clearly slower than the best point so far",
+            )
+        return None
+
+    return check
+
+
+def _wait(
+    proc: subprocess.Popen[bytes], timeout_s: float, check: Callable[[], TrialRun | None] | None
+) -> bool | TrialRun:
+    """Wait for the worker: True past the timeout, a pruned run when ``check`` says so.
+
+    Either way its whole session is stopped (DataLoader workers too). The worker has its
+    own session, so Ctrl-C reaches only us: stop it before leaving.
     """
+    deadline = time.monotonic() + timeout_s
     try:
-        proc.wait(timeout=timeout_s)
-        return False
-    except subprocess.TimeoutExpired:
-        pass
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                proc.wait(timeout=min(left, POLL_S) if check else left)
+                return False
+            except subprocess.TimeoutExpired:
+                pass
+            pruned = check() if check else None
+            if pruned is not None:
+                _stop(proc)
+                return pruned
     except KeyboardInterrupt:
         _stop(proc)
         raise
@@ -135,9 +199,9 @@ def _classify(
     batch_size: int,
     timeout_s: float,
 ) -> TrialRun:
-    events = read_events(run_dir, pid)
+    events = read_trial(run_dir, pid)
     if timed_out:
-        got = sum(1 for e in events if e.get("k") == "batch")
+        got = events.batch_count
         return TrialRun(
             "timeout",
             f"still running after --trial-timeout {timeout_s:g} s ({got} batches arrived); stopped",
@@ -149,7 +213,7 @@ def _classify(
         return TrialRun("crashed", f"exit code {code}: {_last_line(tail)}")
     steady = steady_state(events, batch_size, protocol)
     if steady is None:
-        got = sum(1 for e in events if e.get("k") == "batch")
+        got = events.batch_count
         return TrialRun(
             "no_steady_state",
             f"only {got} batches in {protocol.train_s:g} s of training: "

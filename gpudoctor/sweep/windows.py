@@ -6,19 +6,24 @@ The hooks write one ``data_wait`` span per ``DataLoader.__next__`` and a
 it, so arrivals per second after the warm-up is the training rate. Worker start,
 model build and the first batches fall in the warm-up and are dropped; the rest
 is cut into equal time windows whose boundaries sit on arrivals, so no window
-counts a fraction of a batch. Pure functions: the tests feed them events.
+counts a fraction of a batch. The events come through :mod:`gpudoctor.recording.read`
+(its validator drops a malformed line); the rest are pure functions of them.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpudoctor import step_noise
+from gpudoctor.recording.read import EventLoad, read_events
+from gpudoctor.recording.validate import is_time
+
 MIN_WARMUP_BATCHES = 2
+MIN_NOISE_STEPS = 4  # step intervals needed for a noise figure from them
 
 
 @dataclass(frozen=True)
@@ -54,21 +59,34 @@ class Arrival:
     padded: float | None
 
 
-def read_events(run_dir: Path, pid: int) -> list[dict[str, Any]]:
-    """``events/<pid>.jsonl``; a line cut by a kill is skipped."""
-    path = run_dir / "events" / f"{pid}.jsonl"
-    if not path.is_file():
-        return []
-    events = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            events.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return events
+def read_trial(run_dir: Path, pid: int) -> TrialEvents:
+    """``events/<pid>.jsonl`` through the recording's reader: checked by its validator, a line
+    cut by a kill or garbled counted there, never parsed here."""
+    return from_load(read_events(run_dir / "events" / f"{pid}.jsonl"))
 
 
-def arrivals(events: list[dict[str, Any]], batch_size: int) -> list[Arrival]:
+@dataclass
+class TrialEvents:
+    """What the windows read of a trial: batch events, data-wait spans and step times."""
+
+    batches: list[dict[str, Any]] = field(default_factory=list)
+    waits: list[tuple[float, float]] = field(default_factory=list)  # (start, end), epoch s
+    steps: list[float] = field(default_factory=list)
+
+    @property
+    def batch_count(self) -> int:
+        return max(len(self.batches), len(self.waits))
+
+
+def from_load(load: EventLoad) -> TrialEvents:
+    return TrialEvents(
+        batches=[e for e in load.events if e["k"] == "batch" and is_time(e.get("t"))],
+        waits=list(load.loop.spans.get("data_wait", [])),
+        steps=list(load.loop.steps),
+    )
+
+
+def arrivals(events: TrialEvents, batch_size: int) -> list[Arrival]:
     """Batches the training loop received: ``batch`` events, else ``data_wait`` spans.
 
     The hooks stop writing a ``batch`` event for every batch after a few thousand;
@@ -76,8 +94,7 @@ def arrivals(events: list[dict[str, Any]], batch_size: int) -> list[Arrival]:
     Batches that are not tensors (tokenization in the loop) have no ``batch`` event:
     each counts ``batch_size`` rows, tokens unknown.
     """
-    batches = [e for e in events if e.get("k") == "batch"]
-    spans = [e for e in events if e.get("k") == "span" and e.get("c") == "data_wait"]
+    batches, spans = events.batches, events.waits
     sizes = [
         (len(e.get("lengths") or []), sum(e.get("lengths") or []), int(e.get("tokens") or 0))
         for e in batches
@@ -86,8 +103,8 @@ def arrivals(events: list[dict[str, Any]], batch_size: int) -> list[Arrival]:
         return sorted(Arrival(float(e["t"]), *size) for e, size in zip(batches, sizes, strict=True))
     if sizes:
         rows, tokens, padded = (statistics.fmean(col) for col in zip(*sizes, strict=True))
-        return sorted(Arrival(float(e["t0"]) + float(e["dt"]), rows, tokens, padded) for e in spans)
-    return sorted(Arrival(float(e["t0"]) + float(e["dt"]), batch_size, None, None) for e in spans)
+        return sorted(Arrival(end, rows, tokens, padded) for _, end in spans)
+    return sorted(Arrival(end, batch_size, None, None) for _, end in spans)
 
 
 def _boundaries(times: list[float], first: int, count: int) -> list[int]:
@@ -108,7 +125,7 @@ def _overlap(spans: list[tuple[float, float]], a: float, b: float) -> float:
 
 
 def steady_state(
-    events: list[dict[str, Any]], batch_size: int, protocol: Protocol
+    events: TrialEvents, batch_size: int, protocol: Protocol
 ) -> dict[str, Any] | None:
     """Per-window and median figures of one trial run, or None without two steady batches."""
     arr = arrivals(events, batch_size)
@@ -119,11 +136,7 @@ def steady_state(
     first = next((i for i, t in enumerate(times) if t >= start_t and i >= MIN_WARMUP_BATCHES), None)
     if first is None or first >= len(times) - 1:
         return None
-    waits = [
-        (float(e["t0"]), float(e["t0"]) + float(e["dt"]))
-        for e in events
-        if e.get("k") == "span" and e.get("c") == "data_wait"
-    ]
+    waits = events.waits
     cuts = _boundaries(times, first, protocol.windows)
     windows = [
         _window(arr[a + 1 : b + 1], times[a], times[b], waits, times[0])
@@ -132,11 +145,7 @@ def steady_state(
     ]
     if not windows:
         return None
-    steps = [
-        float(e["t"])
-        for e in events
-        if e.get("k") == "step" and times[first] <= float(e["t"]) <= times[-1]
-    ]
+    steps = [t for t in sorted(events.steps) if times[first] <= t <= times[-1]]
     return {
         "first_batch_t": times[0],
         "steady_from_s": times[first] - times[0],
@@ -145,6 +154,30 @@ def steady_state(
         "windows": windows,
         "step_intervals_s": [b - a for a, b in itertools.pairwise(steps)],
     }
+
+
+def early_rate(events: TrialEvents, batch_size: int, protocol: Protocol) -> tuple[int, float] | None:
+    """While a trial runs: whole windows since the warm-up and samples/s over them (for pruning).
+
+    None before the first window is whole. The final figures come from :func:`steady_state`.
+    """
+    arr = arrivals(events, batch_size)
+    if len(arr) < MIN_WARMUP_BATCHES + 2:
+        return None
+    times = [a.t for a in arr]
+    start_t = times[0] + protocol.warmup_s
+    first = next((i for i, t in enumerate(times) if t >= start_t and i >= MIN_WARMUP_BATCHES), None)
+    if first is None:
+        return None
+    done = int((times[-1] - times[first]) // protocol.window_s)
+    if done < 1:
+        return None
+    end_t = times[first] + done * protocol.window_s
+    inside = [a for a in arr[first + 1 :] if a.t <= end_t]
+    last = inside[-1].t if inside else times[first]
+    if last <= times[first]:
+        return None
+    return done, sum(a.rows for a in inside) / (last - times[first])
 
 
 def _window(
@@ -177,6 +210,7 @@ def combine(runs: list[dict[str, Any]], accumulation: int, batch_size: int) -> d
         if len(intervals) >= 2
         else accumulation * batch_size / median_rate
     )
+    noise, noise_from = _noise(intervals, rates, median_rate)
     return {
         "samples_per_s": median_rate,
         "nonpad_tokens_per_s": _median(w["nonpad_tokens_per_s"] for w in wins),
@@ -185,11 +219,32 @@ def combine(runs: list[dict[str, Any]], accumulation: int, batch_size: int) -> d
         "data_wait_share": _median(w["data_wait_share"] for w in wins),
         "pad_fraction": _median(w["pad_fraction"] for w in wins),
         "spread": (max(rates) - min(rates)) / median_rate if median_rate else None,
+        "noise": noise,
+        "noise_from": noise_from,
         "windows_samples_per_s": rates,
         "batches": sum(w["batches"] for w in wins),
         "steady_s": sum(w["dt_s"] for w in wins),
         "runs": len(runs),
     }
+
+
+def _noise(
+    intervals: list[float], rates: list[float], median_rate: float
+) -> tuple[float | None, str | None]:
+    """The point's relative noise: the step-time noise of :mod:`gpudoctor.step_noise` (robust
+    spread and drift of its own step intervals) over the median step; without steps enough,
+    half the windows' spread. The same estimator as ``gpudoctor diff``'s, so a sweep's "tied"
+    and a diff's "within the noise" mean the same thing."""
+    if len(intervals) >= MIN_NOISE_STEPS:
+        # step_noise reads a report's step times; the intervals laid end to end are those.
+        times = list(itertools.accumulate(intervals, initial=0.0))
+        est = step_noise.estimate({"timeline": {"steps_t_s": times}})
+        median = statistics.median(intervals)
+        if est.noise_s is not None and median > 0:
+            return est.noise_s / median, "step_intervals"
+    if len(rates) >= 2 and median_rate:
+        return (max(rates) - min(rates)) / median_rate / 2, "windows"
+    return None, None
 
 
 def _median(values: Any) -> float | None:
