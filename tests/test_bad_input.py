@@ -61,6 +61,20 @@ def test_run_without_a_command(args):
 def test_run_a_command_that_does_not_exist(tmp_path):
     line = assert_one_line_error(run_cli("run", "--out", str(tmp_path / "r"), "--", "no-such-cmd-xyz"), 127)
     assert "no-such-cmd-xyz" in line
+    assert not (tmp_path / "r").exists()  # no empty run folder left behind
+
+
+def test_a_command_that_cannot_start_leaves_an_earlier_recording_where_it_was(tmp_path, recorded):
+    out = tmp_path / "r"
+    shutil.copytree(recorded, out)
+    before = sorted(p.name for p in out.iterdir())
+    script = tmp_path / "bad.sh"
+    script.write_text("#!/no/such/interpreter\n")
+    script.chmod(0o755)
+    assert "bad.sh" in assert_one_line_error(run_cli("run", "--out", str(out), "--", str(script)), 127)
+    assert sorted(p.name for p in out.iterdir()) == before
+    line = assert_one_line_error(run_cli("run", "--out", str(tmp_path / "n"), "--", str(ROOT / "README.md")), 126)
+    assert "not an executable file" in line and not (tmp_path / "n").exists()
 
 
 def test_a_script_that_crashes_at_once_still_gets_a_report(tmp_path):

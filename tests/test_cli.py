@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import sys
 
 import pytest
 
+from gpudoctor.cli import build_parser
 from tests.conftest import ROOT, run_cli
 from tests.recording_builder import RecordingBuilder
 from tests.test_rules import stall_run
@@ -20,6 +22,21 @@ def test_every_command_has_help(cmd):
     assert "usage: gpudoctor" in proc.stdout
 
 
+def test_every_subcommand_and_argument_says_what_it_is():
+    """Walks the parser: each subcommand has a description for its --help, each argument a help."""
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    missing = [f"{name}: description" for name, p in sub.choices.items() if not p.description]
+    missing += [f"{name}: {'/'.join(a.option_strings) or a.dest}" for name, p in sub.choices.items()
+                for a in p._actions if not a.help or a.help == argparse.SUPPRESS]
+    assert sub.choices and missing == []
+
+
+def test_check_help_says_fraction_or_percentage():
+    text = " ".join(run_cli("check", "--help").stdout.split())
+    assert "--max-waste FRACTION" in text and "fraction of wall time (0.2)" in text and "(20%)" in text
+
+
 def test_run_returns_the_commands_exit_code_and_still_reports(tmp_path):
     script = "import torch, sys; x = torch.ones(3); sys.exit(3)"
     proc = run_cli("run", "--out", str(tmp_path / "r"), "--", sys.executable, "-c", script)
@@ -27,6 +44,35 @@ def test_run_returns_the_commands_exit_code_and_still_reports(tmp_path):
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     assert report["run"]["exit_code"] == 3 and report["run"]["status"] == "crashed"
     assert (tmp_path / "r" / "report.html").exists() and (tmp_path / "r" / "report.md").exists()
+    assert "gpudoctor: the command crashed with exit code 3; the report covers the " in proc.stderr
+    assert "no GPU on this machine" in proc.stderr or "GPU busy" in proc.stderr
+
+
+def test_a_command_killed_by_a_signal_is_said_so(tmp_path):
+    script = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    proc = run_cli("run", "--out", str(tmp_path / "r"), "--", sys.executable, "-c", script)
+    assert proc.returncode == 137
+    assert "the command crashed with exit code 137 (signal 9, SIGKILL)" in proc.stderr
+    assert (tmp_path / "r" / "report.json").exists()
+
+
+@pytest.mark.parametrize(("args", "fixed"), [
+    (["run", "python", "train.py"], "gpudoctor run -- python train.py"),
+    (["run", "--json", "python", "-c", "pass", "--out", "foo"], "gpudoctor run --json --out foo -- python -c pass"),
+    (["try", "--seconds", "5", "python", "t.py", "--seconds=3"], "gpudoctor try --seconds 5 -- python t.py --seconds=3"),
+])
+def test_a_command_without_dashes_is_refused_with_the_corrected_line(tmp_path, args, fixed):
+    """No guessing which words are the doctor's: the command goes after --, nothing runs, no folder."""
+    proc = run_cli(*args, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and fixed in proc.stderr
+    assert "--out" not in args or "--out after the command would go to the command" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_after_dashes_every_word_is_the_commands(tmp_path):
+    script = "import sys; print(sys.argv[1:])"
+    proc = run_cli("run", "--out", str(tmp_path / "r"), "--", sys.executable, "-c", script, "--out", "foo", "--")
+    assert proc.returncode == 0 and "['--out', 'foo', '--']" in proc.stdout
 
 
 def test_unknown_command_is_one_line_and_nonzero():

@@ -150,6 +150,24 @@ def _startable(program: str, path: str) -> None:
     elif shutil.which(program, path=path) is None:
         raise UserError(f"cannot start {program!r}: no such command on PATH; check the command after -- "
                         "(e.g. gpudoctor run -- python train.py)", 127)
+    found = program if os.sep in program else shutil.which(program, path=path)
+    interpreter = _shebang(found) if found else None
+    if interpreter and not os.path.exists(interpreter):
+        raise UserError(f"cannot start {program!r}: its #! line names {interpreter}, which does not exist; "
+                        "fix that line, or run the script through its interpreter", 127)
+
+
+def _shebang(path: str) -> str | None:
+    """The interpreter a script's ``#!`` line names, or None (not a script, or unreadable)."""
+    if not os.path.isfile(path):  # never open a FIFO or a device to read a line
+        return None
+    try:
+        with open(path, "rb") as f:
+            head = f.readline(256)
+    except OSError:
+        return None
+    words = head[2:].decode(errors="replace").split() if head.startswith(b"#!") else []
+    return words[0] if words else None
 
 
 def _discard(folder: RunFolder, existed: bool) -> None:
