@@ -12,9 +12,11 @@ from pathlib import Path
 import numpy
 import pytest
 
+from gpudoctor.diff import diff_reports
 from gpudoctor.errors import UserError
 from gpudoctor.render import renderer_for, write_all
 from gpudoctor.render.base import fmt_usd
+from gpudoctor.render.diff_page import render_diff_html
 from gpudoctor.render.html import HtmlRenderer
 from gpudoctor.render.json_renderer import JsonRenderer
 from gpudoctor.render.markdown import MarkdownRenderer, md_code, md_text
@@ -362,3 +364,9 @@ def test_terminal_of_a_finished_gpu_run_has_no_outcome_line(sample: dict) -> Non
     assert lines[0].startswith("gpudoctor: 5 problems found;")
     assert any(ln.startswith("  GPU busy 45%; CPU busy") and "of all 16 cores" in ln for ln in lines)
     assert sum(ln.startswith("  [") for ln in lines) == 5
+
+
+def test_diff_page_shows_start_times_as_people_read_them(sample: dict, nogpu: dict) -> None:
+    sample["run"]["started_at"] = "2026-11-24T01:55:38.664560+00:00"
+    html = render_diff_html(diff_reports(sample, nogpu))
+    assert "2026-11-24 01:55:38 UTC" in html and ".664560" not in html

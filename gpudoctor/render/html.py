@@ -50,13 +50,15 @@ def environment() -> Any:
     """The Jinja2 environment (imported lazily; autoescape always on)."""
     import jinja2
 
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    env.filters["human_time"] = fmt_time  # an ISO start time as "2026-11-24 01:55:38 UTC"
+    return env
 
 
 def markup(svg: str) -> Any:
