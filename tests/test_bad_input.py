@@ -202,3 +202,17 @@ def test_ctrl_c_twice_terminates_the_training_and_writes_the_report(tmp_path):
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert report["run"]["status"] == "interrupted"
     assert report["steps"]["count"] > 0
+
+
+def test_attach_to_a_wrapper_that_runs_no_python_is_refused_at_once(tmp_path):
+    """A shell around a non-Python program: refused before any waiting (not after --duration)."""
+    wrapper = subprocess.Popen(["bash", "-c", "sleep 120; true"])
+    try:
+        time.sleep(0.2)  # bash has started its child
+        proc = run_cli("attach", str(wrapper.pid), "--out", str(tmp_path / "a"), "--duration", "600", timeout=60)
+        line = assert_one_line_error(proc, 2)
+        assert "is not a Python process and starts none" in line and wrapper.poll() is None
+        assert not (tmp_path / "a").exists()
+    finally:
+        wrapper.kill()
+        wrapper.wait()
