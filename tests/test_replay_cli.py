@@ -41,6 +41,18 @@ def test_healthy_config_gets_no_invented_waste_and_a_prediction(healthy_replay: 
     assert "prediction_check" not in report and ON_CPU_NOTE in pre["notes"]
 
 
+def test_the_report_shows_the_users_command_the_price_source_and_no_gpu_here(healthy_replay: Path):
+    report = json.loads((healthy_replay / "report.json").read_text())
+    command = report["run"]["command"]
+    assert command[:3] == ["gpudoctor", "replay", str(HEALTHY)] and "--target" in command
+    assert not any("gpudoctor.replay.worker" in part for part in command)  # the internal worker is not shown
+    assert report["cost"]["price_source"] == f"hardware.price_per_gpu_hour in {HEALTHY}"  # the YAML's, said so
+    markdown = (healthy_replay / "report.md").read_text()
+    assert "none here: the replay ran on the CPU; the target GPU is predicted" in markdown
+    assert "1 GPU(s)" not in markdown and "none here: the replay ran on the CPU" in (
+        healthy_replay / "report.html").read_text()
+
+
 def on_a_gpu(folder: Path, gpu_name: str) -> tuple[dict, dict]:
     """The replay's real measurement and report, as a replay on ``gpu_name`` would have them.
 

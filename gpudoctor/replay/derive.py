@@ -85,7 +85,7 @@ def _flow(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return repr(round(value, 6))
+        return repr(float(f"{value:.6g}"))
     return json.dumps(value) if isinstance(value, str) else str(value)
 
 
@@ -105,7 +105,7 @@ def derive(facts: RunFacts, target: str | None = None) -> Derived:
 
 def _input_side(d: Derived, f: RunFacts) -> None:
     """Lengths, padding, max_length and where tokenizing happened, from the recorded batches."""
-    d.put("dataset.kind", "synthetic", DEFAULT, "stands in for the real data, with its recorded lengths")
+    d.put("dataset.kind", "synthetic", DEFAULT, "stands in for the real data (its lengths: dataset.length)")
     vocab = (f.model_config or {}).get("vocab_size")
     if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab >= 300:
         d.put("tokenizer.train_bpe", {"vocab_size": min(vocab, MAX_BPE_VOCAB)},
