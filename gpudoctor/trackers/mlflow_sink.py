@@ -22,6 +22,7 @@ from gpudoctor.trackers.found import TrackerRun
 from gpudoctor.trackers.outcome import Outcome
 
 ARTIFACT_DIR = "gpudoctor"
+SERVER_NAMES = ("databricks", "databricks-uc", "uc")  # scheme-less URIs MLflow reads as servers, not paths
 
 
 def add(run: TrackerRun, figures: Figures, html: Path) -> Outcome:
@@ -41,6 +42,8 @@ def add(run: TrackerRun, figures: Figures, html: Path) -> Outcome:
         folders.problem(_existing(artifacts), ())
     if "mlflow" not in sys.modules:  # the doctor's own process: no usage telemetry from us
         os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
+    if db is None:  # MLflow 3 refuses its file store unless opted in: the training did, to use it
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     try:
         from mlflow.entities import Metric, RunTag
         from mlflow.tracking import MlflowClient
@@ -79,7 +82,7 @@ def local_store(uri: str | None, cwd: str | None) -> tuple[str, str, str | None]
         rest = uri[len("sqlite:///"):].split("?")[0]
         db = os.path.realpath(rest if rest.startswith("/") else os.path.join(cwd or "", rest))
         return f"sqlite:///{db}", os.path.dirname(db), db
-    path = local_path(uri, cwd)
+    path = None if uri.split(":", 1)[0] in SERVER_NAMES else local_path(uri, cwd)
     if path is None:
         scheme = uri.split(":", 1)[0]
         return (f"the tracking store is a server ({scheme}:), and gpudoctor makes no network call; "
