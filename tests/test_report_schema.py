@@ -189,7 +189,7 @@ def test_profiler_windows_render_in_html_and_markdown() -> None:
     assert len(report["profiler"]) == 2
     html, md = HtmlRenderer().render(report), MarkdownRenderer().render(report)
     for text in (html, md):
-        assert "torch.profiler cross-check" in text and "2 window(s)" in text
+        assert "torch.profiler cross-check" in text and "2 windows" in text
         assert "43.5%" in text  # 2.0 s of DataLoader wait in a 4.6 s window
         assert fmt_pct(report["profiler"][0]["cuda_kernel_busy"]) in text
     assert "| rank | at | window | steps | DataLoader wait | GPU kernels busy |" in md

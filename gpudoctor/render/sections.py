@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpudoctor.render import nodes, preflight, trial
-from gpudoctor.render.base import fmt_duration, fmt_pct, num
+from gpudoctor.render.base import fmt_duration, fmt_pct, num, plural
 from gpudoctor.report_schema import SECTIONS
 
 IN_NOTES = frozenset({"attach", "trackers"})  # shown through the report's notes
@@ -64,12 +64,12 @@ def profiler_view(section: Any, report: Any) -> dict[str, Any] | None:
     total = sum(num(w.get("duration_s")) or 0.0 for w in windows)
     waited = sum(num(w.get("dataloader_s")) or 0.0 for w in windows)
     hooks = num(((report or {}).get("breakdown") or {}).get("data_wait")) if isinstance(report, dict) else None
-    summary = (f"{len(windows)} window(s), {fmt_duration(total)} in all: DataLoader wait "
+    summary = (f"{plural(len(windows), 'window')}, {fmt_duration(total)} in all: DataLoader wait "
                f"{fmt_pct(waited / total if total else None)} of the windows' time by the profiler; "
                f"the hooks' data wait {fmt_pct(hooks)} of the whole run's wall time.")
     more = len(windows) - len(rows)
     return {"summary": summary, "rows": rows,
-            "more": f"{more} more window(s) in report.json" if more > 0 else ""}
+            "more": f"{plural(more, 'more window')} in report.json" if more > 0 else ""}
 
 
 def saves_view(section: Any, report: Any) -> dict[str, Any] | None:
