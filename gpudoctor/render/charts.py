@@ -239,7 +239,8 @@ def timeline_svg(timeline: dict[str, Any] | None, duration_s: Any = None, cores:
         y += PANEL_H + PANEL_GAP
     cpu = series.get("cpu_pct") or []
     if cores:
-        cpu = [v / cores if num(v) is not None else None for v in cpu]
+        # capped like shares.cpu_busy: above all cores is the sampler's jitter, not more CPU
+        cpu = [min(100.0, v / cores) if num(v) is not None else None for v in cpu]
     body += _panel(t_s, cpu, duration, y, cpu_label(cores), "#3d4852")
     y += PANEL_H
     shade = _startup_shade(spans, duration, panels_top, y)
