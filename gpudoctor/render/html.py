@@ -285,14 +285,14 @@ def sentence(text: Any) -> str:
 
 
 def notes_view(findings: list[dict[str, Any]], notes: Any) -> list[dict[str, str]]:
-    """Info findings are notes, not problems: a title, what was seen and what it means, with no
-    waste, dollars or "Fix:". The report's plain notes follow, each said once."""
-    out = [{"title": str(f.get("title") or f.get("rule") or "note"), "text": sentence(f.get("evidence")),
-            "means": str((f.get("fix") or {}).get("summary") or "")}
-           for f in findings if f.get("severity") == "info"]
-    seen = {n["text"] for n in out}
-    out += [{"title": "", "text": str(n), "means": ""} for n in notes or [] if str(n) not in seen]
-    return out
+    """The report's plain notes (attach's lines lead them), then the info findings: notes, not
+    problems, each a title, what was seen and what it means, with no waste, dollars or "Fix:".
+    A plain note an info finding already says is said once."""
+    infos = [f for f in findings if f.get("severity") == "info"]
+    said = {str(f.get("evidence")) for f in infos}
+    return [{"title": "", "text": str(n), "means": ""} for n in notes or [] if str(n) not in said] + [
+        {"title": str(f.get("title") or f.get("rule") or "note"), "text": sentence(f.get("evidence")),
+         "means": str((f.get("fix") or {}).get("summary") or "")} for f in infos]
 
 
 def ranks_view(per_rank: list[dict[str, Any]] | None) -> dict[str, Any] | None:

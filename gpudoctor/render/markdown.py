@@ -443,16 +443,16 @@ def _inert(value: Any) -> Any:
 
 
 def info_notes(findings: list[dict[str, Any]], notes: Any) -> list[str]:
-    """Info findings are notes, not problems (no waste, no "Fix:"): "title: what was seen. What it
-    means", then the report's own notes, each said once."""
-    out = []
-    for f in findings:
-        if f.get("severity") == "info":
-            seen = str(f.get("evidence") or "").strip()
-            seen += "" if not seen or seen[-1] in ".!?" else "."
-            out.append(f"{f.get('title') or f.get('rule')}: {seen} {(f.get('fix') or {}).get('summary') or ''}".strip())
-    known = {str(f.get("evidence")) for f in findings if f.get("severity") == "info"}
-    return out + [str(n) for n in notes or [] if str(n) not in known]
+    """The report's own notes (attach's lines lead them), then the info findings: notes, not
+    problems (no waste, no "Fix:"), as "title: what was seen. What it means"; each said once."""
+    infos = [f for f in findings if f.get("severity") == "info"]
+    said = {str(f.get("evidence")) for f in infos}
+    out = [str(n) for n in notes or [] if str(n) not in said]
+    for f in infos:
+        seen = str(f.get("evidence") or "").strip()
+        seen += "" if not seen or seen[-1] in ".!?" else "."
+        out.append(f"{f.get('title') or f.get('rule')}: {seen} {(f.get('fix') or {}).get('summary') or ''}".strip())
+    return out
 
 
 def notes_section(notes: list[Any] | None, limit: int | None = None) -> str:
