@@ -54,7 +54,7 @@ def view(section: Any, report: Any) -> dict[str, Any] | None:
         return None
     nodes = [n for n in section["nodes"] if isinstance(n, dict)]
     rows = [[
-        str(n.get("node", "")), str(n.get("host") or ""), _ranks_text(n.get("ranks")), _offset(n),
+        str(n.get("node", "")), str(n.get("host") or "unknown host"), _ranks_text(n.get("ranks")), _offset(n),
         f"{fmt_duration(n.get('data_wait_s'))} / {fmt_duration(n.get('data_wait_s_max'))}",
         fmt_pct((n.get("breakdown") or {}).get("compute")),
         fmt_step_time((n.get("step_time_s") or {}).get("p50")), fmt_duration(n.get("checkpoint_s")),
