@@ -27,7 +27,7 @@ def test_every_rule_class_is_in_the_catalog_once_with_its_own_name():
     assert len(RULES) == len(set(RULES))
     names = [cls.name for cls in RULES]
     assert len(names) == len(set(names)), names
-    assert all(cls.description for cls in RULES)
+    assert all(cls.fires_when and cls.fix_from for cls in RULES)
 
 
 def test_the_readme_rules_table_is_the_catalogs():

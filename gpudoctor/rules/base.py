@@ -1,7 +1,7 @@
 """Rules as small objects (the shape of torch.profiler's pattern matcher).
 
-Each rule has a ``name`` (a SPEC rule name), a ``description`` and
-``match(analysis) -> Finding | None``. The rules that run are listed, in order, in
+Each rule has a ``name`` (a SPEC rule name), ``fires_when`` and ``fix_from`` (the
+README's rules table) and ``match(analysis) -> Finding | None``. The rules that run are listed, in order, in
 :mod:`gpudoctor.rules.catalog` (a test checks that no rule class is left out).
 
 A finding states what its fix gives back as :class:`~gpudoctor.rules.account.Claim`s
@@ -95,7 +95,6 @@ class Finding:
 
 class Rule:
     name: ClassVar[str]
-    description: ClassVar[str]
     fires_when: ClassVar[str]  # the README's rules table is generated from these (catalog.rules_table)
     fix_from: ClassVar[str]
 

@@ -15,7 +15,6 @@ MIN_RECOVERABLE = 0.05
 
 class PaddingWaste(Rule):
     name = "padding_waste"
-    description = "Batches carry pad tokens the model computes on for nothing."
     fires_when = 'pad tokens ≥ 10% and per-batch padding would save ≥ 5% of the tokens'
     fix_from = '`max_length` = observed p99 rounded up to the pad multiple (64/32/16/8, fitted to the rows), never above what is padded now; per-batch padding / `group_by_length` (names checked against the recorded TrainingArguments); packing; gain between linear token work and quadratic attention'
 

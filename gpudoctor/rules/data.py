@@ -189,7 +189,6 @@ def worker_fix(d: DataWait) -> tuple[int, Fix, tuple[float, float] | None]:
 
 class TokenizationInLoop(Rule):
     name = "tokenization_in_loop"
-    description = "The training process tokenizes text while the loop waits for the batch."
     fires_when = 'the training process tokenizes ≥ 5% of wall after the first step'
     fix_from = 'pre-tokenize offline (gives back the measured tokenizer seconds); meanwhile workers, sized as for `data_stall`'
 
@@ -242,7 +241,6 @@ class TokenizationInLoop(Rule):
 
 class DataStall(Rule):
     name = "data_stall"
-    description = "The loop waits for batches because too few processes build them."
     fires_when = 'the loop waits ≥ 5% of wall for batches, not explained by tokenization, disk or busy CPU'
     fix_from = "workers = ⌈1.25 × measured batch build time ÷ compute per batch⌉, capped by the cores the training processes and other programs leave free; speedup from a model of those cores (a range where a batch build's threads were not measured)"
 
@@ -291,7 +289,6 @@ class DataStall(Rule):
 
 class IoBound(Rule):
     name = "io_bound"
-    description = "The loop waits for batches because the disk cannot deliver them."
     fires_when = 'data wait with iowait ≥ 20%'
     fix_from = 'local NVMe, Arrow/memory-mapped storage'
 
@@ -328,7 +325,6 @@ class IoBound(Rule):
 
 class CpuSaturated(Rule):
     name = "cpu_saturated"
-    description = "Every core is busy, so more DataLoader workers would buy nothing."
     fires_when = 'data wait with every core busy (≥ 90%)'
     fix_from = '*no* extra workers: move the work offline or get more CPU per GPU'
 

@@ -57,7 +57,6 @@ def cadence(p: ProcessView) -> EvalCadence:
 
 class EvalOverhead(Rule):
     name = "eval_overhead"
-    description = "Evaluation takes a large share of the run."
     fires_when = "evaluation ≥ 10% of wall (Trainer, Lightning, or a hand-written loop's forwards without backward)"
     fix_from = "Trainer: `eval_steps` scaled to 5%, a larger eval batch; a hand-written loop: a longer eval interval or fewer eval batches, in the script's own flags"
 

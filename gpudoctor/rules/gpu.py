@@ -48,7 +48,6 @@ def _ampere_or_newer(cfg: dict) -> bool:
 
 class LowGpuUtilization(Rule):
     name = "low_gpu_utilization"
-    description = "NVML shows the GPU idle for a large part of the run, beyond causes already named."
     fires_when = 'NVML busy < 70% beyond what startup, data, saving and eval explain'
     fix_from = 'host syncs, small kernels, `torch_compile`'
 
@@ -128,7 +127,6 @@ class _BatchHeadroom(Rule):
 
 class SmallBatch(_BatchHeadroom):
     name = "small_batch"
-    description = "A batch of 1-2 per device leaves most GPU memory unused while the GPU waits."
     fires_when = 'a batch of 1-2 per device, peak GPU memory < 50% and busy < 85%'
     fix_from = 'batch × k (k from the memory headroom), accumulation ÷ k to keep the global batch'
 
@@ -138,7 +136,6 @@ class SmallBatch(_BatchHeadroom):
 
 class GpuMemoryUnderused(_BatchHeadroom):
     name = "gpu_memory_underused"
-    description = "The batch uses a small part of GPU memory while the GPU is not saturated."
     fires_when = 'a larger batch, peak GPU memory < 50% and busy < 85%'
     fix_from = 'batch × k (k from the memory headroom), accumulation ÷ k to keep the global batch'
 
@@ -148,7 +145,6 @@ class GpuMemoryUnderused(_BatchHeadroom):
 
 class NoTf32(Rule):
     name = "no_tf32"
-    description = "FP32 matmuls on an Ampere+ GPU without TF32 tensor cores."
     fires_when = 'FP32 matmuls without TF32 on an Ampere-or-newer GPU'
     fix_from = '`tf32=True` or `torch.backends.cuda.matmul.allow_tf32 = True`'
 
@@ -179,7 +175,6 @@ class NoTf32(Rule):
 
 class NoMixedPrecision(Rule):
     name = "no_mixed_precision"
-    description = "FP32 training on a GPU with bf16 tensor cores."
     fires_when = 'FP32 training without autocast on an Ampere-or-newer GPU'
     fix_from = "`bf16=True` or `torch.autocast('cuda', dtype=torch.bfloat16)`"
 

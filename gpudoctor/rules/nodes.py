@@ -15,7 +15,6 @@ from gpudoctor.rules.base import Finding, Fix, Rule, pct
 
 class StragglerNode(Rule):
     name = "straggler_node"
-    description = "Every rank of one node waits for data longer than the other nodes' ranks; all of them wait for it."
     fires_when = ("a merged multi-node job: every rank of one node waits for data ≥ 10 points above the median "
                   "rank of the other nodes")
     fix_from = "that node's host: its data storage and mount, its CPU per rank, its DataLoader workers"

@@ -15,7 +15,6 @@ MINIMUM = {"torch": (2, 1), "transformers": (4, 40), "datasets": (2, 19), "accel
 
 class StragglerRank(Rule):
     name = "straggler_rank"
-    description = "One rank waits for data much longer than the others, and they all wait for it."
     fires_when = ("one rank's data wait ≥ 10 points above the median of the other ranks of its training "
                   "(every node's ranks, when `gpudoctor report` merges a job's node folders)")
     fix_from = "per-rank evidence: that rank's data path (shard, host, disk), its workers; its node named"
@@ -83,7 +82,6 @@ def _version(text: str | None) -> tuple[int, ...] | None:
 
 class OutdatedLibraries(Rule):
     name = "outdated_libraries"
-    description = "Library versions older than the ones with known training-speed fixes."
     fires_when = 'torch < 2.1, transformers < 4.40, datasets < 2.19, accelerate < 0.30'
     fix_from = 'upgrade, then measure again'
 

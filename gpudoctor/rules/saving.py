@@ -23,7 +23,6 @@ MIN_SHARE = 0.05
 
 class CheckpointOverhead(Rule):
     name = "checkpoint_overhead"
-    description = "Saving checkpoints takes a real share of the run."
     fires_when = 'saving ≥ 5% of wall'
     fix_from = '`save_steps` that brings saving under 2% (measured seconds per save ÷ step time), rounded to 1/2/5×10ⁿ; `save_only_model`; also gives back the steps a save slows'
 

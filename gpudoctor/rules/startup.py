@@ -16,7 +16,6 @@ CPU_BOUND_CORES = 0.8  # a map that keeps most of a core busy is limited by the 
 
 class StartupIdle(Rule):
     name = "startup_idle"
-    description = "Work done before the first step that could be done before renting the GPUs."
     fires_when = 'data formatting or tokenizing before the first step is ≥ 5% of wall or ≥ 60 s'
     fix_from = 'do it once before renting: `datasets.map(batched=True)` + `save_to_disk`; `num_proc` only when the measured map kept a core busy and cores were idle; $ per launch'
 
