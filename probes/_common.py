@@ -1,15 +1,18 @@
 """Shared helpers for the gpudoctor acceptance probes.
 
 Probes are standalone training scripts (``python probes/<name>.py``) that each plant ONE
-known waste and measure their own ground truth with ``time.perf_counter``. They never
-import gpudoctor. This module is import-safe and cheap: it imports only the standard
-library, psutil and torch at module level; ``tokenizers`` / ``transformers`` are imported
+known waste and measure their own ground truth with ``time.perf_counter``. The only part
+of gpudoctor they import is its synthetic corpus (:mod:`gpudoctor.replay.synthetic`,
+standard library only), so the probes and the replay draw text one way; nothing of the
+doctor's measuring is imported. This module is import-safe and cheap: it imports only the
+standard library, psutil, torch and that module at module level; ``tokenizers`` / ``transformers`` are imported
 lazily by the helpers that need them, so a probe pays for those imports only when it
 actually uses them (that time is part of its startup, exactly like a user's script).
 
 Contents
 - ``add_common_args`` / ``truth_path``: the ``--truth PATH`` / ``GPUDOCTOR_PROBE_TRUTH`` plumbing.
-- ``make_corpus``: deterministic English-like text with long-tailed (lognormal) lengths.
+- ``make_corpus`` (from :mod:`gpudoctor.replay.synthetic`): deterministic English-like text
+  with long-tailed (lognormal) lengths.
 - ``get_tokenizer`` / ``get_hf_tokenizer``: a small BPE trained with ``tokenizers`` (cached on
   disk, keyed by its parameters) and its ``transformers.PreTrainedTokenizerFast`` wrapper.
 - ``TinyCausalLM``: a GPT-style causal LM in plain torch (HF-like ``forward(input_ids=...,
@@ -40,6 +43,8 @@ import psutil
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from gpudoctor.replay.synthetic import make_corpus, train_bpe  # stdlib-only at import
 
 PAD = "<pad>"
 BOS = "<s>"
@@ -93,79 +98,7 @@ def cache_dir() -> str:
 
 
 # --------------------------------------------------------------------------- synthetic corpus
-
-_COMMON_TEXT = (
-    "the of and to in is that for it as was with be by on not he this are or his from at "
-    "which but have an they you were her she there been one all we their has would when "
-    "if so no will more can out about up some what into them than only other its time new "
-    "these two may first then do any like my now over such our man me even most made after "
-    "also did many before must through back years where much your way well down should "
-    "because each just those people how too little state good very make world still own "
-    "see men work long get here between both life being under never day same another know "
-    "while last might us great old year off come since against go came right used take "
-    "three model data train loss batch token layer value system result small large number"
-)
-_COMMON = _COMMON_TEXT.split()
-
-_ONSETS = ["", "b", "c", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w",
-           "br", "cl", "dr", "fr", "gr", "pl", "pr", "sh", "st", "str", "th", "tr", "ch"]
-_VOWELS = ["a", "e", "i", "o", "u", "ai", "ea", "ee", "oo", "ou", "io"]
-_CODAS = ["", "", "n", "r", "s", "t", "l", "m", "nd", "nt", "st", "ng", "ck", "rd"]
-_SUFFIXES = ["", "", "", "s", "ed", "ing", "er", "ly", "tion", "ment", "ness", "able", "al"]
-
-
-def _make_lexicon(rng: random.Random, n_words: int) -> list[str]:
-    words = list(_COMMON)
-    seen = set(words)
-    while len(words) < n_words:
-        n_syl = rng.choice((1, 1, 1, 2, 2, 2, 3))
-        w = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS)
-                    for _ in range(n_syl)) + rng.choice(_SUFFIXES)
-        if 2 <= len(w) <= 12 and w not in seen:
-            seen.add(w)
-            words.append(w)
-    return words
-
-
-def make_corpus(
-    n_docs: int,
-    seed: int = 0,
-    median_words: float = 40.0,
-    sigma: float = 0.7,
-    min_words: int = 3,
-    max_words: int = 4000,
-    lexicon_size: int = 2500,
-) -> list[str]:
-    """Deterministic English-like documents; word counts ~ lognormal(median, sigma), clipped.
-
-    Words follow a Zipf law over a lexicon of common English words plus pronounceable
-    pseudo-words, grouped into capitalised sentences with commas and full stops.
-    """
-    rng = random.Random(f"corpus-{seed}-{lexicon_size}")
-    lex = _make_lexicon(rng, lexicon_size)
-    cum, acc = [], 0.0
-    for r in range(len(lex)):
-        acc += 1.0 / (r + 2.7)
-        cum.append(acc)
-    mu = math.log(median_words)
-    docs = []
-    for _ in range(n_docs):
-        n = int(round(rng.lognormvariate(mu, sigma)))
-        n = max(min_words, min(max_words, n))
-        words = rng.choices(lex, cum_weights=cum, k=n)
-        out, i = [], 0
-        while i < n:
-            k = rng.randint(6, 18)
-            sent = words[i:i + k]
-            i += k
-            if len(sent) > 6 and rng.random() < 0.4:
-                j = rng.randint(2, len(sent) - 2)
-                sent[j] = sent[j] + ","
-            sent[0] = sent[0].capitalize()
-            out.append(" ".join(sent) + rng.choice(".........?!"))
-        docs.append(" ".join(out))
-    return docs
-
+# One corpus for the probes and the replay: gpudoctor.replay.synthetic (make_corpus, train_bpe).
 
 # --------------------------------------------------------------------------- tokenizer
 
@@ -175,7 +108,7 @@ def get_tokenizer(vocab_size: int = 2000, seed: int = 0, n_docs: int = 3000):
 
     Cached in ``cache_dir()`` keyed by its parameters; the first build takes < 2 s.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer
 
     key = hashlib.sha1(f"bpe-v1-{vocab_size}-{seed}-{n_docs}".encode()).hexdigest()[:12]
     path = os.path.join(cache_dir(), f"bpe-{vocab_size}-{key}.json")
@@ -184,16 +117,7 @@ def get_tokenizer(vocab_size: int = 2000, seed: int = 0, n_docs: int = 3000):
             return Tokenizer.from_file(path)
         except Exception:  # a torn or stale file: rebuild it
             pass
-    tok = Tokenizer(models.BPE(unk_token=UNK))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=[PAD, BOS, EOS, UNK],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(make_corpus(n_docs, seed=seed + 1000), trainer=trainer)
+    tok = train_bpe(make_corpus(n_docs, seed=seed + 1000), vocab_size, [PAD, BOS, EOS, UNK], unk_token=UNK)
     fd, tmp = tempfile.mkstemp(dir=cache_dir(), suffix=".tmp")
     os.close(fd)
     tok.save(tmp)

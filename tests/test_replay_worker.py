@@ -100,9 +100,12 @@ def test_worker_trains_within_its_bounds(runs: dict[str, dict[str, Any]], name: 
     _, steps, seconds, _ = SCALED[name]
     training = runs[name]["measure"]["training"]
     assert 1 <= training["steps"] <= steps
+    # It stops at a bound, not before and not at another: no wall-clock ceiling (a busy machine's step is slow)
     assert training["stopped_by"] in ("steps", "seconds")
-    # a bound is checked after each micro-batch: allow one slow optimizer step over it
-    assert training["seconds"] < seconds + 10
+    if training["stopped_by"] == "steps":
+        assert training["steps"] == steps
+    else:
+        assert training["seconds"] >= seconds
     assert math.isfinite(training["loss_last"]) and training["loss_last"] > 0
     assert "replay:" in runs[name]["stdout"]
 

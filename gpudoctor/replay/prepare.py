@@ -28,7 +28,7 @@ from gpudoctor.replay.checks import template_fields
 from gpudoctor.replay.config import BpeSection, ReplayConfig
 from gpudoctor.replay.data import TextOps, pack
 
-SCHEMA = "gpudoctor.replay_prepared/1"
+SCHEMA = "gpudoctor.replay_prepared/2"  # 2: the probes' lexicon (one synthetic corpus)
 SPECIALS = ("<|endoftext|>", "<|pad|>")
 
 
@@ -234,19 +234,8 @@ def load_or_train_tokenizer(cfg: ReplayConfig, texts: list[str]) -> Any:
             else:
                 tok.add_special_tokens({"pad_token": SPECIALS[1], "eos_token": SPECIALS[0]})
         return tok
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
     bpe = _bpe(cfg)
-    core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    core.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=bpe.vocab_size,
-        special_tokens=list(SPECIALS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    core.train_from_iterator(texts[: bpe.train_examples], trainer)
+    core = synthetic.train_bpe(texts[: bpe.train_examples], bpe.vocab_size, SPECIALS)
     return PreTrainedTokenizerFast(
         tokenizer_object=core, eos_token=SPECIALS[0], pad_token=SPECIALS[1]
     )
