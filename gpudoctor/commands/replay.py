@@ -19,8 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpudoctor import safefs
-from gpudoctor.commands import run as run_cmd
+from gpudoctor import launch, safefs
 from gpudoctor.errors import UserError
 from gpudoctor.pipeline import finish
 from gpudoctor.recorder import default_out
@@ -55,7 +54,7 @@ def main(args: Any) -> int:
         bounds += ["--max-seconds", str(args.max_seconds)]
     price, price_source = _price(args, config, config_path)
     gpus = args.gpus if args.gpus is not None else (config.hardware.gpus if price is not None else None)
-    code, report, folder = run_cmd.run([*worker, *bounds], args.out, 0.1, price, gpus, as_json=False,
+    code, report, folder = launch.run([*worker, *bounds], args.out, 0.1, price, gpus, as_json=False,
                                        mode="replay", shown_command=user_command(args),
                                        price_source=price_source)
     remove_all(folder)  # a killed worker skipped its own cleanup: its checkpoints go now

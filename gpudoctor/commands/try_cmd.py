@@ -18,9 +18,9 @@ from typing import Any
 
 from gpudoctor import safefs
 from gpudoctor.analysis import analyze
-from gpudoctor.commands.run import run
 from gpudoctor.errors import UserError
 from gpudoctor.hooks.apply import ENV
+from gpudoctor.launch import run
 from gpudoctor.recorder import default_out
 from gpudoctor.recording.store import load_recording
 from gpudoctor.tryfix import plan as planning

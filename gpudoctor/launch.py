@@ -1,0 +1,220 @@
+"""Launch a training command under the recorder, wait for it, and report: ``run``'s engine.
+
+``gpudoctor run``, ``try`` and ``replay`` all start their command here. The child gets our ``_inject`` folder first on PYTHONPATH, so every Python
+process it starts (ranks, workers) loads the in-process hooks through
+``sitecustomize``; the doctor samples host and GPUs from outside.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+from gpudoctor import priority
+from gpudoctor.errors import UserError
+from gpudoctor.recorder import Recorder, RecorderOptions, child_env, default_out
+from gpudoctor.recording.store import RunFolder
+from gpudoctor.report import ReportOptions
+
+
+class _Interrupts:
+    """First Ctrl-C: let the child stop itself. Second: terminate it, then kill."""
+
+    def __init__(self, group: bool = False) -> None:
+        self.count = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.group = group  # the child leads its own process group: Ctrl-C reaches it through us
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.count += 1
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        if signum == signal.SIGTERM:
+            _signal(proc, signal.SIGTERM, self.group)
+        elif self.count == 1:
+            if self.group:
+                _signal(proc, signal.SIGINT, True)
+            print("\ngpudoctor: interrupted; waiting for the training process to stop "
+                  "(Ctrl-C again to terminate it). The report will cover what was recorded.", file=sys.stderr)
+        else:
+            print("gpudoctor: terminating the training process; writing the report from what was recorded.",
+                  file=sys.stderr)
+            _signal(proc, signal.SIGTERM, self.group)
+
+
+def _signal(proc: subprocess.Popen[bytes], sig: int, group: bool) -> None:
+    """Send ``sig`` to the child, or to its whole process group (workers, ranks) when it leads one."""
+    try:
+        if group:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+    except ProcessLookupError:
+        pass
+
+
+class Limit(Protocol):
+    """Stops a child that leads its own process group when its time is up (``gpudoctor try``)."""
+
+    stopped: bool  # it stopped the child (the run is then "interrupted", not "crashed")
+
+    def poll(self, proc: subprocess.Popen[bytes]) -> None: ...
+
+
+def run(command: list[str], out: Path | None, interval_s: float, price: float | None, gpus: int | None,
+        as_json: bool, nvml_binding: Any = None, mode: str = "run",
+        extra_env: dict[str, str] | None = None, limit: Limit | None = None,
+        summary: bool = True, shown_command: list[str] | None = None,
+        price_source: str | None = None, trackers: bool = False) -> tuple[int, dict[str, Any] | None, Path]:
+    """Run ``command`` under the doctor; returns its exit code (never the doctor's trouble: a
+    recording or report that failed is said on stderr), the report (None if none) and the folder.
+
+    ``limit``: the child gets its own process group and ``limit.poll`` may stop it (signals
+    then reach the group, DataLoader workers included); ``summary=False``: no summary printed.
+    ``shown_command``: what the report shows as the command (``replay`` runs an internal worker);
+    ``price_source``: where ``price`` came from, when not ``--price-per-gpu-hour``;
+    ``trackers``: add the figures to the training's tracker runs (docs/trackers.md)."""
+    if not command:
+        raise UserError("no command to run; usage: gpudoctor run [OPTIONS] -- python train.py")
+    _startable(command[0], (extra_env or {}).get("PATH", os.environ.get("PATH", os.defpath)))
+    root = out or default_out(mode)
+    existed = root.exists()
+    folder = RunFolder(root).create()
+    recorder = Recorder(folder, RecorderOptions(mode=mode, command=shown_command or command, interval_s=interval_s,
+                                                price_per_gpu_hour=price, price_source=price_source, gpus=gpus,
+                                                nvml_binding=nvml_binding))
+    recorder.prepare()
+    env = child_env(folder.root)
+    if extra_env:
+        env.update(extra_env)
+    handler = _Interrupts(group=limit is not None)
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    start = time.time()
+    try:
+        # From a normal-priority thread: a doctor lowered by an earlier run (try's trials) must not pass it on
+        priority.start_normal_spawner()
+        proc = priority.popen_normal(command, env=env, process_group=0 if limit is not None else None)
+    except (FileNotFoundError, PermissionError) as exc:  # found, yet not startable (a script's #! names no program)
+        _restore(old)
+        _discard(folder, existed)
+        raise UserError(f"cannot start {command[0]!r}: {exc.strerror}; check the command after -- (a script "
+                        "needs a working #! line, or run it through its interpreter)",
+                        127 if isinstance(exc, FileNotFoundError) else 126) from None
+    handler.proc = proc
+    # The child is spawned at normal priority; from here the doctor takes only idle cycles.
+    recorder.options.doctor_priority = priority.lower_doctor()
+    recorder.start(proc.pid, start)
+    try:
+        code = _wait(proc, handler, limit)
+    finally:
+        _restore(old)
+        priority.restore_doctor()  # where allowed (root): a process that goes on is not left idle
+    stopped = handler.count or (limit is not None and limit.stopped)
+    status = "finished" if code == 0 else ("interrupted" if stopped else "crashed")
+    recorder.stop(status, code)
+    try:
+        report = _report(folder, price, gpus, as_json, summary, trackers)
+    except OSError as exc:  # --out filled up or vanished: the training itself is not at fault
+        error = recorder.write_error or exc
+        print(f"gpudoctor: could not write to --out {folder.root} ({error.strerror or error}): the recording "
+              f"stopped early and no report was written; the training exited with {code}. Free space or "
+              "choose another --out", file=sys.stderr)
+        return code, None, folder.root
+    except Exception as exc:  # UserError included: the recording is safe on disk; say how to re-render it
+        print(f"gpudoctor: could not build the report ({exc!r}); the training exited with {code}; the "
+              f"recording is kept in {folder.root}; re-render it with: gpudoctor report {folder.root} --debug",
+              file=sys.stderr)
+        return code, None, folder.root
+    if recorder.write_error is not None:
+        print(f"gpudoctor: warning: writing to {folder.root} failed ({recorder.write_error.strerror}); "
+              "the report covers what was recorded before that", file=sys.stderr)
+    return code, report, folder.root
+
+
+def _startable(program: str, path: str) -> None:
+    """Refuse a command that cannot start, before a run folder is made for it (none is left empty)."""
+    if os.sep in program:
+        if not os.path.exists(program):
+            raise UserError(f"cannot start {program!r}: no such file; check the command after --", 127)
+        if os.path.isdir(program) or not os.access(program, os.X_OK):
+            raise UserError(f"cannot start {program!r}: not an executable file; make it executable or run it "
+                            f"through its interpreter (gpudoctor run -- python {program})", 126)
+    elif shutil.which(program, path=path) is None:
+        raise UserError(f"cannot start {program!r}: no such command on PATH; check the command after -- "
+                        "(e.g. gpudoctor run -- python train.py)", 127)
+    found = program if os.sep in program else shutil.which(program, path=path)
+    interpreter = _shebang(found) if found else None
+    if interpreter and not os.path.exists(interpreter):
+        raise UserError(f"cannot start {program!r}: its #! line names {interpreter}, which does not exist; "
+                        "fix that line, or run the script through its interpreter", 127)
+
+
+def _shebang(path: str) -> str | None:
+    """The interpreter a script's ``#!`` line names, or None (not a script, or unreadable)."""
+    if not os.path.isfile(path):  # never open a FIFO or a device to read a line
+        return None
+    try:
+        with open(path, "rb") as f:
+            head = f.readline(256)
+    except OSError:
+        return None
+    words = head[2:].decode(errors="replace").split() if head.startswith(b"#!") else []
+    return words[0] if words else None
+
+
+def _discard(folder: RunFolder, existed: bool) -> None:
+    """Take back what :meth:`RunFolder.create` made for a command that never started."""
+    for sub in (folder.samples_dir, folder.events_dir):
+        with contextlib.suppress(OSError):
+            sub.rmdir()  # empty: nothing was recorded
+    if folder.previous is not None:  # the earlier recording it set aside goes back where it was
+        with contextlib.suppress(OSError):
+            for item in folder.previous.iterdir():
+                item.rename(folder.root / item.name)
+            folder.previous.rmdir()
+    if not existed:
+        with contextlib.suppress(OSError):
+            folder.root.rmdir()
+
+
+def _wait(proc: subprocess.Popen[bytes], handler: _Interrupts, limit: Limit | None = None) -> int:
+    deadline = None
+    while True:
+        if limit is not None:
+            limit.poll(proc)
+        try:
+            return _exit_code(proc.wait(timeout=0.5))
+        except subprocess.TimeoutExpired:
+            pass
+        if handler.count >= 2 and deadline is None:
+            deadline = time.monotonic() + 5.0
+        if deadline is not None and time.monotonic() > deadline:
+            proc.kill()
+
+
+def _exit_code(code: int) -> int:
+    return 128 - code if code < 0 else code
+
+
+def _report(folder: RunFolder, price: float | None, gpus: int | None, as_json: bool,
+            summary: bool = True, trackers: bool = False) -> dict[str, Any] | None:
+    from gpudoctor.pipeline import finish
+    from gpudoctor.render.terminal import print_summary
+
+    report = finish(folder.root, ReportOptions(price_per_gpu_hour=price, gpus=gpus), trackers=trackers)
+    if summary:
+        print_summary(report, folder.root, as_json)
+    return report
+
+
+def _restore(old: dict[int, Any]) -> None:
+    for sig, h in old.items():
+        signal.signal(sig, h)
