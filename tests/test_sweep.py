@@ -8,8 +8,17 @@ adaptive sweeps then run from it, which also makes their timings identical.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -102,15 +111,13 @@ def test_more_workers_win_when_loading_is_slow(
     winner = best["params"]["training.dataloader_num_workers"]
     assert f"+  dataloader_num_workers: {winner}" in workers_sweep["change"]["yaml_diff"]
     assert workers_sweep["change"]["training_arguments"] == {"dataloader_num_workers": winner}
-    for p in points.values():  # per-point figures, dollars through preflight for the config's L4
+    for p in points.values():  # per-point figures
         m = p["metrics"]
         assert m["nonpad_tokens_per_s"] > m["samples_per_s"] > 0 and m["step_time_s"] > 0
         assert m["peak_rss_mib"] > 50 and m["gpu_busy"] is None
-        assert (
-            p["cost"]["usd_per_mtok"] > 0
-            and p["cost"]["run_usd"] > 0
-            and "L4" in p["cost"]["basis"]
-        )
+        cost = p["cost"]  # the measured speed at the config's $0.80/h; preflight's L4 run beside
+        assert cost["usd_per_mtok"] == pytest.approx(0.80 / 3600 / m["nonpad_tokens_per_s"] * 1e6)
+        assert cost["run_usd"] > 0 and "L4" in cost["predicted"]["target"]
     folder = sweeps.root / "workers"
     html = (folder / "sweep.html").read_text()
     assert "<svg" in html and "★" in html and "dataloader_num_workers=" in html
@@ -191,6 +198,9 @@ def test_a_crashing_trial_is_recorded_and_the_sweep_goes_on(
             "cannot be sharded",
         ),
         (("--grid", "dataloader_num_workers=0,1", "--target", "tpu-v9"), "unknown target GPU"),
+        (("--grid", "dataloader_num_workers=0,1", "--ray-address", "auto"), "--backend ray"),
+        (("--grid", "dataloader_num_workers=0,1", "--adaptive", "--emit-slurm", "x"), "drop --adaptive"),
+        (("--grid", "dataloader_num_workers=0,1", "--study-storage", "sqlite:///s.db"), "add --adaptive"),
     ],
 )
 def test_bad_input_is_one_clear_line_before_any_trial(
@@ -213,3 +223,148 @@ def test_bad_input_is_one_clear_line_before_any_trial(
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1 and "Traceback" not in err, err
     assert not (tmp_path / "c").exists()  # nothing ran
+
+
+def _shape(doc: dict[str, Any]) -> dict[str, Any]:
+    """The keys a reader of sweep.json relies on, whatever ran the trials."""
+    ok = [p for p in doc["points"] if p["status"] == "ok"]
+    return {
+        "doc": sorted(doc),
+        "point": sorted({k for p in doc["points"] for k in p}),
+        "metrics": sorted({k for p in ok for k in p["metrics"]}),
+        "cost": sorted({k for p in ok for k in p["cost"]}),
+        "best": sorted(doc["best"] or {}),
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def ray_head(tmp_path_factory: pytest.TempPathFactory, sweeps: Sweeps) -> Iterator[str]:
+    """A real Ray head (2 CPUs, a small object store), started here and stopped after.
+
+    ``--block`` keeps ``ray start`` in front of its processes: stopping it stops them (no
+    ``ray stop``, which would stop every Ray of the machine). The temp dir is under
+    pytest's when its socket paths fit the 107-byte limit of a Unix socket.
+    """
+    temp = tmp_path_factory.mktemp("ray")
+    if len(str(temp)) > 40:
+        temp = Path(tempfile.mkdtemp(prefix="gdray", dir="/tmp"))
+    port = _free_port()
+    env = {
+        **os.environ,
+        **sweeps.env,
+        "PYTHONPATH": str(ROOT),  # the trial tasks import gpudoctor on the "node"
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
+    ports = [
+        "--port", str(port), "--ray-client-server-port", str(_free_port()),
+        "--dashboard-agent-listen-port", str(_free_port()),
+        "--dashboard-agent-grpc-port", str(_free_port()),
+        "--metrics-export-port", str(_free_port()), "--runtime-env-agent-port", str(_free_port()),
+        "--dashboard-port", str(_free_port()),
+    ]  # fmt: skip
+    log = open(temp / "head.log", "wb")  # noqa: SIM115 - read while the head runs
+    head = subprocess.Popen(
+        [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block",
+         "--num-cpus", "2", "--num-gpus", "0", "--object-store-memory", str(80 * 2**20),
+         "--include-dashboard", "false", "--disable-usage-stats",
+         "--node-ip-address", "127.0.0.1", "--temp-dir", str(temp), *ports],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        for _ in range(240):
+            if b"--block" in (temp / "head.log").read_bytes() or head.poll() is not None:
+                break
+            time.sleep(0.5)
+        text = (temp / "head.log").read_text(errors="replace")
+        assert head.poll() is None, text[-3000:]
+        yield f"127.0.0.1:{port}"
+    finally:
+        head.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            head.wait(timeout=60)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(head.pid, signal.SIGKILL)  # whatever it left, in the session it led
+        log.close()
+
+
+def test_a_sweep_on_a_ray_head_has_the_local_shape_and_records_a_crash(
+    ray_head: str, workers_sweep: dict[str, Any], sweeps: Sweeps
+) -> None:
+    cache = sweeps.root / "ray-trials"
+    proc, doc = sweeps.run(
+        "ray",
+        "--grid", "dataloader_num_workers=0,1", "--grid", "model.config.n_head=2,3",
+        "--backend", "ray", "--ray-address", ray_head, "--cache", str(cache),
+    )  # fmt: skip
+    assert proc.returncode == 0 and doc is not None, proc.stderr[-3000:]
+    assert doc["backend"]["name"] == "ray" and doc["trials_run"] == 4
+    by = {(p["params"]["training.dataloader_num_workers"], p["params"]["model.config.n_head"]): p
+          for p in doc["points"]}  # fmt: skip
+    assert len(by) == 4
+    for workers in (0, 1):  # n_head=3 cannot split the 32-wide model: recorded, not fatal
+        assert by[workers, 3]["status"] == "crashed" and "divisible" in by[workers, 3]["reason"]
+        ok = by[workers, 2]
+        assert ok["status"] == "ok", ok["reason"]
+        assert ok["metrics"]["samples_per_s"] > 0 and ok["metrics"]["peak_rss_mib"] > 50
+    assert _shape(doc) == _shape(workers_sweep)
+    # What the tasks measured landed in the driver's own cache, as a local trial leaves it.
+    good = [by[w, 2]["key"] for w in (0, 1)]
+    for key in good:
+        run = next((cache / key).glob("run-*"))
+        assert (run / "worker.log").stat().st_size > 0
+        assert json.loads((run / "replay_measure.json").read_text())["device"] == "cpu"
+
+
+def test_emit_slurm_writes_an_array_whose_tasks_and_merge_give_the_grid(
+    workers_sweep: dict[str, Any], sweeps: Sweeps
+) -> None:
+    folder = sweeps.root / "slurm"
+    proc, _ = sweeps.run("unused", *GRID, "--emit-slurm", str(folder))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    array = (folder / "sweep.sbatch").read_text()
+    assert "#SBATCH --array=0-2" in array and "#SBATCH --cpus-per-task=3" in array
+    assert '--shard "$SLURM_ARRAY_TASK_ID/3"' in array and str(sweeps.cache) in array
+    assert "--dependency=afterany" in (folder / "submit.sh").read_text()
+    env = {**os.environ, **sweeps.env, "PYTHONPATH": str(ROOT)}
+    for task in range(3):  # what Slurm would do: one task per point, then the merge
+        done = subprocess.run(["bash", str(folder / "sweep.sbatch")], capture_output=True,
+                              text=True, env={**env, "SLURM_ARRAY_TASK_ID": str(task)}, timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+    missing = subprocess.run(["bash", str(folder / "sweep.sbatch")], capture_output=True,
+                             text=True, env=env, timeout=60)  # fmt: skip
+    assert missing.returncode != 0 and "SLURM_ARRAY_TASK_ID" in missing.stderr
+    merged = subprocess.run(["bash", str(folder / "merge.sbatch")], capture_output=True,
+                            text=True, env=env, timeout=300)  # fmt: skip
+    assert merged.returncode == 0, merged.stderr[-2000:]
+    doc = json.loads((folder / "merged" / "sweep.json").read_text())
+    assert len(doc["merged_from"]) == 3 and _structure(doc) == _structure(workers_sweep)
+
+
+def test_a_trial_clearly_slower_in_its_first_window_is_stopped_there(
+    workers_sweep: dict[str, Any], sweeps: Sweeps, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpudoctor.sweep.trial import run_trial
+    from gpudoctor.sweep.windows import Protocol, read_trial
+
+    monkeypatch.setenv("GPUDOCTOR_REPLAY_CACHE", sweeps.env["GPUDOCTOR_REPLAY_CACHE"])
+    key = _by_workers(workers_sweep)[0]["key"]
+    told: list[tuple[int, float]] = []
+
+    def watch(windows: int, samples_per_s: float) -> bool:  # what --adaptive's pruner is asked
+        told.append((windows, samples_per_s))
+        return True
+
+    protocol = Protocol(1.5, 1.0, 3, 1)
+    run = run_trial(sweeps.cache / key / "config.yaml", tmp_path, protocol, 120, 8, None, watch)
+    assert run.status == "pruned" and "after 1 window" in (run.reason or "")
+    assert len(told) == 1 and told[0][0] == 1 and told[0][1] > 0
+    whole = next((sweeps.cache / key).glob("run-*/events/*.jsonl"))
+    full = read_trial(whole.parent.parent, int(whole.stem)).batch_count
+    stopped = read_trial(tmp_path, int(next(tmp_path.glob("events/*.jsonl")).stem)).batch_count
+    assert 0 < stopped < full  # stopped a window in, not run to the end

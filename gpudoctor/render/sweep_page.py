@@ -15,6 +15,8 @@ from gpudoctor.render.markdown import md_code, md_fence, md_text, table
 from gpudoctor.render.sweep_cells import cells, columns, rate, short
 from gpudoctor.render.sweep_heatmap import heatmap_svg
 
+TIES_NAMED = 3  # a machine too noisy to tell many points apart: the closest ones, then a count
+
 
 def headline(doc: dict[str, Any]) -> str:
     """One sentence: the winner and what it gains over the current setting."""
@@ -40,8 +42,10 @@ def _tied(best: dict[str, Any], tied: list[dict[str, Any]]) -> str:
     """No winner to name: the fastest and every point inside its noise, by name."""
     names = [f"{best['label']} ({rate(best['samples_per_s'])} samples/s)"] + [
         f"{t['label']} ({rate(t['samples_per_s'])}, {100 * t['slower_fraction']:.0f}% slower)"
-        for t in tied
+        for t in tied[:TIES_NAMED]
     ]
+    if len(tied) > TIES_NAMED:
+        names.append(f"{len(tied) - TIES_NAMED} more (see the table)")
     listed = ", ".join(names[:-1]) + " and " + names[-1]
     limit = max(t["tie_limit"] for t in tied)
     current = best.get("current_index")

@@ -53,8 +53,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--adaptive",
         action="store_true",
-        help="search the grid with an Optuna study (TPE) instead of measuring every point; "
+        help="search the grid on an Optuna study instead of measuring every point (resumable); "
         "points clearly slower than the best in their first windows are pruned",
+    )
+    p.add_argument(
+        "--search",
+        choices=("climb", "tpe"),
+        default="climb",
+        help="--adaptive's strategy on the Optuna study: climb (one axis at a time, default: "
+        "fewer trials on worker x batch grids, see docs/sweep.md) or tpe (Optuna's TPE sampler)",
     )
     p.add_argument(
         "--study-storage",

@@ -41,6 +41,7 @@ class SweepOptions:
     backend: str = "local"
     ray_address: str | None = None
     study_storage: str | None = None
+    search: str = "climb"
     emit_slurm: Path | None = None
 
     @classmethod
@@ -70,6 +71,7 @@ class SweepOptions:
             backend=args.backend,
             ray_address=args.ray_address,
             study_storage=args.study_storage,
+            search=args.search,
             emit_slurm=args.emit_slurm,
         )
         opts.check()

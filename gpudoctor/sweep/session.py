@@ -15,8 +15,8 @@ from gpudoctor.recorder import default_out
 from gpudoctor.redact import redact_value
 from gpudoctor.replay.config import ReplayConfig, load_config
 from gpudoctor.replay.gpus import lookup
+from gpudoctor.sweep import adaptive, results, slurm
 from gpudoctor.sweep import points as pts
-from gpudoctor.sweep import results, slurm
 from gpudoctor.sweep.axes import parse_grid
 from gpudoctor.sweep.backend import Backend, LocalBackend
 from gpudoctor.sweep.cache import TrialCache
@@ -178,24 +178,25 @@ def _adaptive(setup: Setup, opts: SweepOptions, backend: Backend) -> None:
     study = search.open_study(storage, name, search.prune_margin(opts.noise))
     grid = [i for i in setup.items if i.point.index < plan.grid_size]
     choices = {a.key: list(a.values) for a in plan.axes}
-    found = search.run_search(
-        grid,
-        choices,
-        runner,
-        doc,
-        study,
-        max_trials=opts.max_trials,
-        parallel=backend.slots,
-        pruning=backend.name == "local",
-    )
+    pruning = backend.name == "local"  # a Ray task's windows are not read while it runs
+    if opts.search == "tpe":
+        found = search.run_tpe(
+            grid, choices, runner, doc, study, opts.max_trials, backend.slots, pruning
+        )
+        method = f"Optuna TPE (seed {search.SEED})"
+    else:
+        groups = adaptive.groups(list(plan.baseline), plan.hold_global_batch)
+        found = search.run_climb(
+            grid, choices, groups, plan.baseline, runner, doc, study, opts.max_trials, pruning
+        )
+        method = "coordinate ascent on an Optuna study"
+    method += ", pruning clearly slower points" if pruning else f", {backend.slots} at a time"
     outside = setup.items[plan.grid_size :]  # the current setting, when no grid point
     doc["points"] += [i.entry for i in outside]
     runner.evaluate_all(outside)
     best = results.best_point(doc["points"])
     doc["adaptive"] = {
-        "method": f"Optuna TPE (seed {search.SEED}), pruning clearly slower points"
-        if backend.name == "local"
-        else f"Optuna TPE (seed {search.SEED}), {backend.slots} trials at a time",
+        "method": method,
         "study": name,
         "storage": redact_value(storage),
         "trials_used": len(found.measured),
