@@ -21,6 +21,7 @@ SHORT_STATUS = {
     "timeout": "timeout",
     "skipped": "skip",
     "no_steady_state": "too short",
+    "pruned": "pruned",
     "pending": "…",
 }
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from gpudoctor.render.base import fmt_speedup
+from gpudoctor.render.base import fmt_speedup, num
 from gpudoctor.render.html import markup, render_template
 from gpudoctor.render.markdown import md_code, md_fence, md_text, table
 from gpudoctor.render.sweep_cells import cells, columns, rate, short
@@ -47,7 +47,7 @@ def _tied(best: dict[str, Any], tied: list[dict[str, Any]]) -> str:
     if len(tied) > TIES_NAMED:
         names.append(f"{len(tied) - TIES_NAMED} more (see the table)")
     listed = ", ".join(names[:-1]) + " and " + names[-1]
-    limit = max(t["tie_limit"] for t in tied)
+    noise = max(num(p.get("noise")) or 0.0 for p in (best, *tied))
     current = best.get("current_index")
     with_current = any(t["index"] == current for t in tied) or best["index"] == current
     advice = (
@@ -56,7 +56,7 @@ def _tied(best: dict[str, Any], tied: list[dict[str, Any]]) -> str:
         else " Pick by other means (memory, the effective batch)."
     )
     return (
-        f"Tied within the noise (gaps up to ±{100 * limit:.0f}%, from each point's own step times): "
+        f"Tied within the noise (up to ±{100 * noise:.0f}% per point, from its own step times): "
         f"{listed}.{advice}"
     )
 

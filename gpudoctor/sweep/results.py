@@ -121,6 +121,7 @@ def tied_with(points: list[dict[str, Any]], best: dict[str, Any]) -> list[dict[s
                     "label": p["label"],
                     OBJECTIVE: s,
                     "slower_fraction": gap,
+                    "noise": noise,
                     "tie_limit": limit,
                 }
             )
