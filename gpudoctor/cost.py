@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from gpudoctor.errors import UserError
 from gpudoctor.hardware import PRICE_DATE, price_per_gpu_hour
 
 PRICE_TABLE_DATE = PRICE_DATE
@@ -48,8 +49,6 @@ def resolve_price(cli_price: float | None, cli_gpus: int | None, gpu_names: list
         try:
             return Price(float(env), gpus or 1, "GPUDOCTOR_PRICE_PER_GPU_HOUR")
         except ValueError:
-            from gpudoctor.errors import UserError
-
             raise UserError(
                 f"GPUDOCTOR_PRICE_PER_GPU_HOUR={env!r} is not a number; "
                 "set it to USD per GPU-hour, e.g. 2.50"

@@ -19,8 +19,10 @@ from typing import Any, Protocol
 
 from gpudoctor import priority
 from gpudoctor.errors import UserError
+from gpudoctor.pipeline import finish
 from gpudoctor.recorder import Recorder, RecorderOptions, child_env, default_out
 from gpudoctor.recording.store import RunFolder
+from gpudoctor.render.terminal import print_summary
 from gpudoctor.report import ReportOptions
 
 
@@ -206,9 +208,6 @@ def _exit_code(code: int) -> int:
 
 def _report(folder: RunFolder, price: float | None, gpus: int | None, as_json: bool,
             summary: bool = True, trackers: bool = False) -> dict[str, Any] | None:
-    from gpudoctor.pipeline import finish
-    from gpudoctor.render.terminal import print_summary
-
     report = finish(folder.root, ReportOptions(price_per_gpu_hour=price, gpus=gpus), trackers=trackers)
     if summary:
         print_summary(report, folder.root, as_json)

@@ -7,6 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor import priority
+from gpudoctor.attach import scratch
+from gpudoctor.attach.live import LiveState, LiveView
+from gpudoctor.attach.lock import AttachLock
+from gpudoctor.attach.session import AttachOptions, open_session
+from gpudoctor.errors import UserError
+from gpudoctor.pipeline import finish
+from gpudoctor.render.terminal import print_summary
+from gpudoctor.report import ReportOptions
 
 NICE = 10  # before the hooks are in
 
@@ -17,21 +25,13 @@ def main(args: Any) -> int:
     priority.start_normal_spawner()  # gdb is started from a thread kept normal
     doctor_priority = {**priority.nice_doctor(NICE), "py_spy": "nice 19, idle I/O (never SCHED_IDLE: its samples must stay spread over time)",
                        "gdb": "normal: SCHED_OTHER, nice 0 (it holds the patient stopped)"}
-    from gpudoctor.attach.live import LiveState, LiveView
-    from gpudoctor.attach.lock import AttachLock
-    from gpudoctor.attach.session import AttachOptions, open_session
-
     if args.sample_rate <= 0:
-        from gpudoctor.errors import UserError
-
         raise UserError("--sample-rate must be > 0 (stack samples are always taken; 20 is the default)")
     options = AttachOptions(
         pid=args.pid, out=args.out, duration_s=args.duration or None, interval_s=args.interval,
         price_per_gpu_hour=args.price_per_gpu_hour, gpus=args.gpus, inject=not args.no_inject,
         sample_rate_hz=args.sample_rate, doctor_priority=doctor_priority,
     )
-    from gpudoctor.attach import scratch
-
     try:
         with AttachLock(args.pid):
             session = open_session(options)
@@ -51,10 +51,6 @@ def main(args: Any) -> int:
 
 def _report(folder: Path, args: Any, observed_s: float) -> int:
     """Write the report; exit 1 when nothing about training could be measured."""
-    from gpudoctor.pipeline import finish
-    from gpudoctor.render.terminal import print_summary
-    from gpudoctor.report import ReportOptions
-
     report = finish(folder, ReportOptions(price_per_gpu_hour=args.price_per_gpu_hour, gpus=args.gpus),
                     trackers=not args.no_trackers)
     print_summary(report, folder, args.json)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from gpudoctor.commands.load import load_report, malformed_report_guard
 from gpudoctor.diff import diff_reports
 from gpudoctor.errors import UserError
 from gpudoctor.render.diff_page import render_diff_html, render_diff_markdown
+from gpudoctor.render.output import write_output
 
 
 def main(args: Any) -> int:
@@ -23,13 +25,9 @@ def main(args: Any) -> int:
         elif suffix in (".html", ".htm"):
             text = render_diff_html(d)
         else:
-            import json
-
             text = json.dumps(d, indent=2)
     if out is None:
         print(text)
     else:
-        from gpudoctor.render.output import write_output
-
         write_output(out, text)
     return 0

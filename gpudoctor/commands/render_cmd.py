@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from gpudoctor.commands.load import load_job, load_report, malformed_report_guard
 from gpudoctor.errors import UserError
+from gpudoctor.render import renderer_for, write_all
+from gpudoctor.render.nodes import terminal_lines
+from gpudoctor.render.output import write_output
 
 
 def main(args: Any) -> int:
@@ -22,20 +26,13 @@ def main(args: Any) -> int:
     with malformed_report_guard(*inputs):
         _write(report, inputs[0], args.output)
     if len(inputs) > 1:
-        from gpudoctor.render.nodes import terminal_lines  # the renderers load only when used
-
         print("\n".join(terminal_lines(report)), file=sys.stderr)
     if args.json:
-        import json
-
         print(json.dumps(report, indent=2))
     return 0
 
 
 def _write(report: dict[str, Any], source: Path, output: Path | None) -> None:
-    from gpudoctor.render import renderer_for, write_all
-    from gpudoctor.render.output import write_output
-
     if output is None:
         folder = source if source.is_dir() else source.parent
         try:

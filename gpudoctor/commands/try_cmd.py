@@ -23,6 +23,7 @@ from gpudoctor.hooks.apply import ENV
 from gpudoctor.launch import run
 from gpudoctor.recorder import default_out
 from gpudoctor.recording.store import load_recording
+from gpudoctor.render import write_all
 from gpudoctor.tryfix import plan as planning
 from gpudoctor.tryfix import section as trial_section
 from gpudoctor.tryfix import steady
@@ -106,8 +107,6 @@ def _plan_notes(plan: planning.Plan) -> list[str]:
 
 
 def _finish(report: dict[str, Any], section: dict[str, Any], folder: Path, as_json: bool) -> None:
-    from gpudoctor.render import write_all
-
     report["trial"] = section
     write_all(report, folder)
     if as_json:
