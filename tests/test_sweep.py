@@ -349,8 +349,9 @@ def test_emit_slurm_writes_an_array_whose_tasks_and_merge_give_the_grid(
 def test_a_trial_clearly_slower_in_its_first_window_is_stopped_there(
     workers_sweep: dict[str, Any], sweeps: Sweeps, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from gpudoctor.sweep.protocol import Protocol
     from gpudoctor.sweep.trial import run_trial
-    from gpudoctor.sweep.windows import Protocol, read_trial
+    from gpudoctor.sweep.windows import read_trial
 
     monkeypatch.setenv("GPUDOCTOR_REPLAY_CACHE", sweeps.env["GPUDOCTOR_REPLAY_CACHE"])
     key = _by_workers(workers_sweep)[0]["key"]

@@ -18,10 +18,11 @@ from gpudoctor.sweep.cache import TrialCache
 from gpudoctor.sweep.costs import point_cost
 from gpudoctor.sweep.plan import Point
 from gpudoctor.sweep.points import Resolved
+from gpudoctor.sweep.protocol import Protocol
 from gpudoctor.sweep.results import finalize, new_doc, point_entry
 from gpudoctor.sweep.runner import Runner
 from gpudoctor.sweep.trial import TrialRun
-from gpudoctor.sweep.windows import Protocol, combine
+from gpudoctor.sweep.windows import combine
 
 CONFIG = """
 dataset: {kind: synthetic, count: 100}

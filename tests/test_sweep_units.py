@@ -15,10 +15,11 @@ from gpudoctor.sweep import adaptive
 from gpudoctor.sweep.axes import ACCUM, BATCH, WORKERS, parse_axis, parse_grid
 from gpudoctor.sweep.plan import build_plan, shard
 from gpudoctor.sweep.points import Resolved
+from gpudoctor.sweep.protocol import Protocol
 from gpudoctor.sweep.results import finalize, merge, new_doc, point_entry
 from gpudoctor.sweep.runner import Runner
 from gpudoctor.sweep.trial import TrialRun
-from gpudoctor.sweep.windows import Protocol, TrialEvents, combine, read_trial, steady_state
+from gpudoctor.sweep.windows import TrialEvents, combine, read_trial, steady_state
 
 CONFIG = """
 dataset: {kind: synthetic, count: 100}

@@ -16,9 +16,9 @@ from typing import Protocol as TypingProtocol
 
 from gpudoctor.samplers.nvml import Nvml
 from gpudoctor.samplers.tree import open_nvml
+from gpudoctor.sweep.protocol import Protocol
 from gpudoctor.sweep.results import available_cores
 from gpudoctor.sweep.trial import TrialRun, Watch, prepare, run_trial
-from gpudoctor.sweep.windows import Protocol
 
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import Any
 
 from gpudoctor.errors import UserError
 from gpudoctor.sweep.cache import default_root
-from gpudoctor.sweep.windows import Protocol
+from gpudoctor.sweep.protocol import Protocol
 
 DEFAULT_MAX_TRIALS = 64
 DEFAULT_TRIAL_TIMEOUT_S = 300.0

@@ -26,9 +26,9 @@ from typing import Any
 from gpudoctor.errors import UserError
 from gpudoctor.samplers.tree import open_nvml
 from gpudoctor.sweep.backend import TrialJob
+from gpudoctor.sweep.protocol import Protocol
 from gpudoctor.sweep.results import available_cores
 from gpudoctor.sweep.trial import LOG, TrialRun, prepare, run_trial
-from gpudoctor.sweep.windows import Protocol
 
 LOCAL_OBJECT_STORE_BYTES = 100 * 2**20  # trials return a few kB: keep a local instance small
 LOG_TAIL_BYTES = 16_000

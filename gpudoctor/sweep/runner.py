@@ -19,9 +19,9 @@ from gpudoctor.sweep.backend import Backend, TrialJob
 from gpudoctor.sweep.cache import TrialCache
 from gpudoctor.sweep.costs import point_cost
 from gpudoctor.sweep.points import Resolved
+from gpudoctor.sweep.protocol import Protocol
 from gpudoctor.sweep.record import build_record
 from gpudoctor.sweep.trial import TrialRun, Watch
-from gpudoctor.sweep.windows import Protocol
 
 # What the replay's prepared data depends on: one preparation per distinct value.
 PREPARE_KEYS = ("dataset", "text", "tokenizer", "max_length", "padding")

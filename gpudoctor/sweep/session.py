@@ -25,8 +25,8 @@ from gpudoctor.sweep.output import write_outputs
 from gpudoctor.sweep.plan import Plan, build_plan, effective_batch, parse_shard, shard
 from gpudoctor.sweep.points import Resolved, resolve
 from gpudoctor.sweep.progress import Display
+from gpudoctor.sweep.protocol import Protocol
 from gpudoctor.sweep.runner import Runner
-from gpudoctor.sweep.windows import Protocol
 
 
 @dataclass

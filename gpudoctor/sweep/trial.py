@@ -22,7 +22,8 @@ from typing import Any
 from gpudoctor.recorder import child_env
 from gpudoctor.samplers.nvml import Nvml
 from gpudoctor.samplers.tree import TreeSampler
-from gpudoctor.sweep.windows import Protocol, early_rate, read_trial, steady_state
+from gpudoctor.sweep.protocol import Protocol
+from gpudoctor.sweep.windows import early_rate, read_trial, steady_state
 
 LOG = "worker.log"
 MAX_STEPS = 10**9  # the time bound stops the trial, never the step count

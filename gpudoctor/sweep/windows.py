@@ -14,41 +14,17 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpudoctor import step_noise
 from gpudoctor.recording.read import EventLoad, read_events
 from gpudoctor.recording.validate import is_time
+from gpudoctor.sweep.protocol import Protocol
 
 MIN_WARMUP_BATCHES = 2
 MIN_NOISE_STEPS = 4  # step intervals needed for a noise figure from them
-
-
-@dataclass(frozen=True)
-class Protocol:
-    """How a trial is measured; part of the cache key.
-
-    ``torch_threads`` caps the trial's intra-op threads (``OMP_NUM_THREADS``; None:
-    PyTorch's default). On a CPU box the replay's model is a stand-in for GPU work,
-    and two spinning OpenMP threads fighting DataLoader workers for two cores made
-    steps 5-40x slower and noisy; one thread leaves the cores to the input side,
-    as a GPU would.
-    """
-
-    warmup_s: float = 2.0
-    window_s: float = 2.0
-    windows: int = 3
-    torch_threads: int | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @property
-    def train_s(self) -> float:
-        """Training seconds to ask of the worker: warm-up, the windows, a margin for the first batch."""
-        return self.warmup_s + self.windows * self.window_s + 1.0
 
 
 @dataclass(frozen=True, order=True)
