@@ -133,6 +133,7 @@ def _train_with(
 ) -> LoopResult:
     from transformers import Trainer, TrainingArguments
 
+    # imports transformers, as the line above
     from gpudoctor.replay.trainer_bounds import BoundsCallback
 
     tr = cfg.training

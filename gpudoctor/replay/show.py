@@ -13,6 +13,8 @@ import sys
 
 from gpudoctor.errors import UserError
 from gpudoctor.render.preflight import markdown
+from gpudoctor.replay.config import load_config
+from gpudoctor.replay.preflight import predict
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,9 +28,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the prediction as JSON")
     args = parser.parse_args(argv)
     try:
-        from gpudoctor.replay.config import load_config
-        from gpudoctor.replay.preflight import predict
-
         with open(args.measure, encoding="utf-8") as fh:
             measure = json.load(fh)
         prediction = predict(load_config(args.config), measure, target=args.target, mfu=args.mfu)
