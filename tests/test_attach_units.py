@@ -211,3 +211,33 @@ def test_launchers_are_told_from_training_scripts(argv, launcher):
     from gpudoctor.attach.targets import launcher_cmdline
 
     assert launcher_cmdline(argv) is launcher
+
+
+def test_a_process_marked_hooked_ends_its_py_spy_window_at_once_and_is_not_sampled_again(tmp_path: Path) -> None:
+    """Once hooked, a process's stacks are read by nothing: the window under way stops for it
+    (it would otherwise sample a busy patient for the rest of a long window) and no later
+    window includes it. Its samples so far are kept."""
+    from gpudoctor.attach.stacks import StackSampler, pyspy_path
+    from gpudoctor.recording.store import JsonlAppender
+
+    if pyspy_path() is None:
+        pytest.skip("py-spy is not installed")
+    patient = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: sum(range(1000)); time.sleep(0.005)"])
+    sampler = StackSampler(patient.pid, JsonlAppender(tmp_path / "stacks.jsonl"), window_s=600.0)
+    try:
+        sampler.start()
+        for _ in range(600):  # the window's py-spy for the patient is running
+            proc = sampler._procs.get(patient.pid)
+            if proc is not None and proc.returncode is None:
+                break
+            time.sleep(0.1)
+        assert proc is not None
+        time.sleep(1.0)  # a few samples taken
+        sampler.mark_hooked(patient.pid)
+        proc.wait(timeout=120)  # the 600 s window ended on SIGINT, long before its end
+        assert patient.pid not in sampler._python_tree()
+    finally:
+        sampler.stop()
+        patient.kill()
+        patient.wait()
+    assert sampler.samples > 0  # what py-spy had when it was stopped was written

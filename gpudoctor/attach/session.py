@@ -211,7 +211,7 @@ class AttachSession:
                 self.stacks.rate_hz = max(5.0, self.options.sample_rate_hz / HOOKED_RATE_DIVISOR)
                 self.stacks.window_s = max(self.options.window_s, HOOKED_WINDOW_S)
                 if not self.options.stacks_when_hooked:  # its figures come from the hooks now
-                    self.stacks.hooked.add(rec.pid)
+                    self.stacks.mark_hooked(rec.pid)
                 self._idle()
                 # The live view reads the folder: give it the report's window already.
                 self.recorder.meta["start_time"] = self.record.window_start(self.folder.root)

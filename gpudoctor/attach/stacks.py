@@ -105,6 +105,17 @@ class StackSampler:
         self.writer.close()
         shutil.rmtree(self._tmp, ignore_errors=True)
 
+    def mark_hooked(self, pid: int) -> None:
+        """``pid`` is hooked: its stacks (and its workers') are not needed from now on, so the
+        window under way ends early for them (py-spy writes what it has on SIGINT) rather than
+        sampling a patient that keeps every core busy for the rest of the window."""
+        with self._lock:
+            self.hooked.add(pid)
+            for sampled, proc in self._procs.items():
+                if proc.returncode is None and _is_or_under(sampled, pid):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(proc.pid, signal.SIGINT)
+
     def _run(self) -> None:
         priority.name_thread("gd-stacks")
         try:
@@ -245,6 +256,15 @@ def _under(proc: psutil.Process, pids: set[int]) -> bool:
     """``proc`` is one of ``pids`` or descends from one."""
     try:
         return proc.pid in pids or any(p.pid in pids for p in proc.parents())
+    except psutil.Error:
+        return False
+
+
+def _is_or_under(pid: int, root: int) -> bool:
+    if pid == root:
+        return True
+    try:
+        return _under(psutil.Process(pid), {root})
     except psutil.Error:
         return False
 
