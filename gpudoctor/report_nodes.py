@@ -32,6 +32,7 @@ from gpudoctor.rules import Finding, Fix, account, run_rules
 from gpudoctor.rules.base import settle_findings
 from gpudoctor.rules.nodes import StragglerNode
 from gpudoctor.rules.ranks import StragglerRank
+from gpudoctor.wording import plural
 
 JOB_RULES = (StragglerRank, StragglerNode)  # they compare ranks: run on the whole job, not per node
 MAX_NAMED_NODES = 16
@@ -229,14 +230,14 @@ def _node_entry(n: NodeSummary, rules: list[str]) -> dict[str, Any]:
 
 def _verdict(nodes: list[NodeSummary], findings: list[Finding], wasted: float) -> str:
     ranks = sum(len(n.ranks) for n in nodes)
-    where = f"{len(nodes)} node(s), {ranks} rank(s)"
+    where = f"{plural(len(nodes), 'node')}, {plural(ranks, 'rank')}"
     if not ranks:
         return f"{where}: no training process was measured from inside; only host figures are available."
     real = [f for f in findings if f.waste_fraction >= 0.05]
     if not real:
         return f"{where}. Healthy: no waste above 5% found on any node."
     speed = account.speedup(wasted) or 1.0
-    return (f"{where}. {len(real)} problem(s) found; the biggest: {real[0].title} "
+    return (f"{where}. {plural(len(real), 'problem')} found; the biggest: {real[0].title} "
             f"({100 * real[0].waste_fraction:.0f}%). Fixing them could make this job about {speed:.1f}x faster.")
 
 

@@ -110,7 +110,7 @@ def test_an_over_long_events_line_is_skipped_in_bounded_memory(tmp_path):
     finally:
         tracemalloc.stop()
     assert len(got.loop.steps) == 5 and got.bad == 1  # the lines after it still count
-    assert got.notes == ["events/1.jsonl: 1 line(s) over the 1 MiB line cap skipped (gpudoctor never writes "
+    assert got.notes == ["events/1.jsonl: 1 line over the 1 MiB line cap skipped (gpudoctor never writes "
                          "one; the file is damaged or not gpudoctor's)"]
     assert peak < 40 * 2**20  # before: the whole 64 MiB line was held (and copied) while looking for its end
 

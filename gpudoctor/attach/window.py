@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.analysis.sampled import LOOP, Code, load_stack_rows
+from gpudoctor.wording import plural
 
 UNAVAILABLE_WITHOUT_HOOKS = (
     "step count and step times, padding, DataLoader settings and the exact data wait are unavailable"
@@ -63,7 +64,7 @@ class AttachRecord:
     def source(self) -> str:
         """Where the figures come from, for the live view."""
         if self.hooked:
-            return f"in-process hooks in {len(self.hooked)} process(es) + stack samples"
+            return f"in-process hooks in {plural(len(self.hooked), 'process', 'processes')} + stack samples"
         if not self.inject:
             return "stack samples only (--no-inject)"
         waiting = [r for r in self.targets.values() if r.waiting_for]

@@ -36,6 +36,7 @@ from typing import IO, Any
 
 from gpudoctor.recording.validate import clean_event, fast_counter, fast_span, fast_step, is_time
 from gpudoctor.safefs import open_read
+from gpudoctor.wording import plural
 
 try:  # ~3x faster than the json module on these lines; what it rejects (NaN) falls back to json
     from orjson import loads as _fast_loads
@@ -99,7 +100,7 @@ class ReadIssues:
         if self.unsafe is not None:
             out.append(f"{self.name} skipped: {self.unsafe}; gpudoctor writes only regular files of its own")
         if self.long_lines:
-            out.append(f"{self.name}: {self.long_lines} line(s) over the {self.max_line // 2**20} MiB line cap "
+            out.append(f"{self.name}: {plural(self.long_lines, 'line')} over the {self.max_line // 2**20} MiB line cap "
                        "skipped (gpudoctor never writes one; the file is damaged or not gpudoctor's)")
         return out
 

@@ -26,6 +26,7 @@ from gpudoctor.errors import UserError
 from gpudoctor.recording import claim
 from gpudoctor.recording.read import LoopData, read_events, read_jsonl, read_samples  # noqa: F401 - read_jsonl re-exported
 from gpudoctor.recording.validate import clean_gpu_row, clean_host_row, clean_meta
+from gpudoctor.wording import plural
 
 META_SCHEMA = "gpudoctor.run/1"
 MAX_META_BYTES = 4 * 2**20  # meta.json is a few kB; a folder handed over may hold anything
@@ -232,9 +233,9 @@ def load_recording(root: Path) -> Recording:
             rec.loops[pid] = loaded.loop
         extents += [t for t in (loaded.t_min, loaded.t_max) if t is not None]
     if bad_host + bad_gpu:
-        rec.notes.append(f"{bad_host + bad_gpu} truncated, unreadable or invalid sample line(s) skipped")
+        rec.notes.append(f"{plural(bad_host + bad_gpu, 'truncated, unreadable or invalid sample line')} skipped")
     if bad_events:
-        rec.notes.append(f"{bad_events} truncated, unreadable or invalid event line(s) skipped")
+        rec.notes.append(f"{plural(bad_events, 'truncated, unreadable or invalid event line')} skipped")
     if rec.meta and rec.meta.get("status") == "running":
         rec.notes.append("the recording did not finish (doctor killed?); this report is partial")
     _fill_missing_times(rec, extents)

@@ -17,6 +17,7 @@ import signal
 from typing import Any
 
 from gpudoctor.report_schema import BREAKDOWN_KEYS
+from gpudoctor.wording import plural as plural  # the renderers import it from here too
 
 UNAVAILABLE = "unavailable"
 NO_PRICE = "no price: pass --price-per-gpu-hour"
@@ -124,11 +125,6 @@ def fmt_value(value: Any) -> str:
     return str(value)
 
 
-def plural(count: int, word: str, words: str | None = None) -> str:
-    """``1 problem``, ``2 problems``: never ``problem(s)``."""
-    return f"{count} {word if count == 1 else (words or word + 's')}"
-
-
 def fmt_time(iso: Any) -> str:
     """``2026-11-24T01:55:38.664560+00:00`` -> ``2026-11-24 01:55:38 UTC`` (the zone it was written in)."""
     try:
@@ -202,7 +198,7 @@ def gpus_text(run: dict[str, Any]) -> str:
         return "none here: the replay ran on the CPU; the target GPU is predicted, not measured"
     if not gpus:
         count = run.get("gpu_count") or 0
-        return f"{count} GPU(s)" if count else NO_GPU
+        return plural(count, "GPU") if count else NO_GPU
     names: dict[str, int] = {}
     for gpu in gpus:
         mib = num(gpu.get("memory_total_mib"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpudoctor.render.base import fmt_duration, fmt_pct, fmt_step_time, num
+from gpudoctor.wording import plural
 
 MAX_NODE_ROWS = 64
 MAX_RANK_ROWS = 32
@@ -74,7 +75,7 @@ def view(section: Any, report: Any) -> dict[str, Any] | None:
         "skew": skew_line(section),
         "header": NODE_HEADER,
         "rows": rows,
-        "more": f"{more_nodes} more node(s) in report.json" if more_nodes > 0 else "",
+        "more": f"{plural(more_nodes, 'more node')} in report.json" if more_nodes > 0 else "",
         "rank_header": RANK_HEADER,
         "rank_rows": rank_rows,
         "rank_caption": (f"The {len(rank_rows)} of {len(per_rank)} ranks that waited longest for data"

@@ -15,6 +15,7 @@ from gpudoctor.replay import costmodel
 from gpudoctor.replay.config import ReplayConfig
 from gpudoctor.replay.costmodel import Plan, Workload, simulate
 from gpudoctor.rules import values
+from gpudoctor.wording import plural
 
 STALL_TOLERANCE = 0.02
 PAD_TOLERANCE = 0.25
@@ -111,7 +112,7 @@ def _fix_startup(plan: Plan, w: Workload, config: ReplayConfig) -> Fix | None:
     fix = {
         "rule": "startup_idle",
         "config": changes,
-        "summary": f"{what} of {w.examples:,} examples at startup keeps {w.gpus} GPU(s) idle for {seconds / 60:.1f} min: "
+        "summary": f"{what} of {w.examples:,} examples at startup keeps {plural(w.gpus, 'GPU')} idle for {seconds / 60:.1f} min: "
         "do it once before renting (datasets.map then save_to_disk)",
     }
     return dataclasses.replace(plan, startup_format=False, startup_tokenize=False), fix

@@ -16,6 +16,7 @@ from gpudoctor.rules import values
 from gpudoctor.rules.account import Claim, claim
 from gpudoctor.rules.base import Finding, Fix, Rule, Table, pct
 from gpudoctor.rules.names import Names, names_for
+from gpudoctor.wording import plural
 
 MIN_SHARE = 0.05
 IOWAIT_PCT = 20.0
@@ -170,7 +171,7 @@ def worker_fix(d: DataWait) -> tuple[int, Fix, tuple[float, float] | None]:
         snippet = f"DataLoader(dataset, batch_size=..., {args})"
     busy = f" and other programs keep {d.other_cores:.1f} busy" if d.other_cores >= 0.25 else ""
     limit = (
-        f"; {d.cores} cores with {d.training_procs} training process(es){busy} leave {d.free_cores} for workers"
+        f"; {d.cores} cores with {plural(d.training_procs, 'training process', 'training processes')}{busy} leave {d.free_cores} for workers"
         if needed > d.free_cores
         else ""
     )
@@ -180,7 +181,7 @@ def worker_fix(d: DataWait) -> tuple[int, Fix, tuple[float, float] | None]:
         gain = f": about {low:.2f}x" if high - low < 0.01 else f": {low:.2f}-{high:.2f}x"
         gain += " faster per batch on this machine"
     summary = (
-        f"Load batches in {workers} background worker(s) (measured need: {needed}{limit}){gain}."
+        f"Load batches in {plural(workers, 'background worker')} (measured need: {needed}{limit}){gain}."
         if workers
         else f"No core is free for DataLoader workers ({d.cores} cores{busy}); move the per-batch work offline."
     )
@@ -223,7 +224,7 @@ class TokenizationInLoop(Rule):
             evidence=(
                 f"{d.tokenize_in_loop_s:.1f} s of tokenizer calls on the training process after the first step "
                 f"({pct(waste)} of wall time), while the loop waited {d.wait_s:.1f} s for batches "
-                f"with {d.num_workers or 0} DataLoader worker(s)."
+                f"with {plural(d.num_workers or 0, 'DataLoader worker')}."
             ),
             fix=Fix(
                 summary=f"Pre-tokenize once with datasets.map(batched=True, num_proc={max(1, d.cores)}) and "
@@ -263,7 +264,7 @@ class DataStall(Rule):
         per_batch = d.wait_s / max(d.n_batches, 1)
         evidence = (
             f"The loop waited {d.wait_s:.1f} s for batches ({pct(d.wait_s / d.wall_s)} of wall), "
-            f"{1000 * per_batch:.0f} ms per batch with {d.num_workers or 0} worker(s); "
+            f"{1000 * per_batch:.0f} ms per batch with {plural(d.num_workers or 0, 'worker')}; "
         )
         if d.load_s_per_batch is not None and d.compute_s_per_batch is not None:
             evidence += (

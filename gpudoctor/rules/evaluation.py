@@ -21,6 +21,7 @@ from gpudoctor.rules.account import claim
 from gpudoctor.rules.base import Finding, Fix, Rule, pct
 from gpudoctor.rules.names import names_for
 from gpudoctor.rules.values import nice_round_up
+from gpudoctor.wording import plural
 
 MIN_SHARE = 0.10
 TARGET = 0.05  # evaluating at most this share of wall time
@@ -90,7 +91,7 @@ class EvalOverhead(Rule):
         eval_s = p.seconds("eval")
         if not (c.interval_steps and c.step_s and c.per_eval_s > 0):
             return self._finding(p, share, c, share - TARGET, Fix(
-                summary=f"Evaluate less often, or on fewer batches each time: {c.evals} eval(s) took "
+                summary=f"Evaluate less often, or on fewer batches each time: {plural(c.evals, 'eval')} took "
                 f"{c.per_eval_s:.2f} s each.", library="your training loop"))
         need = c.per_eval_s * (1 - TARGET) / (TARGET * c.step_s)  # steps between evals for TARGET
         new_interval = c.interval_steps * max(2, math.ceil(need / c.interval_steps))  # a multiple of today's

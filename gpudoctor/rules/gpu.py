@@ -61,7 +61,7 @@ class LowGpuUtilization(Rule):
             title="The GPU is idle much of the time",
             claims=[compute_part(a, "gpu_idle", 1.0)],
             evidence=(
-                f"NVML reports the GPU(s) busy {pct(busy)} of the run"
+                f"NVML reports the {'GPU' if a.gpu.count == 1 else 'GPUs'} busy {pct(busy)} of the run"
                 + (f" ({pct(a.gpu.busy_in_loop)} during the training loop)" if a.gpu.busy_in_loop is not None else "")
                 + f"; startup, data wait, saving and eval explain {pct(explained)} of wall time."
             ),

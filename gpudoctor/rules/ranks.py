@@ -8,6 +8,7 @@ from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.nodes import slow_node
 from gpudoctor.rules.account import Claim
 from gpudoctor.rules.base import Finding, Fix, Rule, pct
+from gpudoctor.wording import plural
 
 # Versions before these miss loader and attention speedups users report (see seeds/002).
 MINIMUM = {"torch": (2, 1), "transformers": (4, 40), "datasets": (2, 19), "accelerate": (0, 30)}
@@ -53,7 +54,7 @@ class StragglerRank(Rule):
                           min(1.0, gap / held) if held > 0 else 0.0)],
             evidence=(
                 f"Rank {worst}{on} waited for data {pct(waits[worst])} of wall time{which} against a median of "
-                f"{pct(median)} on the other {len(waits) - 1} rank(s); in data-parallel "
+                f"{pct(median)} on the other {plural(len(waits) - 1, 'rank')}; in data-parallel "
                 "training every rank waits for the slowest at each gradient sync."
             ),
             fix=Fix(

@@ -17,6 +17,7 @@ from gpudoctor.rules.base import (
 )
 from gpudoctor.rules.names import names_for
 from gpudoctor.rules.values import CHECKPOINT_TARGET, save_steps_for
+from gpudoctor.wording import plural
 
 MIN_SHARE = 0.05
 
@@ -82,7 +83,7 @@ class CheckpointOverhead(Rule):
                 + (f"; the step after each save ran {slow_up_to_s / len(saves):.2f} s slower than a normal "
                    "one" if slow_up_to_s > 0 else "")
                 + (f"; besides them, the final save took {tl.total(kinds.final):.2f} s" if kinds.final else "")
-                + (f" and {len(kinds.side)} side file(s) without tensors" if kinds.side else "")
+                + (f" and {plural(len(kinds.side), 'side file')} without tensors" if kinds.side else "")
                 + "."
             ),
             fix=Fix(

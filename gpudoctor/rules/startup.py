@@ -47,10 +47,10 @@ class StartupIdle(Rule):
         map_args: dict[str, object] = {"batched": True}
         if parallel:
             map_args["num_proc"] = parallel
-            why = (f"it kept {used:.1f} core(s) busy, so {parallel} processes split it" if used is not None
+            why = (f"it kept {used:.1f} {_cores(used)} busy, so {parallel} processes split it" if used is not None
                    else f"{parallel} processes split it")
         elif used is not None:
-            why = (f"it kept only {used:.1f} core(s) busy (not CPU-bound: more processes would wait too)"
+            why = (f"it kept only {used:.1f} {_cores(used)} busy (not CPU-bound: more processes would wait too)"
                    if used < CPU_BOUND_CORES else
                    f"other programs kept {others:.1f} of {cores} cores busy: more processes would compete")
         else:
@@ -128,3 +128,7 @@ def _cache_text(states: list[str]) -> str:
                 "pays it again until it is saved once.")
     return (" The datasets cache now holds these maps' results: the next launch with the same "
             "data and function reads them (a one-time cost), save_to_disk makes that explicit.")
+
+
+def _cores(used: float) -> str:
+    return "core" if f"{used:.1f}" == "1.0" else "cores"

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor import safefs
+from gpudoctor.replay.scratch import remove_all
 
 CACHED_STATUSES = ("ok", "oom", "no_steady_state")  # never "pruned": a partial measurement
 RECORD = "trial.json"
@@ -64,8 +65,6 @@ class TrialCache:
 
     def save(self, record: dict[str, Any]) -> None:
         """Keep a measured record (never a crash or timeout); drop every run's checkpoints."""
-        from gpudoctor.replay.scratch import remove_all
-
         folder = self.folder(record["key"])
         if folder.is_dir():
             for run_dir in folder.iterdir():  # a trial stopped at its timeout left its checkpoints

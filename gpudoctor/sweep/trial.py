@@ -24,6 +24,7 @@ from gpudoctor.samplers.nvml import Nvml
 from gpudoctor.samplers.tree import TreeSampler
 from gpudoctor.sweep.protocol import Protocol
 from gpudoctor.sweep.windows import early_rate, read_trial, steady_state
+from gpudoctor.wording import plural
 
 LOG = "worker.log"
 MAX_STEPS = 10**9  # the time bound stops the trial, never the step count
@@ -140,7 +141,7 @@ def _pruner(
         if watch(*early):
             return TrialRun(
                 "pruned",
-                f"stopped after {told} window(s) at {early[1]:.3g} samples/s, "
+                f"stopped after {plural(told, 'window')} at {early[1]:.3g} samples/s, "
                 "clearly slower than the best point so far",
             )
         return None

@@ -15,6 +15,7 @@ from typing import Any
 from gpudoctor.analysis import Analysis
 from gpudoctor.rules import account, data, run_rules
 from gpudoctor.rules.account import Claim
+from gpudoctor.wording import plural
 
 MIN_WARMUP_STEPS = 3
 WARMUP_SHARE = 0.1
@@ -78,7 +79,7 @@ def predict(a: Analysis, rule: str, workers: int | None) -> Prediction:
             return Prediction(None, None, "workers: batch build cost or compute per batch not measured")
         low, high = d.batch_s / per_batch[0], d.batch_s / per_batch[1]
         return Prediction(low, high if high > low + 5e-4 else None,
-                          f"loop time per batch with {workers} worker(s), from the measured batch build "
+                          f"loop time per batch with {plural(workers, 'worker')}, from the measured batch build "
                           "cost, compute per batch and free cores (the data rules' model)")
     findings, _ = run_rules(a)
     finding = next((f for f in findings if f.rule == rule), None)
