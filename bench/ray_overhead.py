@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import tempfile
 import time
 from typing import Any
 
@@ -33,6 +34,9 @@ def main() -> int:
     p.add_argument("--trial-s", type=float, default=30.0, help="a trial's own length, for the ratio")
     args = p.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # ray.init saves an auth token in ~/.ray, which then turns token auth on for every later head
+    # started on this machine: a throwaway home keeps the bench from changing the user's Ray.
+    os.environ["HOME"] = tempfile.mkdtemp(prefix="gpudoctor-ray-bench-")
     import ray
 
     t0 = time.perf_counter()

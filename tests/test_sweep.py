@@ -47,7 +47,9 @@ class Sweeps:
         self.config = root / "slow_loading.yaml"
         shutil.copy(ROOT / "sample_configs" / "slow_loading.yaml", self.config)
         self.cache = root / "trials"
-        self.env = {"GPUDOCTOR_REPLAY_CACHE": str(root / "replay-cache")}
+        # A Ray token in ~/.ray (any earlier ray.init on this machine leaves one) turns token auth
+        # on for the test's head but not for the client joining it: keep the loopback head open.
+        self.env = {"GPUDOCTOR_REPLAY_CACHE": str(root / "replay-cache"), "RAY_AUTH_MODE": "disabled"}
 
     def run(self, name: str, *args: str, config: bool = True) -> tuple[Any, dict[str, Any] | None]:
         out = self.root / name
