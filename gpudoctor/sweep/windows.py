@@ -104,14 +104,10 @@ def steady_state(
     events: TrialEvents, batch_size: int, protocol: Protocol
 ) -> dict[str, Any] | None:
     """Per-window and median figures of one trial run, or None without two steady batches."""
-    arr = arrivals(events, batch_size)
-    if len(arr) < MIN_WARMUP_BATCHES + 2:
+    warmed = _warmed_up(events, batch_size, protocol)
+    if warmed is None or warmed[2] >= len(warmed[1]) - 1:
         return None
-    times = [a.t for a in arr]
-    start_t = times[0] + protocol.warmup_s
-    first = next((i for i, t in enumerate(times) if t >= start_t and i >= MIN_WARMUP_BATCHES), None)
-    if first is None or first >= len(times) - 1:
-        return None
+    arr, times, first = warmed
     waits = events.waits
     cuts = _boundaries(times, first, protocol.windows)
     windows = [
@@ -137,14 +133,10 @@ def early_rate(events: TrialEvents, batch_size: int, protocol: Protocol) -> tupl
 
     None before the first window is whole. The final figures come from :func:`steady_state`.
     """
-    arr = arrivals(events, batch_size)
-    if len(arr) < MIN_WARMUP_BATCHES + 2:
+    warmed = _warmed_up(events, batch_size, protocol)
+    if warmed is None:
         return None
-    times = [a.t for a in arr]
-    start_t = times[0] + protocol.warmup_s
-    first = next((i for i, t in enumerate(times) if t >= start_t and i >= MIN_WARMUP_BATCHES), None)
-    if first is None:
-        return None
+    arr, times, first = warmed
     done = int((times[-1] - times[first]) // protocol.window_s)
     if done < 1:
         return None
@@ -154,6 +146,19 @@ def early_rate(events: TrialEvents, batch_size: int, protocol: Protocol) -> tupl
     if last <= times[first]:
         return None
     return done, sum(a.rows for a in inside) / (last - times[first])
+
+
+def _warmed_up(
+    events: TrialEvents, batch_size: int, protocol: Protocol
+) -> tuple[list[Arrival], list[float], int] | None:
+    """The batch arrivals, their times and the index of the first one after the warm-up."""
+    arr = arrivals(events, batch_size)
+    if len(arr) < MIN_WARMUP_BATCHES + 2:
+        return None
+    times = [a.t for a in arr]
+    start_t = times[0] + protocol.warmup_s
+    first = next((i for i, t in enumerate(times) if t >= start_t and i >= MIN_WARMUP_BATCHES), None)
+    return None if first is None else (arr, times, first)
 
 
 def _window(
