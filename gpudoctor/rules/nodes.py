@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.nodes import slow_node
-from gpudoctor.rules.account import Claim
 from gpudoctor.rules.base import Finding, Fix, Rule, pct
+from gpudoctor.rules.ranks import sync_claim
 
 
 class StragglerNode(Rule):
@@ -25,15 +25,11 @@ class StragglerNode(Rule):
             return None
         node, fastest, median, gap = found
         ranks = sorted(p.rank for p in a.procs if p.proc.get("node") == node)
-        # The other nodes' ranks sit in the gradient sync while this node's wait: their compute
-        # carries the gap (the lead rank's own wait when the lead rank is on this node).
-        bucket = "data_wait" if a.procs and a.procs[0].proc.get("node") == node else "compute"
-        held = a.share(bucket)
         return Finding(
             rule=self.name,
             title=f"{node} holds the other nodes back",
-            claims=[Claim(bucket, 1.0, "loader" if bucket == "data_wait" else "rank_sync",
-                          min(1.0, gap / held) if held > 0 else 0.0)],
+            # the lead rank's own wait when the lead rank is on this node
+            claims=[sync_claim(a, bool(a.procs) and a.procs[0].proc.get("node") == node, gap)],
             evidence=(
                 f"Every rank of {node} (ranks {', '.join(map(str, ranks))}) waited for data at least "
                 f"{pct(fastest)} of its wall time, against a median of {pct(median)} on the other nodes' ranks; "

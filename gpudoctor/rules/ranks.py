@@ -42,16 +42,11 @@ class StragglerRank(Rule):
         if node and whole is not None and whole[0] == node:
             return None  # every rank of that node is slow: straggler_node names the host instead
         on = f" on {node}" if node else ""
-        # The others sit in the gradient sync while rank `worst` waits for data: their compute
-        # carries the gap (the lead rank's own wait when it is the slow one).
-        bucket = "data_wait" if group[0].rank == worst else "compute"
-        held = a.share(bucket)
         which = f" (training {i + 1} of {len(a.trainings)} in this run)" if len(a.trainings) > 1 else ""
         return Finding(
             rule=self.name,
             title=f"Rank {worst}{on} holds the other ranks back",
-            claims=[Claim(bucket, 1.0, "loader" if bucket == "data_wait" else "rank_sync",
-                          min(1.0, gap / held) if held > 0 else 0.0)],
+            claims=[sync_claim(a, group[0].rank == worst, gap)],
             evidence=(
                 f"Rank {worst}{on} waited for data {pct(waits[worst])} of wall time{which} against a median of "
                 f"{pct(median)} on the other {plural(len(waits) - 1, 'rank')}; in data-parallel "
@@ -67,6 +62,15 @@ class StragglerRank(Rule):
             data={**({"node": node, "rank": worst} if node else {}),
                   **{f"rank{r}_data_wait": round(w, 4) for r, w in sorted(waits.items())}},
         )
+
+
+def sync_claim(a: Analysis, lead_is_slow: bool, gap: float) -> Claim:
+    """What a slow rank (or node) costs the job: the others sit in the gradient sync while it waits
+    for data, so their compute carries the gap, or the lead rank's own wait when it is the slow one."""
+    bucket = "data_wait" if lead_is_slow else "compute"
+    held = a.share(bucket)
+    return Claim(bucket, 1.0, "loader" if lead_is_slow else "rank_sync",
+                 min(1.0, gap / held) if held > 0 else 0.0)
 
 
 def _version(text: str | None) -> tuple[int, ...] | None:
