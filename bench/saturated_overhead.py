@@ -18,9 +18,14 @@ install) and from the detach to the doctor's exit (detach, report) are the
 the *steady state*, compared with the bare blocks either side (speed weighted by
 each step's batch width, as in attach_overhead.py).
 
-``--mode run``: separate runs, bare, profiled, bare, ..., bare (``--blocks``
-profiled runs); each profiled run's steps/s over the mean of the bare runs
-either side.
+``--mode run``: two long patients, one bare and one under ``gpudoctor run``,
+taking turns (each whole tree, the doctor included, SIGSTOPped while the other
+runs): bare, profiled, bare, ... slots of ``--seconds``, each profiled slot
+against the bare slots either side, as above. Separate runs cannot resolve 1%
+here: bare runs of the same fixed work differ by up to 20% on this VM. The
+one-time costs are the doctor's start-up (launch to first step, over the bare
+patient's, each started alone) and its report after the patient's last step.
+``--control`` runs the "profiled" patient bare too: an A/A test, the design's floor.
 
 Both print the geometric mean of profiled/bare over the blocks with its standard
 error, and the doctor's CPU seconds per minute by part (meta.json
@@ -38,10 +43,11 @@ Numbers taken while anything else runs on the machine are noise: measure on a qu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
-import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -50,12 +56,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from attach_overhead import Step, read_steps, startup_s, typical_seconds  # noqa: E402
 
 PROBE = ROOT / "probes" / "healthy.py"
-FIELD = re.compile(r"^([A-Z_]+)=([0-9.eE+-]+)$", re.M)
 PARTS = ("samplers", "py_spy", "stacks_thread", "live_view", "gdb_and_other_children", "main_thread", "process")
 
 
@@ -86,17 +93,25 @@ def cpu_rows(log: Path) -> list[tuple[float, float, int]]:
     return [(float(r[0]), float(r[1]), int(r[2])) for r in rows if len(r) == 3]
 
 
-def extra_main_cpu_s(rows: list[tuple[float, float, int]], bare: list[tuple[float, float]],
-                     t0: float, t1: float) -> float | None:
-    """Main-thread CPU the steps in [t0, t1] took beyond what bare steps of their widths take: the hooks."""
+def cpu_per_width(rows: list[tuple[float, float, int]], spans: list[tuple[float, float]]) -> dict[int, float]:
+    """Median main-thread CPU of a step, per batch width, over the steps that ended inside ``spans``."""
     per: dict[int, list[float]] = {}
-    steps = [(b[0], b[1] - a[1], b[2] - a[2]) for a, b in zip(rows, rows[1:], strict=False)]
-    for end, cpu, width in steps:
-        if any(a <= end <= b for a, b in bare):
+    for end, cpu, width in _cpu_steps(rows):
+        if any(a <= end <= b for a, b in spans):
             per.setdefault(width, []).append(cpu)
-    typical = {w: statistics.median(v) for w, v in per.items()}
-    inside = [(cpu, typical[w]) for end, cpu, w in steps if t0 <= end <= t1 and w in typical]
+    return {w: statistics.median(v) for w, v in per.items()}
+
+
+def extra_cpu_s(rows: list[tuple[float, float, int]], typical: dict[int, float],
+                spans: list[tuple[float, float]]) -> float | None:
+    """Main-thread CPU the steps inside ``spans`` took beyond a typical bare step of their width: the hooks."""
+    inside = [(cpu, typical[w]) for end, cpu, w in _cpu_steps(rows)
+              if any(a <= end <= b for a, b in spans) and w in typical]
     return sum(c - t for c, t in inside) if inside else None
+
+
+def _cpu_steps(rows: list[tuple[float, float, int]]) -> list[tuple[float, float, int]]:
+    return [(b[0], b[1] - a[1], b[2] - a[2]) for a, b in zip(rows, rows[1:], strict=False)]
 
 
 def session_times(folder: Path) -> dict[str, Any]:
@@ -178,7 +193,7 @@ def attach_mode(args: argparse.Namespace, tmp: Path, pargs: list[str]) -> dict[s
         per = {k: s["cpu"].get(k, 0.0) / minutes for k in PARTS}
         hooked_min = max((b - a) / 60, 1e-9)
         per["patient_writer"] = writer_cpu_s(out) / hooked_min
-        extra = extra_main_cpu_s(rows, bare_spans, a, b)
+        extra = extra_cpu_s(rows, cpu_per_width(rows, bare_spans), [(a, b)])
         per["patient_hooks_main"] = extra / hooked_min if extra is not None else float("nan")
         res["cpu_per_min"].append(per)
         print(f"block {len(res['ratios'])}: steady {b - a:.1f} s, ratio {ratio:.4f}; one-time {lost:+.2f} s "
@@ -188,43 +203,113 @@ def attach_mode(args: argparse.Namespace, tmp: Path, pargs: list[str]) -> dict[s
 
 
 # -- run ----------------------------------------------------------------------------------------
-def probe_fields(text: str) -> dict[str, float]:
-    return {k: float(v) for k, v in FIELD.findall(text)}
+def tree(pid: int) -> list[int]:
+    """``pid`` and every process under it (the doctor, its patient, the patient's workers)."""
+    try:
+        root = psutil.Process(pid)
+        return [pid, *(c.pid for c in root.children(recursive=True))]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def signal_tree(pid: int, sig: signal.Signals) -> None:
+    for p in tree(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, sig)
+
+
+def wait_lines(log: Path, n: int, limit_s: float = 180.0) -> float:
+    """Wait until the step log has ``n`` lines; the time it did."""
+    deadline = time.time() + limit_s
+    while time.time() < deadline:
+        if log.exists() and len(log.read_text().splitlines()) >= n:
+            return time.time()
+        time.sleep(0.05)
+    raise SystemExit(f"{log}: fewer than {n} steps after {limit_s:.0f} s")
 
 
 def run_mode(args: argparse.Namespace, tmp: Path, pargs: list[str]) -> dict[str, Any]:
-    probe = [sys.executable, str(PROBE), "--seconds", str(args.seconds), *pargs]
-    runs: list[tuple[str, dict[str, float], Path | None, float]] = []
-    for i in range(2 * args.blocks + 1):
-        profiled = i % 2 == 1
-        out = tmp / f"run-{i}" if profiled else None
-        cmd = [sys.executable, "-m", "gpudoctor", "run", "--out", str(out), "--", *probe] if profiled else probe
+    """Two long patients, one bare and one under ``gpudoctor run``, never running at once.
+
+    Separate runs cannot resolve 1% here: back-to-back bare runs of the same fixed work
+    differ by up to 20% on this VM. So both run side by side and take turns (SIGSTOP /
+    SIGCONT of each whole tree, the doctor included), the profiled one's slots compared
+    with the bare slots either side, as in attach mode; a step cut by a stop is left out.
+    The one-time costs are the doctor's start-up (launch to first step, over the bare
+    patient's, each started alone) and its report after the patient ends.
+    """
+    until = tmp / "until"
+    common = ["--seconds", "100000", "--until-file", str(until), *pargs]
+    logs = {k: tmp / f"{k}.log" for k in ("bare", "profiled")}
+    out = tmp / "run"
+    cmds = {
+        "bare": [sys.executable, str(PROBE), "--truth", str(tmp / "truth-bare.json"),
+                 "--step-log", str(logs["bare"]), *common],
+        "profiled": [sys.executable, "-m", "gpudoctor", "run", "--out", str(out), "--", sys.executable, str(PROBE),
+                     "--truth", str(tmp / "truth-profiled.json"), "--step-log", str(logs["profiled"]), *common],
+    }
+    if args.control:  # an A/A test: the "profiled" patient runs bare too, which shows this design's floor
+        cmds["profiled"] = [sys.executable, str(PROBE), "--truth", str(tmp / "truth-profiled.json"),
+                            "--step-log", str(logs["profiled"]), *common]
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    launch_to_step: dict[str, float] = {}
+    for kind in ("bare", "profiled"):  # each started alone, then stopped
         t0 = time.time()
-        done = subprocess.run(cmd, capture_output=True, text=True, env=doctor_env(), cwd=ROOT)
-        fields = probe_fields(done.stdout)
-        if "STEPS_PER_S" not in fields:
-            raise SystemExit(f"no STEPS_PER_S from {cmd}: {done.stderr[-500:]}")
-        runs.append(("profiled" if profiled else "bare", fields, out, time.time() - t0))
-    res: dict[str, Any] = {"ratios": [], "one_time_s": [], "cpu_per_min": [], "priority": None}
-    for i in range(1, len(runs), 2):
-        _, f, out, wall = runs[i]
-        before, after = runs[i - 1][1], runs[i + 1][1]
-        ratio = f["STEPS_PER_S"] / statistics.fmean([before["STEPS_PER_S"], after["STEPS_PER_S"]])
-        assert out is not None
-        meta = json.loads((out / "meta.json").read_text())
-        res["priority"] = meta.get("doctor_priority")
-        minutes = max(float(meta["end_time"]) - float(meta["start_time"]), 1e-9) / 60
-        cpu = meta.get("doctor_cpu_s") or {}
-        per = {k: cpu.get(k, 0.0) / minutes for k in PARTS}
-        per["patient_writer"] = writer_cpu_s(out) / minutes
-        key = "MAIN_CPU_MS_PER_STEP"
-        if key in f and key in before and key in after:
-            extra_ms = f[key] - statistics.fmean([before[key], after[key]])
-            per["patient_hooks_main"] = extra_ms / 1000 * f["STEPS_PER_S"] * 60
-        res["ratios"].append(ratio)
-        res["cpu_per_min"].append(per)
-        print(f"run {len(res['ratios'])}: bare {before['STEPS_PER_S']:.3f} / {after['STEPS_PER_S']:.3f}, "
-              f"profiled {f['STEPS_PER_S']:.3f} steps/s; ratio {ratio:.4f}", flush=True)
+        procs[kind] = subprocess.Popen(cmds[kind], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                       env=doctor_env(), cwd=ROOT)
+        launch_to_step[kind] = wait_lines(logs[kind], 1) - t0
+        wait_lines(logs[kind], 10)
+        time.sleep(args.settle)
+        signal_tree(procs[kind].pid, signal.SIGSTOP)
+    blocks: list[tuple[str, float, float]] = []
+    running_s = 0.0  # the profiled tree's time awake, for CPU per minute
+    for i in range(2 * args.blocks + 1):
+        kind = "profiled" if i % 2 else "bare"
+        signal_tree(procs[kind].pid, signal.SIGCONT)
+        t0 = time.time()
+        time.sleep(args.seconds)
+        signal_tree(procs[kind].pid, signal.SIGSTOP)
+        t1 = time.time()
+        blocks.append((kind, t0 + args.settle_slot, t1))
+        if kind == "profiled":
+            running_s += t1 - t0
+    until.write_text("")
+    ended: dict[str, float] = {}
+    for kind in ("bare", "profiled"):  # one at a time: from waking to its exit, beside nothing else
+        t0 = time.time()
+        signal_tree(procs[kind].pid, signal.SIGCONT)
+        procs[kind].wait()
+        ended[kind] = time.time() - t0
+    report_s = ended["profiled"] - ended["bare"]  # beyond what the probe's own ending takes
+    steps = {k: read_steps(logs[k]) for k in logs}
+    rows = {k: cpu_rows(logs[k]) for k in logs}
+    bare_spans = [(t0, t1) for kind, t0, t1 in blocks if kind == "bare"]
+    typical = typical_seconds(steps["bare"], bare_spans)
+    typical_cpu = cpu_per_width(rows["bare"], bare_spans)
+    meta = json.loads((out / "meta.json").read_text()) if not args.control else {}
+    cpu = meta.get("doctor_cpu_s") or {}
+    res: dict[str, Any] = {"ratios": [], "one_time_s": [], "cpu_per_min": [], "priority": meta.get("doctor_priority")}
+    for i in range(1, len(blocks), 2):
+        _, t0, t1 = blocks[i]
+        around_v = [speed(steps["bare"], typical, b[1], b[2]) for b in (blocks[i - 1], blocks[i + 1])]
+        ok = [v for v in around_v if v is not None]
+        mine = speed(steps["profiled"], typical, t0, t1)
+        if mine is None or not ok:
+            print(f"slot {len(res['ratios']) + 1}: too few steps to compare", flush=True)
+            continue
+        res["ratios"].append(mine / statistics.fmean(ok))
+        print(f"slot {len(res['ratios'])}: bare {around_v[0] or float('nan'):.4f} / {around_v[1] or float('nan'):.4f}, "
+              f"profiled {mine:.4f} (speed vs a typical bare step); ratio {res['ratios'][-1]:.4f}", flush=True)
+    minutes = (running_s + launch_to_step["profiled"]) / 60
+    per = {k: cpu.get(k, 0.0) / minutes for k in PARTS}
+    per["patient_writer"] = writer_cpu_s(out) / minutes if not args.control else 0.0
+    spans = [(t0, t1) for kind, t0, t1 in blocks if kind == "profiled"]
+    extra = extra_cpu_s(rows["profiled"], typical_cpu, spans)
+    awake = sum(t1 - t0 for t0, t1 in spans) / 60
+    per["patient_hooks_main"] = extra / awake if extra is not None else float("nan")
+    res["cpu_per_min"].append(per)
+    res["start_s"] = launch_to_step["profiled"] - launch_to_step["bare"]
+    res["report_s"] = report_s
     return res
 
 
@@ -251,6 +336,9 @@ def summary(args: argparse.Namespace, res: dict[str, Any]) -> None:
         m, s = mean_se(res["one_time_s"])
         print(f"one-time cost per attach (gdb, install, detach, report): {m:.2f} ± {s:.2f} s of the patient's "
               f"work; the first session's: {res['one_time_s'][0]:.2f} s")
+    if "start_s" in res:
+        print(f"one-time cost of run: start-up {res['start_s']:+.2f} s before the first step (over a bare launch), "
+              f"report {res['report_s']:.2f} s after the last step (the patient has ended; the user waits)")
     print(f"doctor priority: {json.dumps(res['priority'])}")
     print("CPU seconds per minute, by part (mean ± SE over blocks):")
     for key in (*PARTS, "patient_writer", "patient_hooks_main"):
@@ -269,6 +357,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="threads/workers (default: all cores)")
     p.add_argument("--worker-ms", type=float, default=40.0, help="CPU ms per batch in a worker (default 40)")
     p.add_argument("--settle", type=float, default=2.0, help="attach: seconds after start-up before block 1")
+    p.add_argument("--control", action="store_true",
+                   help="run: an A/A test, both patients bare (the floor of the design)")
+    p.add_argument("--settle-slot", type=float, default=0.5,
+                   help="run: seconds at the start of each slot left out (caches refill after a stop)")
     p.add_argument("--settle-hooked", type=float, default=1.0,
                    help="attach: seconds after the install still counted as one-time (default 1)")
     p.add_argument("doctor_args", nargs="*", help="extra 'gpudoctor attach' options, after --")

@@ -7,6 +7,7 @@ real processes; nothing is timed. The lowering happens in subprocesses, never in
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -16,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from gpudoctor import priority
-from gpudoctor.samplers.pace import MAX_INTERVAL_S, Pace, StepClock
+from gpudoctor.analysis.model import time_mean
+from gpudoctor.samplers.host import HostSampler
+from gpudoctor.samplers.pace import MAX_INTERVAL_S, SATURATED_INTERVAL_S, SATURATED_PCT, Pace, StepClock
 from tests.conftest import gpudoctor_cmd
 
 IDLE = 3  # IOPRIO_CLASS_IDLE
@@ -154,6 +157,32 @@ def test_interval_grows_with_the_step_time(tmp_path: Path) -> None:
     assert pace.interval_s() == MAX_INTERVAL_S
     (events / "3.jsonl").write_text('{"k":"step","t":1.0')  # a line being written: read later, not parsed
     assert pace.interval_s() == MAX_INTERVAL_S
+
+
+def test_a_saturated_host_is_sampled_once_a_second_and_back_at_the_base_rate_when_a_core_frees() -> None:
+    pace = Pace(0.1, None)
+    sampler = HostSampler(os.getpid(), None, interval_s=0.1)
+    sampler.pace = pace
+    row = sampler.sample()
+    assert row is not None and pace.host_busy_pct == row["cpu_total_pct"]  # each tick tells its pace
+    pace.host_busy_pct = SATURATED_PCT
+    assert pace.interval_s() == SATURATED_INTERVAL_S
+    pace.host_busy_pct = SATURATED_PCT - 1
+    assert pace.interval_s() == 0.1
+    slow = Pace(0.1, None)
+    slow.base_s = 1.5  # an interval already longer (slow steps) is kept, never shortened
+    slow.host_busy_pct = 100.0
+    assert slow.interval_s() == 1.5
+
+
+def test_host_rates_are_weighed_by_the_seconds_each_row_covers() -> None:
+    """Eleven 0.1 s rows at 20% busy, then two 1 s rows at 100% (the sampler slowed when saturated):
+    1.1 s at 20% and 2 s at 100%, not the thirteen rows' plain mean (32%)."""
+    rows = [{"t": 0.1 * i, "cpu_total_pct": 20.0} for i in range(11)]
+    rows += [{"t": 2.0, "cpu_total_pct": 100.0}, {"t": 3.0, "cpu_total_pct": 100.0}]
+    assert time_mean(rows, "cpu_total_pct") == pytest.approx((1.1 * 20 + 2.0 * 100) / 3.1)
+    assert time_mean([{"t": 5.0, "cpu_total_pct": 40.0}], "cpu_total_pct") == 40.0
+    assert time_mean([{"t": 5.0, "cpu_total_pct": None}], "cpu_total_pct") is None
 
 
 SLOW_STEPS = textwrap.dedent("""

@@ -185,9 +185,26 @@ def _in_window(rows: list[dict[str, Any]], lo: float, hi: float) -> list[dict[st
     return [r for r in rows if isinstance(r.get("t"), (int, float)) and lo <= r["t"] <= hi]
 
 
-def _mean(values: list[float]) -> float | None:
-    vals = [v for v in values if v is not None]
-    return statistics.fmean(vals) if vals else None
+def time_mean(rows: list[dict[str, Any]], key: str) -> float | None:
+    """Mean of a host row's rate figure, each row weighed by the seconds it covers.
+
+    A row's rates are counter differences since the previous row, and the host
+    sampler's interval changes (it follows the step time and slows on a saturated
+    host: samplers.pace), so an unweighted mean would favour the fast-sampled stretches.
+    """
+    timed = sorted((r["t"], r.get(key)) for r in rows if isinstance(r.get("t"), (int, float)))
+    pairs: list[tuple[float, float]] = []
+    for i, (t, value) in enumerate(timed):
+        if not isinstance(value, (int, float)):
+            continue
+        gap = t - timed[i - 1][0] if i else (timed[1][0] - t if len(timed) > 1 else 1.0)
+        pairs.append((float(value), max(gap, 0.0)))
+    if not pairs:
+        return None
+    weight = sum(w for _, w in pairs)
+    if weight <= 0:
+        return statistics.fmean(v for v, _ in pairs)
+    return sum(v * w for v, w in pairs) / weight
 
 
 def _loop_window(leads: list[ProcessView], start: float, end: float) -> tuple[float, float]:
@@ -204,15 +221,15 @@ def _host_stats(rec: Recording, leads: list[ProcessView]) -> HostStats:
     rows = _in_window(rec.host, lo, hi) or rec.host
     if not cores and rows and rows[0].get("cpu_percore_pct"):
         cores = len(rows[0]["cpu_percore_pct"])
-    run_pct = _mean([r.get("cpu_proc_pct") for r in rows])
+    run_pct = time_mean(rows, "cpu_proc_pct")
     rss = [r.get("rss_mib") for r in rec.host if r.get("rss_mib") is not None]
     return HostStats(
         cores=cores,
-        cpu_total_pct=_mean([r.get("cpu_total_pct") for r in rows]),
+        cpu_total_pct=time_mean(rows, "cpu_total_pct"),
         cpu_run_cores=(run_pct / 100.0) if run_pct is not None else None,
-        iowait_pct=_mean([r.get("iowait_pct") for r in rows]),
-        read_mib_s=_mean([r.get("read_mib_s") for r in rows]),
-        disk_read_mib_s=_mean([r.get("disk_read_mib_s") for r in rows]),
+        iowait_pct=time_mean(rows, "iowait_pct"),
+        read_mib_s=time_mean(rows, "read_mib_s"),
+        disk_read_mib_s=time_mean(rows, "disk_read_mib_s"),
         rss_max_mib=max(rss) if rss else None,
         samples=len(rec.host),
     )

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import statistics
-
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis import timeline as tl
+from gpudoctor.analysis.model import time_mean
 from gpudoctor.rules.account import claim
 from gpudoctor.rules.base import Finding, Fix, Rule, pct
 
@@ -99,13 +98,13 @@ class StartupIdle(Rule):
 def _cores_during(a: Analysis, spans: list[tuple[float, float]]) -> tuple[float | None, float]:
     """(cores the run kept busy, cores other programs kept busy) in the host samples inside ``spans``."""
     rows = [r for r in a.rec.host if any(lo <= r.get("t", -1.0) <= hi for lo, hi in spans)]
-    run = [r["cpu_proc_pct"] / 100.0 for r in rows if isinstance(r.get("cpu_proc_pct"), (int, float))]
-    if not run:
+    run_pct = time_mean(rows, "cpu_proc_pct")
+    if run_pct is None:
         return None, 0.0
-    used = statistics.fmean(run)
-    total = [r["cpu_total_pct"] / 100.0 * (a.host.cores or 1) for r in rows
-             if isinstance(r.get("cpu_total_pct"), (int, float))]
-    return used, max(0.0, (statistics.fmean(total) if total else used) - used)
+    used = run_pct / 100.0
+    total_pct = time_mean(rows, "cpu_total_pct")
+    total = total_pct / 100.0 * (a.host.cores or 1) if total_pct is not None else used
+    return used, max(0.0, total - used)
 
 
 def _parallel_map(used: float | None, others: float, cores: int) -> int | None:

@@ -96,6 +96,8 @@ class HostSampler(Sampler):
         row.update(self._cpu_row())
         row.update(self._disk_row(dt))
         row["mem_available_mib"] = round(psutil.virtual_memory().available / _MIB, 1)
+        if self.pace is not None:  # a saturated host is sampled less often (samplers.pace)
+            self.pace.host_busy_pct = row.get("cpu_total_pct")
         return row
 
     # -- the process tree -----------------------------------------------------
