@@ -228,6 +228,16 @@ def test_html_escapes_every_run_string(hostile: dict) -> None:
     assert html.count("&lt;script&gt;") >= 10
 
 
+def test_html_shows_inline_code_as_code_and_a_forged_backtick_stays_escaped(sample: dict) -> None:
+    report = copy.deepcopy(sample)
+    top = report["findings"][0]
+    top["fix"]["summary"] = "Run with `--num-workers 1` instead of `<script>x</script>`; `unclosed"
+    html = HtmlRenderer().render(report)
+    assert "Run with <code>--num-workers 1</code> instead of <code>&lt;script&gt;x&lt;/script&gt;</code>" in html
+    assert "; `unclosed" in html  # a lone backtick is text
+    assert "<script>x" not in html
+
+
 def test_html_is_self_contained(sample: dict) -> None:
     html = HtmlRenderer().render(sample)
     assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", html, re.I)

@@ -8,6 +8,7 @@ escaped in :mod:`gpudoctor.render.charts`, are inserted as markup.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,22 @@ def environment() -> Any:
         lstrip_blocks=True,
     )
     env.filters["human_time"] = fmt_time  # an ISO start time as "2026-11-24 01:55:38 UTC"
+    env.filters["code_spans"] = code_spans
     return env
+
+
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def code_spans(text: Any) -> Any:
+    """A finding's text with its `inline code` (the Markdown form every renderer shares) as <code>.
+
+    The whole string is escaped first, so a backtick in the run's own strings can only
+    ever produce a ``<code>`` element around already-escaped text, never markup.
+    """
+    from markupsafe import Markup, escape  # Jinja2's own dependency, imported with it (lazily)
+
+    return Markup(_CODE_SPAN.sub(r"<code>\1</code>", str(escape(str(text)))))
 
 
 def markup(svg: str) -> Any:
