@@ -15,6 +15,8 @@ from pathlib import Path
 
 from gpudoctor._version import __version__
 from gpudoctor.errors import UserError
+from gpudoctor.sweep.cli_args import DESCRIPTION as SWEEP_DESCRIPTION
+from gpudoctor.sweep.cli_args import add_arguments as add_sweep_arguments
 
 
 class _Parser(argparse.ArgumentParser):
@@ -190,12 +192,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mfu", type=_bounded(0, 1), default=None,
                    help="assumed model FLOPs utilization for predictions (default hardware.mfu, 0.4)")
 
-    from gpudoctor.sweep.cli_args import DESCRIPTION, add_arguments
-
-    p = sub.add_parser("sweep", help="measure a grid of worker/batch settings", description=DESCRIPTION)
+    p = sub.add_parser("sweep", help="measure a grid of worker/batch settings", description=SWEEP_DESCRIPTION)
     p.add_argument("config", type=Path, nargs="?", help="replay config YAML (see sample_configs/README.md)")
     _common(p)
-    add_arguments(p)
+    add_sweep_arguments(p)
 
     p = sub.add_parser("report", help="render a saved run (.html, .md or .json by OUT's extension)",
                        description="Re-render a saved run: a run folder is analysed again from its "
