@@ -34,7 +34,8 @@ event writer's thread in the patient (its ``exit``/``detach`` event) and the
 hooks (the patient's main-thread CPU per step over a bare step's). Usage::
 
     python bench/saturated_overhead.py --mode attach --patient threads --blocks 8 --seconds 30
-    python bench/saturated_overhead.py --mode run --patient both --blocks 8 --seconds 30
+    python bench/saturated_overhead.py --mode run --patient threads --pairs 4 --blocks 8 --seconds 10
+    python bench/saturated_overhead.py --mode run --patient threads --pairs 4 --blocks 8 --seconds 10 --control
     python bench/saturated_overhead.py --mode attach --patient workers --blocks 2 --seconds 5   # smoke
 
 Numbers taken while anything else runs on the machine are noise: measure on a quiet host.
@@ -229,6 +230,32 @@ def wait_lines(log: Path, n: int, limit_s: float = 180.0) -> float:
 
 
 def run_mode(args: argparse.Namespace, tmp: Path, pargs: list[str]) -> dict[str, Any]:
+    """``--pairs`` pairs of patients, ``--blocks`` profiled slots shared out among them.
+
+    Two processes of the same probe differ by themselves (A/A pairs, ``--control``, gave
+    pair means from 0.918 to 1.146 on this VM), so the pair, not the slot, is the unit of
+    replication: the summary's standard error is taken over the pairs' means when there are several.
+    """
+    per_pair = math.ceil(args.blocks / args.pairs)
+    res: dict[str, Any] = {"ratios": [], "one_time_s": [], "cpu_per_min": [], "priority": None,
+                           "pair_means": [], "start_s": [], "report_s": []}
+    for k in range(args.pairs):
+        one = run_pair(args, tmp / f"pair-{k}", pargs, per_pair)
+        if not one["ratios"]:
+            print(f"pair {k + 1}: no slot could be compared", flush=True)
+            continue
+        print(f"pair {k + 1}: geometric mean {math.exp(statistics.fmean(math.log(r) for r in one['ratios'])):.4f} "
+              f"over {len(one['ratios'])} slots", flush=True)
+        res["pair_means"].append(math.exp(statistics.fmean(math.log(r) for r in one["ratios"])))
+        for key in ("ratios", "cpu_per_min"):
+            res[key] += one[key]
+        res["start_s"].append(one["start_s"])
+        res["report_s"].append(one["report_s"])
+        res["priority"] = one["priority"]
+    return res
+
+
+def run_pair(args: argparse.Namespace, tmp: Path, pargs: list[str], slots: int) -> dict[str, Any]:
     """Two long patients, one bare and one under ``gpudoctor run``, never running at once.
 
     Separate runs cannot resolve 1% here: back-to-back bare runs of the same fixed work
@@ -238,6 +265,7 @@ def run_mode(args: argparse.Namespace, tmp: Path, pargs: list[str]) -> dict[str,
     The one-time costs are the doctor's start-up (launch to first step, over the bare
     patient's, each started alone) and its report after the patient ends.
     """
+    tmp.mkdir()
     until = tmp / "until"
     common = ["--seconds", "100000", "--until-file", str(until), *pargs]
     logs = {k: tmp / f"{k}.log" for k in ("bare", "profiled")}
@@ -263,7 +291,7 @@ def run_mode(args: argparse.Namespace, tmp: Path, pargs: list[str]) -> dict[str,
         signal_tree(procs[kind].pid, signal.SIGSTOP)
     blocks: list[tuple[str, float, float]] = []
     running_s = 0.0  # the profiled tree's time awake, for CPU per minute
-    for i in range(2 * args.blocks + 1):
+    for i in range(2 * slots + 1):
         kind = "profiled" if i % 2 else "bare"
         signal_tree(procs[kind].pid, signal.SIGCONT)
         t0 = time.time()
@@ -336,9 +364,16 @@ def summary(args: argparse.Namespace, res: dict[str, Any]) -> None:
         m, s = mean_se(res["one_time_s"])
         print(f"one-time cost per attach (gdb, install, detach, report): {m:.2f} ± {s:.2f} s of the patient's "
               f"work; the first session's: {res['one_time_s'][0]:.2f} s")
-    if "start_s" in res:
-        print(f"one-time cost of run: start-up {res['start_s']:+.2f} s before the first step (over a bare launch), "
-              f"report {res['report_s']:.2f} s after the last step (the patient has ended; the user waits)")
+    if len(res.get("pair_means", [])) > 1:
+        pl = [math.log(r) for r in res["pair_means"]]
+        pse = gm * statistics.stdev(pl) / math.sqrt(len(pl))
+        print(f"over {len(pl)} pairs of processes (the unit of replication): standard error {pse:.4f}; "
+              f"pair means {', '.join(f'{r:.4f}' for r in res['pair_means'])}")
+    if res.get("start_s"):
+        m, se = mean_se(res["start_s"])
+        r, rse = mean_se(res["report_s"])
+        print(f"one-time cost of run: start-up {m:+.2f} ± {se:.2f} s before the first step (over a bare launch), "
+              f"report {r:.2f} ± {rse:.2f} s after the last step (the patient has ended; the user waits)")
     print(f"doctor priority: {json.dumps(res['priority'])}")
     print("CPU seconds per minute, by part (mean ± SE over blocks):")
     for key in (*PARTS, "patient_writer", "patient_hooks_main"):
@@ -357,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="threads/workers (default: all cores)")
     p.add_argument("--worker-ms", type=float, default=40.0, help="CPU ms per batch in a worker (default 40)")
     p.add_argument("--settle", type=float, default=2.0, help="attach: seconds after start-up before block 1")
+    p.add_argument("--pairs", type=int, default=1,
+                   help="run: pairs of patients, the --blocks shared out among them (default 1)")
     p.add_argument("--control", action="store_true",
                    help="run: an A/A test, both patients bare (the floor of the design)")
     p.add_argument("--settle-slot", type=float, default=0.5,

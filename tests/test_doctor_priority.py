@@ -19,7 +19,13 @@ import pytest
 from gpudoctor import priority
 from gpudoctor.analysis.model import time_mean
 from gpudoctor.samplers.host import HostSampler
-from gpudoctor.samplers.pace import MAX_INTERVAL_S, SATURATED_INTERVAL_S, SATURATED_PCT, Pace, StepClock
+from gpudoctor.samplers.pace import (
+    MAX_INTERVAL_S,
+    SATURATED_INTERVAL_S,
+    SATURATED_PCT,
+    Pace,
+    StepClock,
+)
 from tests.conftest import gpudoctor_cmd
 
 IDLE = 3  # IOPRIO_CLASS_IDLE
