@@ -188,6 +188,10 @@ def test_host_rates_are_weighed_by_the_seconds_each_row_covers() -> None:
     rows += [{"t": 2.0, "cpu_total_pct": 100.0}, {"t": 3.0, "cpu_total_pct": 100.0}]
     assert time_mean(rows, "cpu_total_pct") == pytest.approx((1.1 * 20 + 2.0 * 100) / 3.1)
     assert time_mean([{"t": 5.0, "cpu_total_pct": 40.0}], "cpu_total_pct") == 40.0
+    # rows of two windows 95 s apart: the later window's first row covers one interval, not the gap
+    apart = [{"t": 0.0, "cpu_total_pct": 0.0}, {"t": 1.0, "cpu_total_pct": 0.0},
+             {"t": 96.0, "cpu_total_pct": 100.0}, {"t": 97.0, "cpu_total_pct": 100.0}]
+    assert time_mean(apart, "cpu_total_pct") == pytest.approx(100.0 * (MAX_INTERVAL_S + 1.0) / (MAX_INTERVAL_S + 3.0))
     assert time_mean([{"t": 5.0, "cpu_total_pct": None}], "cpu_total_pct") is None
 
 

@@ -13,6 +13,7 @@ from gpudoctor.analysis.process import ProcessView, build_process_view, padding_
 from gpudoctor.analysis.sampled import load_stack_rows, sampled_events
 from gpudoctor.recording.store import Recording
 from gpudoctor.report_schema import BREAKDOWN_KEYS
+from gpudoctor.samplers.pace import MAX_INTERVAL_S
 
 
 @dataclass
@@ -191,6 +192,8 @@ def time_mean(rows: list[dict[str, Any]], key: str) -> float | None:
     A row's rates are counter differences since the previous row, and the host
     sampler's interval changes (it follows the step time and slows on a saturated
     host: samplers.pace), so an unweighted mean would favour the fast-sampled stretches.
+    A gap longer than the sampler's longest interval is rows left out between (``rows``
+    from several windows), so a row never weighs more than that interval.
     """
     timed = sorted((r["t"], r.get(key)) for r in rows if isinstance(r.get("t"), (int, float)))
     pairs: list[tuple[float, float]] = []
@@ -198,7 +201,7 @@ def time_mean(rows: list[dict[str, Any]], key: str) -> float | None:
         if not isinstance(value, (int, float)):
             continue
         gap = t - timed[i - 1][0] if i else (timed[1][0] - t if len(timed) > 1 else 1.0)
-        pairs.append((float(value), max(gap, 0.0)))
+        pairs.append((float(value), min(max(gap, 0.0), MAX_INTERVAL_S)))
     if not pairs:
         return None
     weight = sum(w for _, w in pairs)
