@@ -167,6 +167,7 @@ def attach_mode(args: argparse.Namespace, tmp: Path, pargs: list[str]) -> dict[s
     steps, rows = read_steps(log), cpu_rows(log)
     bare_spans = [(t0, t1) for kind, t0, t1, _ in blocks if kind == "bare"]
     typical = typical_seconds(steps, bare_spans)
+    typical_cpu = cpu_per_width(rows, bare_spans)
     res: dict[str, Any] = {"ratios": [], "one_time_s": [], "cpu_per_min": [], "priority": None}
     for i, (kind, t0, t1, out) in enumerate(blocks):
         if kind != "attached" or out is None:
@@ -194,7 +195,7 @@ def attach_mode(args: argparse.Namespace, tmp: Path, pargs: list[str]) -> dict[s
         per = {k: s["cpu"].get(k, 0.0) / minutes for k in PARTS}
         hooked_min = max((b - a) / 60, 1e-9)
         per["patient_writer"] = writer_cpu_s(out) / hooked_min
-        extra = extra_cpu_s(rows, cpu_per_width(rows, bare_spans), [(a, b)])
+        extra = extra_cpu_s(rows, typical_cpu, [(a, b)])
         per["patient_hooks_main"] = extra / hooked_min if extra is not None else float("nan")
         res["cpu_per_min"].append(per)
         print(f"block {len(res['ratios'])}: steady {b - a:.1f} s, ratio {ratio:.4f}; one-time {lost:+.2f} s "
