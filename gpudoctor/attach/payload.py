@@ -28,7 +28,7 @@ from gpudoctor.attach.lock import pid_alive
 from gpudoctor.hooks import torch_hooks
 from gpudoctor.hooks.hf_hooks import trainer_event
 
-WATCH_S = 0.5
+WATCH_S = 1.0  # a wake of ours takes the patient's GIL: the detach may wait this long, the training not
 
 
 class _State:

@@ -28,10 +28,12 @@ from gpudoctor.attach.lock import pid_alive
 from gpudoctor.attach.stacks import StackSampler
 from gpudoctor.attach.window import AttachRecord, TargetRecord
 from gpudoctor.errors import UserError
+from gpudoctor.proctree import ProcTree
 from gpudoctor.recorder import Recorder, RecorderOptions, default_out, doctor_cpu
 from gpudoctor.recording.store import RunFolder
 
 POLL_S = 0.2
+HOOKED_POLL_S = 1.0  # every target hooked or refused: nothing waits on a status file, the doctor sleeps longer
 RESCAN_S = 2.0
 DETACH_WAIT_S = 5.0
 HOOKED_RATE_DIVISOR = 4  # with exact in-process figures, stack samples are only a cross-check
@@ -78,6 +80,7 @@ class AttachSession:
         self._injecting: dict[int, threading.Thread] = {}
         self._ending = threading.Event()  # injections still waiting for a safe moment give up
         self._launcher = targets.is_launcher(root)
+        self.procs = ProcTree(root.pid)  # rescanned every RESCAN_S under a launcher: only new pids are read
         self._lock = threading.Lock()
         self.recorder = Recorder(self.folder, RecorderOptions(
             mode="attach", command=_cmdline(root), interval_s=options.interval_s,
@@ -135,15 +138,23 @@ class AttachSession:
                 t0 = time.thread_time()
                 view.tick()
                 self.live_cpu_s += time.thread_time() - t0
-            self.stop.event.wait(POLL_S)
+            wait = POLL_S if self._pending() else HOOKED_POLL_S
+            self.stop.event.wait(wait if deadline is None else max(0.0, min(wait, deadline - time.time())))
         self.record.end_time = time.time()
+
+    def _pending(self) -> bool:
+        """Something waits on a short poll: no target yet, or one not yet installed nor refused."""
+        if not self.options.inject:
+            return False
+        recs = list(self.record.targets.values())
+        return not recs or any(r.installed_at is None and not r.error for r in recs)
 
     # -- hooks in ---------------------------------------------------------------------
     def _scan(self) -> None:
         """Hook training processes not seen before (ranks of a launcher appear late)."""
         if not self.options.inject or (self.record.targets and not self._launcher):
             return
-        for t in targets.training_targets(self.root):
+        for t in targets.training_targets(self.root, self.procs):
             with self._lock:
                 if t.pid in self.record.targets:
                     continue

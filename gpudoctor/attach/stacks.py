@@ -45,6 +45,7 @@ from gpudoctor.attach import scratch, targets
 from gpudoctor.attach.classify import Frame, classify
 from gpudoctor.attach.lock import pid_alive
 from gpudoctor.errors import UserError
+from gpudoctor.proctree import ProcTree
 from gpudoctor.samplers.base import RowWriter
 
 # "Process 12 Thread 12 ..." with --subprocesses, "Thread 12 ..." without
@@ -78,6 +79,7 @@ class StackSampler:
         self._stop = threading.Event()
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._described: dict[int, dict[str, Any]] = {}
+        self._tree = ProcTree(root_pid)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         # py-spy's output: in the doctor's private scratch folder (removed by the next attach if we die)
@@ -193,8 +195,7 @@ class StackSampler:
         makes py-spy rescan /proc all the time, ~3x the CPU of separate samplers.
         """
         try:
-            root = psutil.Process(self.root_pid)
-            tree = [root, *root.children(recursive=True)]
+            tree = self._tree.refresh()
         except psutil.Error:
             return []
         hooked = set(self.hooked)

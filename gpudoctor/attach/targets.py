@@ -19,6 +19,7 @@ import psutil
 from gpudoctor.attach import symbols
 from gpudoctor.attach.inject import permission_hint
 from gpudoctor.errors import UserError
+from gpudoctor.proctree import ProcTree
 
 LAUNCHER_SCRIPTS = {"torchrun", "accelerate", "deepspeed"}
 LAUNCHER_MODULES = {"torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch"}
@@ -103,11 +104,17 @@ def launcher_cmdline(argv: list[str]) -> bool:
     return any(a == "-m" and b in LAUNCHER_MODULES for a, b in zip(argv, argv[1:], strict=False))
 
 
-def training_targets(root: psutil.Process) -> list[Target]:
-    """The ranks under a launcher, else the root if it runs Python, else the topmost Python descendants."""
+def training_targets(root: psutil.Process, procs: ProcTree | None = None) -> list[Target]:
+    """The ranks under a launcher, else the root if it runs Python, else the topmost Python descendants.
+
+    ``procs``, a :class:`ProcTree` of ``root`` kept by the caller, saves reading every process on
+    the machine when this is asked again and again (a launcher's ranks appear late).
+    """
     try:
-        tree = [root, *root.children(recursive=True)]
+        tree = procs.refresh() if procs is not None else [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
+        return []
+    if not tree:
         return []
     ranks = {p.pid: environ_rank(p) for p in tree}
     if ranks[root.pid] is not None:

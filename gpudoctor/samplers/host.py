@@ -3,8 +3,9 @@
 It runs at ~10 Hz beside training on boxes with few cores, so a tick reads only
 a few ``/proc`` files per process and computes every rate from deltas it keeps
 itself (psutil's ``cpu_percent`` keeps module-global state that another caller
-would disturb). The tree (``children(recursive=True)`` scans every process on
-the machine) is refreshed only every ``tree_refresh_s``; a process that appears
+would disturb). The tree is refreshed every ``tree_refresh_s`` by
+:class:`gpudoctor.proctree.ProcTree` (only processes new since the last
+refresh are read, not every process on the machine); a process that appears
 after sampling began is counted from its creation (CPU and I/O counters start
 at zero), so workers found late lose nothing. A process that exits loses only
 its last partial tick.
@@ -36,6 +37,7 @@ from typing import Any
 
 import psutil
 
+from gpudoctor.proctree import ProcTree
 from gpudoctor.samplers.base import RowWriter, Sampler
 
 _MIB = 1024 * 1024
@@ -73,10 +75,7 @@ class HostSampler(Sampler):
         self._prev_mono = time.monotonic()
         self._prev_cpu = psutil.cpu_times(percpu=True)
         self._prev_disk = self._disk_counters()
-        try:  # kept, so a reused pid after the root exits is not mistaken for it
-            self._root: psutil.Process | None = psutil.Process(root_pid)
-        except psutil.NoSuchProcess:
-            self._root = None
+        self.tree = ProcTree(root_pid)
         self._refresh_tree(prime=True)
         self._tree_counters(dt=None)  # baseline for the first tick's rates
 
@@ -105,11 +104,7 @@ class HostSampler(Sampler):
     def _refresh_tree(self, prime: bool) -> None:
         """Re-list the tree; keep counters of known pids, start new ones at zero."""
         self._last_scan = time.monotonic()
-        root = self._root
-        try:
-            procs = [root, *root.children(recursive=True)] if root and root.is_running() else []
-        except psutil.NoSuchProcess:
-            procs = []
+        procs = self.tree.refresh()
         tracked: dict[int, _Tracked] = {}
         for proc in procs:
             old = self._tracked.get(proc.pid)

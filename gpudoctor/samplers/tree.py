@@ -22,6 +22,7 @@ from typing import Any
 
 import psutil
 
+from gpudoctor.proctree import ProcTree
 from gpudoctor.samplers.base import RowWriter, Sampler
 from gpudoctor.samplers.nvml import Nvml
 
@@ -47,6 +48,7 @@ class TreeSampler(Sampler):
         self.peak_gpu_mem_mib: float | None = None
         self.gpu_util: list[tuple[float, float]] = []  # (epoch s, busy %)
         self._t = 0.0
+        self._procs: ProcTree | None = None
 
     def __enter__(self) -> TreeSampler:
         self.start()
@@ -78,9 +80,10 @@ class TreeSampler(Sampler):
         return row
 
     def _tree(self) -> tuple[set[int], float]:
+        if self._procs is None or self._procs.root is None:  # not started yet: look again next tick
+            self._procs = ProcTree(self.pid)
         try:
-            root = psutil.Process(self.pid)
-            procs = [root, *root.children(recursive=True)]
+            procs = self._procs.refresh()
         except psutil.Error:
             return set(), 0.0
         total = 0
