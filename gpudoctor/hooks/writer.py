@@ -134,7 +134,7 @@ class EventWriter:
                     path = self.run_dir / "events" / f"{os.getpid()}.jsonl"
                     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
                     self._fh = safefs.open_append(path, 0o600)  # never through a planted link or FIFO
-                self._fh.write("".join(json.dumps(e, separators=(",", ":"), default=_as_text) + "\n" for e in events))
+                self._fh.write("".join(_ENCODER.encode(e) + "\n" for e in events))
                 self._fh.flush()
             except OSError as exc:  # disk full / folder gone: stop recording, never hurt the patient
                 self.enabled = False
@@ -161,6 +161,18 @@ class EventWriter:
             self._close_file()
         if not exiting:  # a detached writer has nothing left to do at exit (attach may come back many times)
             atexit.unregister(self.close)
+
+
+def _as_text(value: Any) -> str:
+    """JSON's fallback for a value it cannot encode; an object that cannot print is named."""
+    try:
+        return str(value)
+    except Exception:
+        return f"<unprintable {type(value).__name__}>"
+
+
+# One encoder for every line: json.dumps with options builds a new one per call (~30% of the flush's CPU)
+_ENCODER = json.JSONEncoder(separators=(",", ":"), default=_as_text)
 
 
 def _name_thread(name: bytes) -> None:
@@ -206,14 +218,6 @@ def _proc_event() -> dict[str, Any]:
         "libs": redact_mapping(libs),  # a local build's version string can carry anything
         "python": sys.version.split()[0],
     }
-
-
-def _as_text(value: Any) -> str:
-    """JSON's fallback for a value it cannot encode; an object that cannot print is named."""
-    try:
-        return str(value)
-    except Exception:
-        return f"<unprintable {type(value).__name__}>"
 
 
 def _int_env(value: str | None) -> int | None:
