@@ -27,6 +27,7 @@ from gpudoctor import hooks
 from gpudoctor.attach.lock import pid_alive
 from gpudoctor.hooks import torch_hooks
 from gpudoctor.hooks.hf_hooks import trainer_event
+from gpudoctor.hooks.writer import name_thread
 
 WATCH_S = 1.0  # a wake of ours takes the patient's GIL: the detach may wait this long, the training not
 
@@ -239,6 +240,7 @@ def detach(reason: str) -> None:
 
 
 def _watch() -> None:
+    name_thread(b"gd-attach-watch")  # its CPU and wakes can be told apart in /proc (bench/doctor_wakes.py)
     flag = os.path.join(_state.control_dir, "detach")
     while _state.active:
         time.sleep(WATCH_S)

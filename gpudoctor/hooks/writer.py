@@ -90,7 +90,7 @@ class EventWriter:
         self._thread.start()
 
     def _loop(self) -> None:
-        _name_thread(b"gd-writer")
+        name_thread(b"gd-writer")
         while not self._stop.wait(self.flush_s):
             self.flush()
             self._cpu_s = time.thread_time()
@@ -175,8 +175,12 @@ def _as_text(value: Any) -> str:
 _ENCODER = json.JSONEncoder(separators=(",", ":"), default=_as_text)
 
 
-def _name_thread(name: bytes) -> None:
-    """Name the flush thread for the kernel (``/proc/<pid>/task/*/comm``): its CPU can be told apart."""
+def name_thread(name: bytes) -> None:
+    """Name the calling thread for the kernel (``/proc/<pid>/task/*/comm``): its CPU can be told apart.
+
+    Not :func:`gpudoctor.priority.name_thread`: this runs in the patient, where importing that
+    module would run ``ctypes.util.find_library`` (a subprocess) in the training process.
+    """
     with contextlib.suppress(Exception):
         import ctypes
 
