@@ -97,6 +97,25 @@ def test_gdb_runs_normal_and_pyspy_nice_under_an_idle_doctor() -> None:
     assert (got["spy"][16], got["spy"][38]) == ("19", "0")
 
 
+SWITCH = textwrap.dedent("""
+    import sys
+    from gpudoctor import priority
+    before = sys.getswitchinterval()
+    priority.lower_doctor()
+    lowered = sys.getswitchinterval()
+    priority.restore_doctor()
+    print(before, lowered, sys.getswitchinterval())
+""")
+
+
+def test_an_idle_doctor_asks_for_the_gil_ten_times_a_second_not_two_hundred() -> None:
+    """Its threads hold the GIL while the patient preempts them; one waiting must not wake every 5 ms."""
+    done = subprocess.run([sys.executable, "-c", SWITCH], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    before, lowered, restored = map(float, done.stdout.split())
+    assert (before, lowered, restored) == pytest.approx((0.005, priority.IDLE_SWITCH_S, 0.005))
+
+
 PATIENT = "import time\nwhile True:\n    sum(range(10000)); time.sleep(0.001)\n"
 
 
