@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import shutil
 import signal
 import subprocess
@@ -20,6 +19,7 @@ from typing import Any, Protocol
 
 from gpudoctor import priority
 from gpudoctor.errors import UserError
+from gpudoctor.pids import ExitWaiter
 from gpudoctor.pipeline import finish
 from gpudoctor.recorder import Recorder, RecorderOptions, child_env, default_out
 from gpudoctor.recording.store import RunFolder
@@ -192,13 +192,9 @@ WAIT_TICK_S = 1.0  # the doctor's main thread wakes this often while the trainin
 
 
 def _wait(proc: subprocess.Popen[bytes], handler: _Interrupts, limit: Limit | None = None) -> int:
-    """Wait for the child; a second interrupt gives it 5 s before it is killed.
-
-    Why not ``proc.wait(timeout)``: with a timeout CPython polls ``waitpid`` every 50 ms or less,
-    ~20 wakes a second of the doctor for the whole run, each one taking a core from a training
-    that keeps every core busy. A pidfd sleeps in the kernel until the child exits.
-    """
-    exited = _ExitWaiter(proc)
+    """Wait for the child (asleep in the kernel: :class:`ExitWaiter`); a second interrupt gives
+    it 5 s before it is killed."""
+    exited = ExitWaiter(proc)
     deadline = None
     try:
         while True:
@@ -213,31 +209,6 @@ def _wait(proc: subprocess.Popen[bytes], handler: _Interrupts, limit: Limit | No
                 proc.kill()
     finally:
         exited.close()
-
-
-class _ExitWaiter:
-    """Waits for a child's exit on its pidfd (Linux 5.3+), else through ``Popen.wait``'s polling."""
-
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
-        self.proc = proc
-        self.fd: int | None = None
-        with contextlib.suppress(AttributeError, OSError):  # no pidfd here: Popen.wait's polling
-            self.fd = os.pidfd_open(proc.pid)
-
-    def wait(self, timeout: float) -> int | None:
-        """The exit status, or None if the child still runs after ``timeout`` seconds."""
-        if self.fd is None:
-            try:
-                return self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                return None
-        ready, _, _ = select.select([self.fd], [], [], timeout)  # a signal's handler runs, then this resumes
-        return self.proc.wait() if ready else None
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
 
 
 def _exit_code(code: int) -> int:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.pids import ExitWaiter
 from gpudoctor.recorder import child_env
 from gpudoctor.samplers.nvml import Nvml
 from gpudoctor.samplers.tree import TreeSampler
@@ -158,16 +159,14 @@ def _wait(
     own session, so Ctrl-C reaches only us: stop it before leaving.
     """
     deadline = time.monotonic() + timeout_s
+    exited = ExitWaiter(proc)  # asleep in the kernel, not polling beside the trial being timed
     try:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            try:
-                proc.wait(timeout=min(left, POLL_S) if check else left)
+            if exited.wait(min(left, POLL_S) if check else left) is not None:
                 return False
-            except subprocess.TimeoutExpired:
-                pass
             pruned = check() if check else None
             if pruned is not None:
                 _stop(proc)
@@ -175,6 +174,8 @@ def _wait(
     except KeyboardInterrupt:
         _stop(proc)
         raise
+    finally:
+        exited.close()
     _stop(proc)
     return True
 
