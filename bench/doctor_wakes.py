@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -72,7 +73,7 @@ def rates(before: Counts, after: Counts, seconds: float) -> dict[str, tuple[floa
     return out
 
 
-def window(read, seconds: float) -> dict[str, tuple[float, float, float]]:  # noqa: ANN001 (a reader of Counts)
+def window(read: Callable[[], Counts], seconds: float) -> dict[str, tuple[float, float, float]]:
     before = read()
     time.sleep(seconds)
     return rates(before, read(), seconds)
