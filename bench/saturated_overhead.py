@@ -18,14 +18,17 @@ install) and from the detach to the doctor's exit (detach, report) are the
 the *steady state*, compared with the bare blocks either side (speed weighted by
 each step's batch width, as in attach_overhead.py).
 
-``--mode run``: two long patients, one bare and one under ``gpudoctor run``,
-taking turns (each whole tree, the doctor included, SIGSTOPped while the other
-runs): bare, profiled, bare, ... slots of ``--seconds``, each profiled slot
-against the bare slots either side, as above. Separate runs cannot resolve 1%
-here: bare runs of the same fixed work differ by up to 20% on this VM. The
-one-time costs are the doctor's start-up (launch to first step, over the bare
-patient's, each started alone) and its report after the patient's last step.
-``--control`` runs the "profiled" patient bare too: an A/A test, the design's floor.
+``--mode run``: ONE long patient under ``gpudoctor run``, bare and profiled
+slots of ``--seconds`` interleaved: in a bare slot the patient's hooks are
+removed (the probe's ``--toggle-hooks``: SIGUSR1 runs ``hooks.uninstall()``,
+SIGUSR2 installs them again) and the doctor's process is stopped (SIGSTOP), so
+nothing of run's is left but memory; each profiled slot is compared with the
+bare slots either side, as above. Two separate processes cannot resolve 1% here
+(bare runs of the same fixed work differ by up to 20% on this VM; A/A pairs of
+processes gave means from 0.918 to 1.146), one process can. The one-time costs
+are the doctor's start-up (launch to first step, over a bare launch's, each
+alone) and its report after the patient's last step. ``--control`` never
+switches run's parts back on: an A/A test, the design's floor.
 
 Both print the geometric mean of profiled/bare over the blocks with its standard
 error, and the doctor's CPU seconds per minute by part (meta.json
@@ -34,8 +37,8 @@ event writer's thread in the patient (its ``exit``/``detach`` event) and the
 hooks (the patient's main-thread CPU per step over a bare step's). Usage::
 
     python bench/saturated_overhead.py --mode attach --patient threads --blocks 8 --seconds 30
-    python bench/saturated_overhead.py --mode run --patient threads --pairs 4 --blocks 8 --seconds 10
-    python bench/saturated_overhead.py --mode run --patient threads --pairs 4 --blocks 8 --seconds 10 --control
+    python bench/saturated_overhead.py --mode run --patient threads --blocks 8 --seconds 15
+    python bench/saturated_overhead.py --mode run --patient threads --blocks 8 --seconds 15 --control
     python bench/saturated_overhead.py --mode attach --patient workers --blocks 2 --seconds 5   # smoke
 
 Numbers taken while anything else runs on the machine are noise: measure on a quiet host.
@@ -124,13 +127,12 @@ def session_times(folder: Path) -> dict[str, Any]:
 
 
 def writer_cpu_s(folder: Path) -> float:
-    """The patient's event-writer threads' CPU, from their last exit/detach events."""
+    """The patient's event-writer threads' CPU: each writer says its own in its exit or detach event."""
     total = 0.0
     for path in (folder / "events").glob("*.jsonl"):
-        for line in reversed(path.read_text().splitlines()):
+        for line in path.read_text().splitlines():
             if '"writer_cpu_s"' in line:
                 total += float(json.loads(line)["writer_cpu_s"])
-                break
     return total
 
 
@@ -214,12 +216,6 @@ def tree(pid: int) -> list[int]:
         return []
 
 
-def signal_tree(pid: int, sig: signal.Signals) -> None:
-    for p in tree(pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(p, sig)
-
-
 def wait_lines(log: Path, n: int, limit_s: float = 180.0) -> float:
     """Wait until the step log has ``n`` lines; the time it did."""
     deadline = time.time() + limit_s
@@ -231,115 +227,122 @@ def wait_lines(log: Path, n: int, limit_s: float = 180.0) -> float:
 
 
 def run_mode(args: argparse.Namespace, tmp: Path, pargs: list[str]) -> dict[str, Any]:
-    """``--pairs`` pairs of patients, ``--blocks`` profiled slots shared out among them.
+    """ONE patient under ``gpudoctor run``, its profiled and bare slots interleaved.
 
-    Two processes of the same probe differ by themselves (A/A pairs, ``--control``, gave
-    pair means from 0.918 to 1.146 on this VM), so the pair, not the slot, is the unit of
-    replication: the summary's standard error is taken over the pairs' means when there are several.
+    Two processes of the same probe differ by themselves here (A/A pairs of separate
+    processes gave means from 0.918 to 1.146 on this VM), so run's steady state is measured
+    within one process, as attach's is: in a bare slot the patient's hooks are removed
+    (``hooks.uninstall()``, SIGUSR1 to the probe and its workers, ``--toggle-hooks``) and
+    the doctor's process is stopped (SIGSTOP: its samplers, its wait, its threads); in a
+    profiled slot the doctor runs on and the hooks are installed again (SIGUSR2), as in the
+    run. Each profiled slot is compared with the bare slots either side; a step cut by a
+    switch is left out with ``--settle-slot``. The one-time costs are the doctor's start-up
+    (launch to first step, over a bare launch's, each alone) and its report after the
+    patient's last step (over the bare probe's own ending). ``--control`` never switches
+    anything on: the floor of the design.
     """
-    per_pair = math.ceil(args.blocks / args.pairs)
-    res: dict[str, Any] = {"ratios": [], "one_time_s": [], "cpu_per_min": [], "priority": None,
-                           "pair_means": [], "start_s": [], "report_s": []}
-    for k in range(args.pairs):
-        one = run_pair(args, tmp / f"pair-{k}", pargs, per_pair)
-        if not one["ratios"]:
-            print(f"pair {k + 1}: no slot could be compared", flush=True)
-            continue
-        print(f"pair {k + 1}: geometric mean {math.exp(statistics.fmean(math.log(r) for r in one['ratios'])):.4f} "
-              f"over {len(one['ratios'])} slots", flush=True)
-        res["pair_means"].append(math.exp(statistics.fmean(math.log(r) for r in one["ratios"])))
-        for key in ("ratios", "cpu_per_min"):
-            res[key] += one[key]
-        res["start_s"].append(one["start_s"])
-        res["report_s"].append(one["report_s"])
-        res["priority"] = one["priority"]
-    return res
-
-
-def run_pair(args: argparse.Namespace, tmp: Path, pargs: list[str], slots: int) -> dict[str, Any]:
-    """Two long patients, one bare and one under ``gpudoctor run``, never running at once.
-
-    Separate runs cannot resolve 1% here: back-to-back bare runs of the same fixed work
-    differ by up to 20% on this VM. So both run side by side and take turns (SIGSTOP /
-    SIGCONT of each whole tree, the doctor included), the profiled one's slots compared
-    with the bare slots either side, as in attach mode; a step cut by a stop is left out.
-    The one-time costs are the doctor's start-up (launch to first step, over the bare
-    patient's, each started alone) and its report after the patient ends.
-    """
-    tmp.mkdir()
-    until = tmp / "until"
-    common = ["--seconds", "100000", "--until-file", str(until), *pargs]
+    until = {k: tmp / f"until-{k}" for k in ("bare", "profiled")}
     logs = {k: tmp / f"{k}.log" for k in ("bare", "profiled")}
     out = tmp / "run"
+    probe = [sys.executable, str(PROBE), "--seconds", "100000", *pargs]
     cmds = {
-        "bare": [sys.executable, str(PROBE), "--truth", str(tmp / "truth-bare.json"),
-                 "--step-log", str(logs["bare"]), *common],
-        "profiled": [sys.executable, "-m", "gpudoctor", "run", "--out", str(out), "--", sys.executable, str(PROBE),
-                     "--truth", str(tmp / "truth-profiled.json"), "--step-log", str(logs["profiled"]), *common],
+        "bare": [*probe, "--truth", str(tmp / "truth-bare.json"), "--step-log", str(logs["bare"]),
+                 "--until-file", str(until["bare"])],
+        "profiled": [sys.executable, "-m", "gpudoctor", "run", "--out", str(out), "--", *probe, "--toggle-hooks",
+                     "--truth", str(tmp / "truth-profiled.json"), "--step-log", str(logs["profiled"]),
+                     "--until-file", str(until["profiled"])],
     }
-    if args.control:  # an A/A test: the "profiled" patient runs bare too, which shows this design's floor
-        cmds["profiled"] = [sys.executable, str(PROBE), "--truth", str(tmp / "truth-profiled.json"),
-                            "--step-log", str(logs["profiled"]), *common]
-    procs: dict[str, subprocess.Popen[bytes]] = {}
     launch_to_step: dict[str, float] = {}
-    for kind in ("bare", "profiled"):  # each started alone, then stopped
-        t0 = time.time()
-        procs[kind] = subprocess.Popen(cmds[kind], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                       env=doctor_env(), cwd=ROOT)
-        launch_to_step[kind] = wait_lines(logs[kind], 1) - t0
+    ending: dict[str, float] = {}
+    for kind in ("bare", "profiled"):  # each alone: the bare one ends before the run starts
+        t_launch = time.time()
+        proc = subprocess.Popen(cmds[kind], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                env=doctor_env(), cwd=ROOT)
+        launch_to_step[kind] = wait_lines(logs[kind], 1) - t_launch
         wait_lines(logs[kind], 10)
-        time.sleep(args.settle)
-        signal_tree(procs[kind].pid, signal.SIGSTOP)
+        if kind == "bare":
+            ending["bare"] = end_patient(proc, until["bare"])
+    time.sleep(args.settle)
+    doctor = proc.pid  # the run's: the loop above ended the bare one
+    patient = patient_tree(doctor)
     blocks: list[tuple[str, float, float]] = []
-    running_s = 0.0  # the profiled tree's time awake, for CPU per minute
-    for i in range(2 * slots + 1):
+    awake_s = time.time() - t_launch  # the doctor's time awake, for CPU per minute
+    for i in range(2 * args.blocks + 1):
         kind = "profiled" if i % 2 else "bare"
-        signal_tree(procs[kind].pid, signal.SIGCONT)
+        if kind == "bare":
+            signal_pids(patient_tree(doctor), signal.SIGUSR1)  # hooks out, recording flushed and closed
+            signal_pids(doctor_side(doctor), signal.SIGSTOP)
+        elif not args.control:
+            signal_pids(doctor_side(doctor), signal.SIGCONT)
+            signal_pids(patient_tree(doctor) or patient, signal.SIGUSR2)  # hooks back in, training underway
         t0 = time.time()
         time.sleep(args.seconds)
-        signal_tree(procs[kind].pid, signal.SIGSTOP)
         t1 = time.time()
         blocks.append((kind, t0 + args.settle_slot, t1))
-        if kind == "profiled":
-            running_s += t1 - t0
-    until.write_text("")
-    ended: dict[str, float] = {}
-    for kind in ("bare", "profiled"):  # one at a time: from waking to its exit, beside nothing else
-        t0 = time.time()
-        signal_tree(procs[kind].pid, signal.SIGCONT)
-        procs[kind].wait()
-        ended[kind] = time.time() - t0
-    report_s = ended["profiled"] - ended["bare"]  # beyond what the probe's own ending takes
-    steps = {k: read_steps(logs[k]) for k in logs}
-    rows = {k: cpu_rows(logs[k]) for k in logs}
+        if kind == "profiled" and not args.control:
+            awake_s += t1 - t0
+    signal_pids(doctor_side(doctor), signal.SIGCONT)
+    signal_pids(patient_tree(doctor), signal.SIGUSR2)  # the run ends as it ran: recorded
+    ending["profiled"] = end_patient(proc, until["profiled"])
+    steps, rows = read_steps(logs["profiled"]), cpu_rows(logs["profiled"])
     bare_spans = [(t0, t1) for kind, t0, t1 in blocks if kind == "bare"]
-    typical = typical_seconds(steps["bare"], bare_spans)
-    typical_cpu = cpu_per_width(rows["bare"], bare_spans)
-    meta = json.loads((out / "meta.json").read_text()) if not args.control else {}
+    typical = typical_seconds(steps, bare_spans)
+    typical_cpu = cpu_per_width(rows, bare_spans)
+    meta = json.loads((out / "meta.json").read_text())
     cpu = meta.get("doctor_cpu_s") or {}
-    res: dict[str, Any] = {"ratios": [], "one_time_s": [], "cpu_per_min": [], "priority": meta.get("doctor_priority")}
+    res: dict[str, Any] = {"ratios": [], "one_time_s": [], "cpu_per_min": [], "priority": meta.get("doctor_priority"),
+                           "start_s": [launch_to_step["profiled"] - launch_to_step["bare"]],
+                           "report_s": [ending["profiled"] - ending["bare"]]}
     for i in range(1, len(blocks), 2):
         _, t0, t1 = blocks[i]
-        around_v = [speed(steps["bare"], typical, b[1], b[2]) for b in (blocks[i - 1], blocks[i + 1])]
+        around_v = [speed(steps, typical, b[1], b[2]) for b in (blocks[i - 1], blocks[i + 1])]
         ok = [v for v in around_v if v is not None]
-        mine = speed(steps["profiled"], typical, t0, t1)
+        mine = speed(steps, typical, t0, t1)
         if mine is None or not ok:
             print(f"slot {len(res['ratios']) + 1}: too few steps to compare", flush=True)
             continue
         res["ratios"].append(mine / statistics.fmean(ok))
         print(f"slot {len(res['ratios'])}: bare {around_v[0] or float('nan'):.4f} / {around_v[1] or float('nan'):.4f}, "
               f"profiled {mine:.4f} (speed vs a typical bare step); ratio {res['ratios'][-1]:.4f}", flush=True)
-    minutes = (running_s + launch_to_step["profiled"]) / 60
-    per = {k: cpu.get(k, 0.0) / minutes for k in PARTS}
-    per["patient_writer"] = writer_cpu_s(out) / minutes if not args.control else 0.0
     spans = [(t0, t1) for kind, t0, t1 in blocks if kind == "profiled"]
-    extra = extra_cpu_s(rows["profiled"], typical_cpu, spans)
     awake = sum(t1 - t0 for t0, t1 in spans) / 60
+    per = {k: cpu.get(k, 0.0) / (awake_s / 60) for k in PARTS}
+    per["patient_writer"] = writer_cpu_s(out) / awake
+    extra = extra_cpu_s(rows, typical_cpu, spans)
     per["patient_hooks_main"] = extra / awake if extra is not None else float("nan")
     res["cpu_per_min"].append(per)
-    res["start_s"] = launch_to_step["profiled"] - launch_to_step["bare"]
-    res["report_s"] = report_s
     return res
+
+
+def patient_tree(doctor: int) -> list[int]:
+    """The probe and its DataLoader workers (forks: the same command line), never anything else of ours."""
+    return [p for p in tree(doctor)[1:] if _is_probe(p)]
+
+
+def doctor_side(doctor: int) -> list[int]:
+    """The doctor's process and any child of its that is not the patient."""
+    probe = set(patient_tree(doctor))
+    return [p for p in tree(doctor) if p not in probe]
+
+
+def _is_probe(pid: int) -> bool:
+    with contextlib.suppress(psutil.Error):
+        return str(PROBE) in psutil.Process(pid).cmdline()
+    return False
+
+
+def signal_pids(pids: list[int], sig: signal.Signals) -> None:
+    for p in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, sig)
+
+
+def end_patient(proc: subprocess.Popen[bytes], until: Path) -> float:
+    """Ask the probe to stop after its step; seconds until its command (the doctor, for run) exits."""
+    t0 = time.time()
+    until.write_text("")
+    proc.communicate()
+    return time.time() - t0
 
 
 # -- summary ------------------------------------------------------------------------------------
@@ -365,11 +368,6 @@ def summary(args: argparse.Namespace, res: dict[str, Any]) -> None:
         m, s = mean_se(res["one_time_s"])
         print(f"one-time cost per attach (gdb, install, detach, report): {m:.2f} ± {s:.2f} s of the patient's "
               f"work; the first session's: {res['one_time_s'][0]:.2f} s")
-    if len(res.get("pair_means", [])) > 1:
-        pl = [math.log(r) for r in res["pair_means"]]
-        pse = gm * statistics.stdev(pl) / math.sqrt(len(pl))
-        print(f"over {len(pl)} pairs of processes (the unit of replication): standard error {pse:.4f}; "
-              f"pair means {', '.join(f'{r:.4f}' for r in res['pair_means'])}")
     if res.get("start_s"):
         m, se = mean_se(res["start_s"])
         r, rse = mean_se(res["report_s"])
@@ -393,10 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="threads/workers (default: all cores)")
     p.add_argument("--worker-ms", type=float, default=40.0, help="CPU ms per batch in a worker (default 40)")
     p.add_argument("--settle", type=float, default=2.0, help="attach: seconds after start-up before block 1")
-    p.add_argument("--pairs", type=int, default=1,
-                   help="run: pairs of patients, the --blocks shared out among them (default 1)")
     p.add_argument("--control", action="store_true",
-                   help="run: an A/A test, both patients bare (the floor of the design)")
+                   help="run: an A/A test, run's parts never switched back on (the floor of the design)")
     p.add_argument("--settle-slot", type=float, default=0.5,
                    help="run: seconds at the start of each slot left out (caches refill after a stop)")
     p.add_argument("--settle-hooked", type=float, default=1.0,

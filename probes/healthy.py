@@ -48,7 +48,12 @@ def main(argv=None):
                    help="append each step's wall-clock and main-thread CPU end times and the padded tokens so far "
                         "here, a line per step "
                         "(the attach benchmark computes throughput per time block from it)")
+    p.add_argument("--toggle-hooks", action="store_true",
+                   help="under 'gpudoctor run': SIGUSR1 removes the doctor's hooks from this process, SIGUSR2 puts "
+                        "them back (bench/saturated_overhead.py --mode run measures run's cost within one process)")
     args = C.add_common_args(p).parse_args(argv)
+    if args.toggle_hooks:
+        toggle_hooks_on_signals()
     if args.seconds is None and args.steps is None:
         args.seconds = 6.0
     C.setup(args)
@@ -119,6 +124,34 @@ def main(argv=None):
     if step_log is not None:
         step_log.close()
     truth.write(**pads.fields(), steps_per_s=steps_per_s, final_loss=float(loss.detach()))
+
+
+def toggle_hooks_on_signals() -> None:
+    """SIGUSR1: ``gpudoctor.hooks.uninstall()``; SIGUSR2: ``install()`` again, as training underway.
+
+    The real install and removal (the ones attach uses), so a bench can compare one process with
+    and without run's in-process part. Set before the DataLoader forks: its workers inherit the
+    handlers and toggle their own hooks (a worker's recording has no first step to mark).
+    """
+    import signal
+
+    def off(signum, frame):
+        hooks = sys.modules.get("gpudoctor.hooks")
+        if hooks is not None and hooks.is_installed():
+            hooks.uninstall()
+
+    def on(signum, frame):
+        hooks = sys.modules.get("gpudoctor.hooks")
+        run_dir = os.environ.get("GPUDOCTOR_RUN_DIR")
+        if hooks is None or not run_dir or hooks.is_installed():
+            return
+        hooks.install(run_dir)
+        th = hooks.active_torch_hooks()
+        if th is not None and torch.utils.data.get_worker_info() is None:
+            th.mark_first_step()  # steady state, as attach's install marks a loop already running
+
+    signal.signal(signal.SIGUSR1, off)
+    signal.signal(signal.SIGUSR2, on)
 
 
 if __name__ == "__main__":
