@@ -241,40 +241,30 @@ def run_mode(args: argparse.Namespace, tmp: Path, pargs: list[str]) -> dict[str,
     patient's last step (over the bare probe's own ending). ``--control`` never switches
     anything on: the floor of the design.
     """
-    until = {k: tmp / f"until-{k}" for k in ("bare", "profiled")}
-    logs = {k: tmp / f"{k}.log" for k in ("bare", "profiled")}
-    out = tmp / "run"
-    probe = [sys.executable, str(PROBE), "--seconds", "100000", *pargs]
-    cmds = {
-        "bare": [*probe, "--truth", str(tmp / "truth-bare.json"), "--step-log", str(logs["bare"]),
-                 "--until-file", str(until["bare"])],
-        "profiled": [sys.executable, "-m", "gpudoctor", "run", "--out", str(out), "--", *probe, "--toggle-hooks",
-                     "--truth", str(tmp / "truth-profiled.json"), "--step-log", str(logs["profiled"]),
-                     "--until-file", str(until["profiled"])],
-    }
-    launch_to_step: dict[str, float] = {}
-    ending: dict[str, float] = {}
-    for kind in ("bare", "profiled"):  # each alone: the bare one ends before the run starts
-        t_launch = time.time()
-        proc = subprocess.Popen(cmds[kind], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                env=doctor_env(), cwd=ROOT)
-        launch_to_step[kind] = wait_lines(logs[kind], 1) - t_launch
-        wait_lines(logs[kind], 10)
-        if kind == "bare":
-            ending["bare"] = end_patient(proc, until["bare"])
+    start_s, report_s = one_time_costs(args, tmp, pargs)
+    cmds, logs, until, out = commands(tmp, pargs, "long")
+    t_launch = time.time()
+    proc = subprocess.Popen(cmds["profiled"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=doctor_env(), cwd=ROOT)
+    wait_lines(logs["profiled"], 10)
     time.sleep(args.settle)
-    doctor = proc.pid  # the run's: the loop above ended the bare one
+    doctor = proc.pid
     patient = patient_tree(doctor)
     blocks: list[tuple[str, float, float]] = []
     awake_s = time.time() - t_launch  # the doctor's time awake, for CPU per minute
     for i in range(2 * args.blocks + 1):
         kind = "profiled" if i % 2 else "bare"
+        hooks, doctor_too = args.switch in ("all", "hooks"), args.switch in ("all", "doctor")
         if kind == "bare":
-            signal_pids(patient_tree(doctor), signal.SIGUSR1)  # hooks out, recording flushed and closed
-            signal_pids(doctor_side(doctor), signal.SIGSTOP)
+            if hooks:
+                signal_pids(patient_tree(doctor), signal.SIGUSR1)  # hooks out, recording flushed and closed
+            if doctor_too:
+                signal_pids(doctor_side(doctor), signal.SIGSTOP)
         elif not args.control:
-            signal_pids(doctor_side(doctor), signal.SIGCONT)
-            signal_pids(patient_tree(doctor) or patient, signal.SIGUSR2)  # hooks back in, training underway
+            if doctor_too:
+                signal_pids(doctor_side(doctor), signal.SIGCONT)
+            if hooks:
+                signal_pids(patient_tree(doctor) or patient, signal.SIGUSR2)  # hooks back in, training underway
         t0 = time.time()
         time.sleep(args.seconds)
         t1 = time.time()
@@ -283,7 +273,7 @@ def run_mode(args: argparse.Namespace, tmp: Path, pargs: list[str]) -> dict[str,
             awake_s += t1 - t0
     signal_pids(doctor_side(doctor), signal.SIGCONT)
     signal_pids(patient_tree(doctor), signal.SIGUSR2)  # the run ends as it ran: recorded
-    ending["profiled"] = end_patient(proc, until["profiled"])
+    end_patient(proc, until["profiled"])
     steps, rows = read_steps(logs["profiled"]), cpu_rows(logs["profiled"])
     bare_spans = [(t0, t1) for kind, t0, t1 in blocks if kind == "bare"]
     typical = typical_seconds(steps, bare_spans)
@@ -291,8 +281,7 @@ def run_mode(args: argparse.Namespace, tmp: Path, pargs: list[str]) -> dict[str,
     meta = json.loads((out / "meta.json").read_text())
     cpu = meta.get("doctor_cpu_s") or {}
     res: dict[str, Any] = {"ratios": [], "one_time_s": [], "cpu_per_min": [], "priority": meta.get("doctor_priority"),
-                           "start_s": [launch_to_step["profiled"] - launch_to_step["bare"]],
-                           "report_s": [ending["profiled"] - ending["bare"]]}
+                           "start_s": start_s, "report_s": report_s}
     for i in range(1, len(blocks), 2):
         _, t0, t1 = blocks[i]
         around_v = [speed(steps, typical, b[1], b[2]) for b in (blocks[i - 1], blocks[i + 1])]
@@ -312,6 +301,44 @@ def run_mode(args: argparse.Namespace, tmp: Path, pargs: list[str]) -> dict[str,
     per["patient_hooks_main"] = extra / awake if extra is not None else float("nan")
     res["cpu_per_min"].append(per)
     return res
+
+
+def commands(tmp: Path, pargs: list[str], tag: str) -> tuple[dict[str, list[str]], dict[str, Path],
+                                                             dict[str, Path], Path]:
+    """The bare probe's command and the same under ``gpudoctor run``; their step logs, stop files, run folder."""
+    until = {k: tmp / f"until-{k}-{tag}" for k in ("bare", "profiled")}
+    logs = {k: tmp / f"{k}-{tag}.log" for k in ("bare", "profiled")}
+    out = tmp / f"run-{tag}"
+    probe = [sys.executable, str(PROBE), "--seconds", "100000", *pargs]
+    cmds = {
+        "bare": [*probe, "--truth", str(tmp / f"truth-bare-{tag}.json"), "--step-log", str(logs["bare"]),
+                 "--until-file", str(until["bare"])],
+        "profiled": [sys.executable, "-m", "gpudoctor", "run", "--out", str(out), "--", *probe, "--toggle-hooks",
+                     "--truth", str(tmp / f"truth-profiled-{tag}.json"), "--step-log", str(logs["profiled"]),
+                     "--until-file", str(until["profiled"])],
+    }
+    return cmds, logs, until, out
+
+
+def one_time_costs(args: argparse.Namespace, tmp: Path, pargs: list[str]) -> tuple[list[float], list[float]]:
+    """``--launches`` bare and profiled launches in turn, each alone, to its 10th step and ended:
+    run's start-up (launch to first step) and its ending (stop asked to exit: the report) over a bare one's."""
+    start_s: list[float] = []
+    report_s: list[float] = []
+    for n in range(args.launches):
+        cmds, logs, until, _ = commands(tmp, pargs, f"once-{n}")
+        first: dict[str, float] = {}
+        ending: dict[str, float] = {}
+        for kind in ("bare", "profiled"):
+            t0 = time.time()
+            proc = subprocess.Popen(cmds[kind], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    env=doctor_env(), cwd=ROOT)
+            first[kind] = wait_lines(logs[kind], 1) - t0
+            wait_lines(logs[kind], 10)
+            ending[kind] = end_patient(proc, until[kind])
+        start_s.append(first["profiled"] - first["bare"])
+        report_s.append(ending["profiled"] - ending["bare"])
+    return start_s, report_s
 
 
 def patient_tree(doctor: int) -> list[int]:
@@ -362,7 +389,8 @@ def summary(args: argparse.Namespace, res: dict[str, Any]) -> None:
     logs = [math.log(r) for r in ratios]
     gm = math.exp(statistics.fmean(logs))
     se = gm * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else float("nan")
-    print(f"{args.mode}, patient {args.patient} on {args.cores} cores: {len(ratios)} blocks; profiled/bare "
+    what = f" (bare slots without: {args.switch}{', A/A control' if args.control else ''})" if args.mode == "run" else ""
+    print(f"{args.mode}{what}, patient {args.patient} on {args.cores} cores: {len(ratios)} blocks; profiled/bare "
           f"geometric mean {gm:.4f} ± {se:.4f} (standard error), median {statistics.median(ratios):.4f}")
     if res["one_time_s"]:
         m, s = mean_se(res["one_time_s"])
@@ -393,6 +421,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--settle", type=float, default=2.0, help="attach: seconds after start-up before block 1")
     p.add_argument("--control", action="store_true",
                    help="run: an A/A test, run's parts never switched back on (the floor of the design)")
+    p.add_argument("--switch", choices=("all", "hooks", "doctor"), default="all",
+                   help="run: which of run's parts a bare slot goes without: all (default), only the hooks "
+                        "in the patient, or only the doctor's process (the cost split by part)")
+    p.add_argument("--launches", type=int, default=3,
+                   help="run: bare and profiled launches in turn for the one-time costs (default 3)")
     p.add_argument("--settle-slot", type=float, default=0.5,
                    help="run: seconds at the start of each slot left out (caches refill after a stop)")
     p.add_argument("--settle-hooked", type=float, default=1.0,
