@@ -13,6 +13,7 @@ same patient's bare (one run: the bare window first, then attached or under run)
 
     python bench/doctor_wakes.py --mode attach --seconds 30
     python bench/doctor_wakes.py --mode run --seconds 30
+    python bench/doctor_wakes.py --mode run --patient workers --seconds 30   # the patient's workers counted too
 
 Measure on a quiet host: anything else running preempts the patient too.
 """
@@ -29,6 +30,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from saturated_overhead import patient_args  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = ROOT / "probes" / "healthy.py"
@@ -54,13 +58,17 @@ def threads(pid: int) -> Counts:
     return out
 
 
-def tree_threads(pid: int) -> Counts:
+def tree_threads(pid: int, skip: int | None = None) -> Counts:
+    """The threads of ``pid`` and its descendants, less the subtree under ``skip``."""
     out = threads(pid)
     try:
-        for child in psutil.Process(pid).children(recursive=True):
-            out.update({f"{child.pid}/{k}": v for k, v in threads(child.pid).items()})
+        kids = psutil.Process(pid).children(recursive=True)
+        skipped = {skip} | {k.pid for k in psutil.Process(skip).children(recursive=True)} if skip else set()
     except psutil.Error:
-        pass
+        return out
+    for child in kids:
+        if child.pid not in skipped:
+            out.update({f"{child.pid}/{k}": v for k, v in threads(child.pid).items()})
     return out
 
 
@@ -89,16 +97,20 @@ def main() -> int:
     p.add_argument("--mode", choices=("attach", "run"), default="attach")
     p.add_argument("--seconds", type=float, default=30.0, help="each measured window (default 30)")
     p.add_argument("--settle", type=float, default=15.0, help="seconds before a window (default 15)")
+    p.add_argument("--patient", choices=("threads", "workers", "both"), default="threads",
+                   help="how the patient fills the cores, as in saturated_overhead.py (default threads)")
+    p.add_argument("--worker-ms", type=float, default=40.0, help="CPU ms per batch in a worker (default 40)")
     args = p.parse_args()
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     tmp = Path(tempfile.mkdtemp(prefix="doctor-wakes-"))
     cores = os.cpu_count() or 1
-    probe = [sys.executable, str(PROBE), "--threads", str(cores)]
+    pargs = patient_args(args.patient, cores, args.worker_ms)
+    probe = [sys.executable, str(PROBE), *pargs]
     total = 2 * (args.settle + args.seconds) + 30
 
     bare = subprocess.Popen([*probe, "--seconds", str(total)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(args.settle)
-    bare_rates = window(lambda: threads(bare.pid), args.seconds)
+    bare_rates = window(lambda: tree_threads(bare.pid), args.seconds)
     if args.mode == "attach":
         doctor = subprocess.Popen([sys.executable, "-m", "gpudoctor", "attach", str(bare.pid), "--out",
                                    str(tmp / "attach"), "--duration", str(args.settle + args.seconds + 5)],
@@ -116,14 +128,13 @@ def main() -> int:
             raise SystemExit("gpudoctor run started no child")
         patient_pid = kids[0].pid
     time.sleep(args.settle)
-    both = window(lambda: {**{f"doctor {k}": v for k, v in tree_threads(doctor.pid).items()
-                              if not k.startswith(f"{patient_pid}/")},
-                           **{f"patient {k}": v for k, v in threads(patient_pid).items()}}, args.seconds)
+    both = window(lambda: {**{f"doctor {k}": v for k, v in tree_threads(doctor.pid, skip=patient_pid).items()},
+                           **{f"patient {k}": v for k, v in tree_threads(patient_pid).items()}}, args.seconds)
     doctor.wait()
     bare.terminate()
     bare.wait()
 
-    print(f"{args.mode}, healthy probe --threads {cores} on {cores} cores; windows of {args.seconds:g} s")
+    print(f"{args.mode}, healthy probe {' '.join(pargs)} on {cores} cores; windows of {args.seconds:g} s")
     print(f"{'thread':44s} {'CPU s/min':>9s} {'wakes/s':>8s} {'preempted/s':>11s}")
     for name, (cpu, vol, invol) in sorted(both.items()):
         if cpu > 0 or vol > 0:

@@ -21,8 +21,8 @@ from gpudoctor.analysis.model import time_mean
 from gpudoctor.samplers.host import HostSampler
 from gpudoctor.samplers.pace import (
     MAX_INTERVAL_S,
+    SATURATED_IDLE_CORES,
     SATURATED_INTERVAL_S,
-    SATURATED_PCT,
     Pace,
     StepClock,
 )
@@ -184,19 +184,26 @@ def test_interval_grows_with_the_step_time(tmp_path: Path) -> None:
     assert pace.interval_s() == MAX_INTERVAL_S
 
 
-def test_a_saturated_host_is_sampled_once_a_second_and_back_at_the_base_rate_when_a_core_frees() -> None:
+def test_a_host_with_no_idle_core_is_sampled_once_a_second_and_back_at_the_base_rate_when_one_frees() -> None:
     pace = Pace(0.1, None)
     sampler = HostSampler(os.getpid(), None, interval_s=0.1)
     sampler.pace = pace
     row = sampler.sample()
-    assert row is not None and pace.host_busy_pct == row["cpu_total_pct"]  # each tick tells its pace
-    pace.host_busy_pct = SATURATED_PCT
+    assert row is not None  # each tick tells its pace how many cores it left idle
+    assert pace.idle_cores == pytest.approx((100 - row["cpu_total_pct"]) / 100 * row["n_cpus"])
+    pace.tell_host(100.0, 16)
     assert pace.interval_s() == SATURATED_INTERVAL_S
-    pace.host_busy_pct = SATURATED_PCT - 1
+    pace.tell_host(85.0, 2)  # workers filling 2 cores in bursts: 0.3 of a core idle, none of it ours
+    assert pace.interval_s() == SATURATED_INTERVAL_S
+    pace.tell_host(90.0, 16)  # 1.6 cores idle: the doctor runs on one of them, beside nobody
+    assert pace.interval_s() == 0.1
+    pace.tell_host(100.0 * (1 - SATURATED_IDLE_CORES / 2), 2)  # exactly one core idle
+    assert pace.interval_s() == 0.1
+    pace.tell_host(None, 2)  # no figure: the step-driven interval
     assert pace.interval_s() == 0.1
     slow = Pace(0.1, None)
     slow.base_s = 1.5  # an interval already longer (slow steps) is kept, never shortened
-    slow.host_busy_pct = 100.0
+    slow.tell_host(100.0, 2)
     assert slow.interval_s() == 1.5
 
 

@@ -95,8 +95,8 @@ class HostSampler(Sampler):
         row.update(self._cpu_row())
         row.update(self._disk_row(dt))
         row["mem_available_mib"] = round(psutil.virtual_memory().available / _MIB, 1)
-        if self.pace is not None:  # a saturated host is sampled less often (samplers.pace)
-            self.pace.host_busy_pct = row.get("cpu_total_pct")
+        if self.pace is not None:  # a host with no core idle is sampled less often (samplers.pace)
+            self.pace.tell_host(row.get("cpu_total_pct"), row.get("n_cpus"))
         return row
 
     # -- the process tree -----------------------------------------------------
