@@ -430,13 +430,19 @@ def main(argv: list[str] | None = None) -> int:
                    help="run: seconds at the start of each slot left out (caches refill after a stop)")
     p.add_argument("--settle-hooked", type=float, default=1.0,
                    help="attach: seconds after the install still counted as one-time (default 1)")
+    p.add_argument("--keep", action="store_true", help="keep the step logs and run folders (printed: where)")
     p.add_argument("doctor_args", nargs="*", help="extra 'gpudoctor attach' options, after --")
     args = p.parse_args(argv)
     pargs = patient_args(args.patient, args.cores, args.worker_ms)
     print(f"patient: healthy probe {' '.join(pargs)}; load average now {os.getloadavg()[0]:.2f} "
           "(anything else running makes these numbers noise)", flush=True)
-    with tempfile.TemporaryDirectory(prefix="gpudoctor-sat-") as name:
+    if args.keep:  # the step logs and run folders, to look at a block that stands out
+        name = tempfile.mkdtemp(prefix="gpudoctor-sat-")
+        print(f"keeping the logs and run folders in {name}", flush=True)
         res = (attach_mode if args.mode == "attach" else run_mode)(args, Path(name), pargs)
+    else:
+        with tempfile.TemporaryDirectory(prefix="gpudoctor-sat-") as name:
+            res = (attach_mode if args.mode == "attach" else run_mode)(args, Path(name), pargs)
     summary(args, res)
     return 0
 
