@@ -135,12 +135,12 @@ def toggle_hooks_on_signals() -> None:
     """
     import signal
 
-    def off(signum, frame):
+    def off():
         hooks = sys.modules.get("gpudoctor.hooks")
         if hooks is not None and hooks.is_installed():
             hooks.uninstall()
 
-    def on(signum, frame):
+    def on():
         hooks = sys.modules.get("gpudoctor.hooks")
         run_dir = os.environ.get("GPUDOCTOR_RUN_DIR")
         if hooks is None or not run_dir or hooks.is_installed():
@@ -150,8 +150,17 @@ def toggle_hooks_on_signals() -> None:
         if th is not None and torch.utils.data.get_worker_info() is None:
             th.mark_first_step()  # steady state, as attach's install marks a loop already running
 
-    signal.signal(signal.SIGUSR1, off)
-    signal.signal(signal.SIGUSR2, on)
+    def handler(switch):
+        def run(signum, frame):
+            try:
+                switch()
+            except Exception as exc:  # the bench's switch must not end the training it measures
+                print(f"healthy probe: --toggle-hooks failed: {exc!r}", file=sys.stderr)
+
+        return run
+
+    signal.signal(signal.SIGUSR1, handler(off))
+    signal.signal(signal.SIGUSR2, handler(on))
 
 
 if __name__ == "__main__":
