@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -363,6 +364,26 @@ def test_the_event_writer_survives_what_it_cannot_write(tmp_path, capfd):
     assert [e["k"] for e in events if e["k"] in ("note", "hook_error")] == ["note", "hook_error"]
     assert events[-1]["k"] == "hook_error" and events[-1]["where"] == "event writer"
     assert capfd.readouterr().err.count("gpudoctor:") == 1
+
+
+def test_a_detach_that_lands_inside_the_writers_own_lock_does_not_hang_the_thread(tmp_path):
+    """A detach runs on the main thread at any bytecode (attach's pending call, a signal handler),
+    so it may land while that thread holds the writer's lock in cut_counters (the first step)."""
+    writer = hooks.install(tmp_path)
+    writer.count("fetch", 0.25)
+    done = threading.Event()
+
+    def main_thread_at_its_first_step() -> None:
+        with writer._lock:  # inside cut_counters ...
+            hooks.uninstall()  # ... when the detach runs: its final flush takes the lock again
+        done.set()
+
+    t = threading.Thread(target=main_thread_at_its_first_step, daemon=True)
+    t.start()
+    t.join(timeout=10)
+    assert done.is_set(), "the detach hung on the writer's lock"
+    kinds = [e["k"] for e in read_events(tmp_path)]
+    assert kinds.count("detach") == 1 and kinds.count("counter") == 1  # recorded to the end
 
 
 def test_callbacks_survive_hostile_arguments(tmp_path):

@@ -46,7 +46,9 @@ class EventWriter:
 
     def _reset_state(self) -> None:
         self._pid = os.getpid()
-        self._lock = threading.Lock()
+        # Re-entrant: a detach runs on the main thread wherever it is (attach's pending call, a signal),
+        # inside cut_counters too, and its final flush takes this lock again: a plain Lock would hang training.
+        self._lock = threading.RLock()
         self._buf: list[dict[str, Any]] = []
         self._counters: dict[str, list[float]] = {}
         self._fh: Any = None
