@@ -296,7 +296,7 @@ def run_mode(args: argparse.Namespace, tmp: Path, pargs: list[str]) -> dict[str,
     spans = [(t0, t1) for kind, t0, t1 in blocks if kind == "profiled"]
     awake = sum(t1 - t0 for t0, t1 in spans) / 60
     per = {k: cpu.get(k, 0.0) / (awake_s / 60) for k in PARTS}
-    per["patient_writer"] = writer_cpu_s(out) / awake
+    per["patient_writer"] = writer_cpu_s(out) / (awake_s / 60)  # recording, like the doctor: start-up and profiled slots
     extra = extra_cpu_s(rows, typical_cpu, spans)
     per["patient_hooks_main"] = extra / awake if extra is not None else float("nan")
     res["cpu_per_min"].append(per)
