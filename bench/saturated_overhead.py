@@ -28,7 +28,10 @@ bare slots either side, as above. Two separate processes cannot resolve 1% here
 processes gave means from 0.918 to 1.146), one process can. The one-time costs
 are the doctor's start-up (launch to first step, over a bare launch's, each
 alone) and its report after the patient's last step. ``--control`` never
-switches run's parts back on: an A/A test, the design's floor.
+switches run's parts back on: an A/A test, the design's floor. ``--refork``
+(with workers): the switch reaches the probe's main process only and ends the
+pass over the data, so the next pass forks workers that inherit the hooks or
+their absence, as a run's workers do, instead of installing hooks in a worker.
 
 Both print the geometric mean of profiled/bare over the blocks with its standard
 error, and the doctor's CPU seconds per minute by part (meta.json
@@ -242,7 +245,7 @@ def run_mode(args: argparse.Namespace, tmp: Path, pargs: list[str]) -> dict[str,
     anything on: the floor of the design.
     """
     start_s, report_s = one_time_costs(args, tmp, pargs)
-    cmds, logs, until, out = commands(tmp, pargs, "long")
+    cmds, logs, until, out = commands(tmp, pargs, "long", args.refork)
     t_launch = time.time()
     proc = subprocess.Popen(cmds["profiled"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             env=doctor_env(), cwd=ROOT)
@@ -255,16 +258,17 @@ def run_mode(args: argparse.Namespace, tmp: Path, pargs: list[str]) -> dict[str,
     for i in range(2 * args.blocks + 1):
         kind = "profiled" if i % 2 else "bare"
         hooks, doctor_too = args.switch in ("all", "hooks"), args.switch in ("all", "doctor")
+        switched = (patient_tree(doctor) or patient)[:1] if args.refork else patient_tree(doctor) or patient
         if kind == "bare":
             if hooks:
-                signal_pids(patient_tree(doctor), signal.SIGUSR1)  # hooks out, recording flushed and closed
+                signal_pids(switched, signal.SIGUSR1)  # hooks out, recording flushed and closed
             if doctor_too:
                 signal_pids(doctor_side(doctor), signal.SIGSTOP)
         elif not args.control:
             if doctor_too:
                 signal_pids(doctor_side(doctor), signal.SIGCONT)
             if hooks:
-                signal_pids(patient_tree(doctor) or patient, signal.SIGUSR2)  # hooks back in, training underway
+                signal_pids(switched, signal.SIGUSR2)  # hooks back in, training underway
         t0 = time.time()
         time.sleep(args.seconds)
         t1 = time.time()
@@ -303,8 +307,8 @@ def run_mode(args: argparse.Namespace, tmp: Path, pargs: list[str]) -> dict[str,
     return res
 
 
-def commands(tmp: Path, pargs: list[str], tag: str) -> tuple[dict[str, list[str]], dict[str, Path],
-                                                             dict[str, Path], Path]:
+def commands(tmp: Path, pargs: list[str], tag: str, refork: bool = False) -> tuple[
+        dict[str, list[str]], dict[str, Path], dict[str, Path], Path]:
     """The bare probe's command and the same under ``gpudoctor run``; their step logs, stop files, run folder."""
     until = {k: tmp / f"until-{k}-{tag}" for k in ("bare", "profiled")}
     logs = {k: tmp / f"{k}-{tag}.log" for k in ("bare", "profiled")}
@@ -314,6 +318,7 @@ def commands(tmp: Path, pargs: list[str], tag: str) -> tuple[dict[str, list[str]
         "bare": [*probe, "--truth", str(tmp / f"truth-bare-{tag}.json"), "--step-log", str(logs["bare"]),
                  "--until-file", str(until["bare"])],
         "profiled": [sys.executable, "-m", "gpudoctor", "run", "--out", str(out), "--", *probe, "--toggle-hooks",
+                     *(["--refork-on-toggle"] if refork else []),
                      "--truth", str(tmp / f"truth-profiled-{tag}.json"), "--step-log", str(logs["profiled"]),
                      "--until-file", str(until["profiled"])],
     }
@@ -342,8 +347,13 @@ def one_time_costs(args: argparse.Namespace, tmp: Path, pargs: list[str]) -> tup
 
 
 def patient_tree(doctor: int) -> list[int]:
-    """The probe and its DataLoader workers (forks: the same command line), never anything else of ours."""
-    return [p for p in tree(doctor)[1:] if _is_probe(p)]
+    """The probe, then its DataLoader workers (forks: the same command line), never anything else of ours."""
+    try:
+        kids = psutil.Process(doctor).children()
+    except psutil.Error:
+        return []
+    main = [k.pid for k in kids if _is_probe(k.pid)][:1]
+    return main + [p for p in tree(main[0])[1:] if _is_probe(p)] if main else []
 
 
 def doctor_side(doctor: int) -> list[int]:
@@ -424,6 +434,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--switch", choices=("all", "hooks", "doctor"), default="all",
                    help="run: which of run's parts a bare slot goes without: all (default), only the hooks "
                         "in the patient, or only the doctor's process (the cost split by part)")
+    p.add_argument("--refork", action="store_true",
+                   help="run: switch the hooks in the probe's main process only and start a new pass over the "
+                        "data at each switch, whose workers fork with the hooks or without, as a run's workers do")
     p.add_argument("--launches", type=int, default=3,
                    help="run: bare and profiled launches in turn for the one-time costs (default 3)")
     p.add_argument("--settle-slot", type=float, default=0.5,

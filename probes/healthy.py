@@ -51,9 +51,13 @@ def main(argv=None):
     p.add_argument("--toggle-hooks", action="store_true",
                    help="under 'gpudoctor run': SIGUSR1 removes the doctor's hooks from this process, SIGUSR2 puts "
                         "them back (bench/saturated_overhead.py --mode run measures run's cost within one process)")
+    p.add_argument("--refork-on-toggle", action="store_true",
+                   help="with --toggle-hooks and --workers: end the epoch at each switch, so new workers fork "
+                        "with the main process's hooks or without them, as a run's workers do (no install in a worker)")
     args = C.add_common_args(p).parse_args(argv)
+    refork = Refork() if args.refork_on_toggle else None
     if args.toggle_hooks:
-        toggle_hooks_on_signals()
+        toggle_hooks_on_signals(refork)
     if args.seconds is None and args.steps is None:
         args.seconds = 6.0
     C.setup(args)
@@ -79,7 +83,9 @@ def main(argv=None):
         return C.collate_ids([seqs[i] for i in idx], pad)
 
     loader = DataLoader(buckets, batch_size=None, shuffle=True, num_workers=args.workers, generator=g,
-                        collate_fn=collate, persistent_workers=args.workers > 0)
+                        collate_fn=collate, persistent_workers=args.workers > 0 and refork is None)
+    if refork is not None:
+        refork.loader, loader = loader, refork
 
     model = C.TinyCausalLM(tok.get_vocab_size())
     opt = C.make_adamw(model.parameters(), args.lr, truth)
@@ -126,12 +132,28 @@ def main(argv=None):
     truth.write(**pads.fields(), steps_per_s=steps_per_s, final_loss=float(loss.detach()))
 
 
-def toggle_hooks_on_signals() -> None:
+class Refork:
+    """Passes over the loader that end at the batch after a hooks switch, so the next pass forks new workers."""
+
+    def __init__(self) -> None:
+        self.loader = None
+        self.switched = False
+
+    def __iter__(self):
+        self.switched = False
+        for batch in self.loader:
+            yield batch
+            if self.switched:
+                return
+
+
+def toggle_hooks_on_signals(refork: Refork | None = None) -> None:
     """SIGUSR1: ``gpudoctor.hooks.uninstall()``; SIGUSR2: ``install()`` again, as training underway.
 
     The real install and removal (the ones attach uses), so a bench can compare one process with
     and without run's in-process part. Set before the DataLoader forks: its workers inherit the
-    handlers and toggle their own hooks (a worker's recording has no first step to mark).
+    handlers and toggle their own hooks (a worker's recording has no first step to mark); with
+    ``refork`` the bench signals only the main process and each switch ends the epoch instead.
     """
     import signal
 
@@ -156,6 +178,8 @@ def toggle_hooks_on_signals() -> None:
                 switch()
             except Exception as exc:  # the bench's switch must not end the training it measures
                 print(f"healthy probe: --toggle-hooks failed: {exc!r}", file=sys.stderr)
+            if refork is not None:
+                refork.switched = True
 
         return run
 
