@@ -255,20 +255,25 @@ def run_mode(args: argparse.Namespace, tmp: Path, pargs: list[str]) -> dict[str,
     patient = patient_tree(doctor)
     blocks: list[tuple[str, float, float]] = []
     awake_s = time.time() - t_launch  # the doctor's time awake, for CPU per minute
+    hooks, doctor_too = args.switch in ("all", "hooks"), args.switch in ("all", "doctor")
+
+    def switched() -> list[int]:
+        """Whom a hooks switch reaches: the probe and its workers, or with --refork the probe alone."""
+        pids = patient_tree(doctor) or patient
+        return pids[:1] if args.refork else pids
+
     for i in range(2 * args.blocks + 1):
         kind = "profiled" if i % 2 else "bare"
-        hooks, doctor_too = args.switch in ("all", "hooks"), args.switch in ("all", "doctor")
-        switched = (patient_tree(doctor) or patient)[:1] if args.refork else patient_tree(doctor) or patient
         if kind == "bare":
             if hooks:
-                signal_pids(switched, signal.SIGUSR1)  # hooks out, recording flushed and closed
+                signal_pids(switched(), signal.SIGUSR1)  # hooks out, recording flushed and closed
             if doctor_too:
                 signal_pids(doctor_side(doctor), signal.SIGSTOP)
         elif not args.control:
             if doctor_too:
                 signal_pids(doctor_side(doctor), signal.SIGCONT)
             if hooks:
-                signal_pids(switched, signal.SIGUSR2)  # hooks back in, training underway
+                signal_pids(switched(), signal.SIGUSR2)  # hooks back in, training underway
         t0 = time.time()
         time.sleep(args.seconds)
         t1 = time.time()
@@ -276,7 +281,7 @@ def run_mode(args: argparse.Namespace, tmp: Path, pargs: list[str]) -> dict[str,
         if kind == "profiled" and not args.control:
             awake_s += t1 - t0
     signal_pids(doctor_side(doctor), signal.SIGCONT)
-    signal_pids(patient_tree(doctor), signal.SIGUSR2)  # the run ends as it ran: recorded
+    signal_pids(switched(), signal.SIGUSR2)  # the run ends as it ran: recorded
     end_patient(proc, until["profiled"])
     steps, rows = read_steps(logs["profiled"]), cpu_rows(logs["profiled"])
     bare_spans = [(t0, t1) for kind, t0, t1 in blocks if kind == "bare"]
