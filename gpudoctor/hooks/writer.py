@@ -1,8 +1,10 @@
 """Per-process event writer used by the in-process hooks.
 
 The hot path (one call per batch or step) only appends a dict to a list;
-JSON encoding and the write happen on a flush thread every ``flush_s``, so a
-SIGKILL loses at most that much. Fork-safe: a forked DataLoader worker starts
+JSON encoding and the write happen on a flush thread ``flush_s`` after the
+first event it has not written, so a SIGKILL loses at most that much. With
+nothing to write it sleeps until its counters are due: a DataLoader worker,
+which only counts, wakes every few seconds rather than twice a second. Fork-safe: a forked DataLoader worker starts
 with an empty buffer and its own ``events/<pid>.jsonl``.
 
 Counters (tokenizer and fetch time) are two numbers per name in memory; their
@@ -25,6 +27,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +44,7 @@ class EventWriter:
         self.flush_s = flush_s
         self.enabled = True
         self._reset_state()
-        os.register_at_fork(after_in_child=self._reset_state)
+        _live.add(self)  # one fork handler for all writers: a registration of its own would keep each forever
         atexit.register(self.close)
 
     def _reset_state(self) -> None:
@@ -54,6 +57,7 @@ class EventWriter:
         self._fh: Any = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._wake = threading.Event()  # something to write: an event, or a counter's first call since a cut
         self._announced = False
         self._born = time.monotonic()
         self._counters_due = 0.0  # monotonic time of the next counter lines
@@ -66,6 +70,8 @@ class EventWriter:
             return
         if not self._announced:
             self._announce()
+        if not self._buf:
+            self._wake.set()
         self._buf.append(event)  # list.append is atomic under the GIL
 
     def count(self, name: str, seconds: float) -> None:
@@ -77,6 +83,7 @@ class EventWriter:
         slot = self._counters.get(name)
         if slot is None:
             slot = self._counters[name] = [0, 0.0]
+            self._wake.set()  # the flush thread may be sleeping with no counter to wait for
         slot[0] += 1
         slot[1] += seconds
 
@@ -88,14 +95,25 @@ class EventWriter:
         except Exception:  # the process's own details are a nicety: the events still need a file
             proc = {"k": "proc", "t": time.time(), "pid": os.getpid(), "ppid": os.getppid()}
         self._buf.append(proc)
+        self._wake.set()
         self._thread = threading.Thread(target=self._loop, name="gpudoctor-writer", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
         name_thread(b"gd-writer")
-        while not self._stop.wait(self.flush_s):
+        while True:
+            self._wake.wait(self._idle_s())
+            self._wake.clear()
+            if self._stop.wait(self.flush_s):  # what comes within flush_s goes in the same write
+                return
             self.flush()
             self._cpu_s = time.thread_time()
+
+    def _idle_s(self) -> float | None:
+        """How long the flush thread may sleep with nothing to write: until the counters are due."""
+        if not self._counters:
+            return None
+        return max(0.0, self._counters_due - time.monotonic())
 
     def cut_counters(self) -> None:
         """Write the counters' totals so far as lines now (e.g. just before the first step)."""
@@ -122,6 +140,7 @@ class EventWriter:
             self._flush(final=True)
         self.enabled = False
         self._stop.set()
+        self._wake.set()
 
     def _flush(self, final: bool) -> None:
         with self._lock:
@@ -158,11 +177,26 @@ class EventWriter:
             self.emit({"k": "exit" if exiting else "detach", "t": time.time(),
                        "writer_cpu_s": round(self._cpu_s, 4), "events_written": self._written})
         self._stop.set()
+        self._wake.set()
         self.flush(final=True)
         with self._lock:
             self._close_file()
         if not exiting:  # a detached writer has nothing left to do at exit (attach may come back many times)
             atexit.unregister(self.close)
+
+
+_live: weakref.WeakSet[EventWriter] = weakref.WeakSet()
+
+
+def _reset_in_child() -> None:
+    """A forked child (a DataLoader worker) starts every writer afresh: empty buffer, its own file."""
+    for writer in list(_live):
+        writer._reset_state()
+
+
+# Registered once per interpreter: ``os.register_at_fork`` cannot unregister, so a handler per writer
+# (attach re-installs on every session) kept every detached writer alive and ran them all at each fork.
+os.register_at_fork(after_in_child=_reset_in_child)
 
 
 def _as_text(value: Any) -> str:

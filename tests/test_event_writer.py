@@ -1,0 +1,76 @@
+"""The event writer: across fork (DataLoader workers), across attach sessions, and asleep when idle."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import time
+import weakref
+
+from gpudoctor.hooks.writer import EventWriter
+
+
+def _lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_forked_child_writes_only_its_own_events_to_its_own_file(tmp_path):
+    writer = EventWriter(tmp_path)
+    writer.emit({"k": "span", "c": "parent", "t0": 1.0, "dt": 0.1})  # buffered, not flushed: must not reach the child
+    pid = os.fork()
+    if pid == 0:  # the child: what a DataLoader worker does
+        code = 1
+        try:
+            writer.emit({"k": "span", "c": "child", "t0": 2.0, "dt": 0.1})
+            writer.close()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    writer.close(exiting=False)
+    child = _lines(tmp_path / "events" / f"{pid}.jsonl")
+    parent = _lines(tmp_path / "events" / f"{os.getpid()}.jsonl")
+    assert [e["c"] for e in child if e["k"] == "span"] == ["child"]
+    assert [e["c"] for e in parent if e["k"] == "span"] == ["parent"]
+    assert {e["pid"] for e in child if e["k"] == "proc"} == {pid}
+
+
+def test_a_detached_writer_is_not_kept_alive_by_the_fork_handler(tmp_path):
+    """attach installs a new writer each session: each detached one must be freed, not kept for every fork."""
+    refs = []
+    for session in range(3):
+        writer = EventWriter(tmp_path / str(session))
+        writer.emit({"k": "span", "c": "x", "t0": 1.0, "dt": 0.1})
+        writer.close(exiting=False)
+        writer._thread.join(timeout=10)
+        assert not writer._thread.is_alive()
+        refs.append(weakref.ref(writer))
+        del writer
+    gc.collect()
+    assert [r() for r in refs] == [None, None, None]
+
+
+def test_a_worker_that_only_counts_wakes_its_flush_thread_when_its_counters_are_due(tmp_path):
+    """An old worker's counters are due every ~10 s: its flush thread must not wake every flush_s meanwhile."""
+    writer = EventWriter(tmp_path, flush_s=0.02)
+    writer._born -= 3600  # an hour old: counter lines every COUNTER_MAX_PERIOD_S
+    flushes = []
+    flush = writer.flush
+    writer.flush = lambda final=False: (flushes.append(final), flush(final))[1]
+    writer.count("fetch", 0.01)  # the first call: announced, written, and the period set
+    for _ in range(100):  # ~50 flush periods of counting
+        writer.count("fetch", 0.01)
+        time.sleep(0.01)
+    assert len(flushes) <= 5  # the first writes (announce, first counter line), not one per period (~50)
+    writer.emit({"k": "span", "c": "late", "t0": 1.0, "dt": 0.1})  # an event still goes out within flush_s
+    path = tmp_path / "events" / f"{os.getpid()}.jsonl"
+    for _ in range(500):
+        if '"c":"late"' in path.read_text():
+            break
+        time.sleep(0.01)
+    assert '"c":"late"' in path.read_text()
+    writer.close(exiting=False)
+    counted = [e for e in _lines(path) if e["k"] == "counter"]
+    assert sum(e["calls"] for e in counted) == 101  # nothing lost by sleeping
