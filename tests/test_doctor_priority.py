@@ -249,3 +249,28 @@ def test_host_sampler_ticks_fewer_times_per_slow_step(tmp_path: Path) -> None:
     assert 0 < len(late) / 5 <= 8, len(late)  # per step: ~5 adapted, ~15 at the base rate
     meta = json.loads((out / "meta.json").read_text())
     assert meta["sampling"]["last_interval_s"] > 0.1
+
+
+def test_the_step_clock_opens_a_file_only_when_it_grew_and_never_again_once_its_process_is_gone(
+        tmp_path: Path) -> None:
+    """Workers forked anew each epoch leave a file each: a day of short epochs must not mean thousands of opens a refresh."""
+    events = tmp_path / "events"
+    events.mkdir()
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()  # a worker that has exited: its pid is gone
+    worker = events / f"{ended.pid}.jsonl"
+    mine = events / f"{os.getpid()}.jsonl"  # a process still running
+    _steps(worker, [100.0 + 0.5 * i for i in range(10)])
+    _steps(mine, [200.0 + 0.1 * i for i in range(5)])
+    clock = StepClock(events, refresh_s=0.0)
+    assert clock.step_s() == pytest.approx(0.5)  # the busiest file's steps
+    assert clock.opens == 2
+    for _ in range(5):
+        clock.step_s()
+    assert clock.opens == 2  # neither grew: none opened again
+    _steps(mine, [201.0 + 0.1 * i for i in range(20)])
+    clock.step_s()
+    assert clock.opens == 3  # the running process's new lines are read
+    _steps(worker, [300.0, 301.0])
+    clock.step_s()
+    assert clock.opens == 3  # the exited process's file is never read again

@@ -5,7 +5,10 @@ steps; a 10 Hz sampler beside a 3 s step takes 30 samples a step where a few do,
 and on a host whose cores the training keeps busy every tick comes out of the
 patient. The step time comes from the step lines the hooks already write
 (``events/<pid>.jsonl``), read incrementally (only new bytes, a few times a
-minute; a line is parsed only to read the first and last step's time).
+minute; a line is parsed only to read the first and last step's time). A file
+is opened only when it has grown, and never again once its process is gone: a
+run whose DataLoader workers fork anew each epoch leaves a file per worker, and
+a day of short epochs leaves thousands.
 
 On a host with less than a whole core idle the host sampler also slows to one
 tick a second: its idle priority then finds no core of its own, so each tick
@@ -21,6 +24,7 @@ reports is lost: CPU, disk and per-process figures are counter differences
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -45,6 +49,8 @@ class StepClock:
         self.refresh_s = refresh_s
         self._offsets: dict[Path, int] = {}
         self._steps: dict[Path, tuple[float, float, int]] = {}  # first t, last t, steps
+        self._done: set[str] = set()  # files read to their end whose process has exited
+        self.opens = 0  # files opened, all refreshes (tests count them)
         self._next = 0.0
         self._value: float | None = None
         self._lock = threading.Lock()  # the host and GPU samplers share one clock
@@ -61,17 +67,24 @@ class StepClock:
 
     def _read(self) -> None:
         try:
-            paths = sorted(self.events_dir.glob("*.jsonl"))
+            with os.scandir(self.events_dir) as listing:
+                entries = [e for e in listing if e.name.endswith(".jsonl") and e.name not in self._done]
         except OSError:
             return
-        for path in paths:
+        for entry in entries:
+            path = Path(entry.path)
             try:
-                self._read_one(path)
+                gone = not _alive(entry.name.removesuffix(".jsonl"))  # asked first: its last bytes are read below
+                if entry.stat(follow_symlinks=False).st_size > self._offsets.get(path, 0):
+                    self._read_one(path)
+                if gone:
+                    self._done.add(entry.name)  # its writer is gone and its lines are read: never again
             except (OSError, ValueError):  # a file being removed or refused: skip it this time
                 continue
 
     def _read_one(self, path: Path) -> None:
         offset = self._offsets.get(path, 0)
+        self.opens += 1
         with safefs.open_read(path, self.owner) as fh:
             fh.seek(offset)
             chunk = fh.read(MAX_READ)
@@ -85,6 +98,19 @@ class StepClock:
         first, last = _time(lines[0]), _time(lines[-1])
         t0, _, n = self._steps.get(path, (first, first, 0))
         self._steps[path] = (t0, last, n + len(lines))
+
+
+def _alive(name: str) -> bool:
+    """Is the process an events file is named after still there? (A name that is no pid: yes.)"""
+    try:
+        os.kill(int(name), 0)
+    except ValueError:
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # there, another user's (attach as root reads a patient's files)
+        return True
+    return True
 
 
 def _time(line: bytes) -> float:
