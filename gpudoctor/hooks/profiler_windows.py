@@ -2,9 +2,11 @@
 
 The profiler costs far more than our hooks (and its first start can take a
 second), so by default a window opens only once the run has trained for a
-minute, lasts 5 steps, and repeats every 10 minutes. It cross-checks the
-hook-measured data wait against the profiler's own ``enumerate(DataLoader)``
-events and, on a GPU, measures kernel busy time.
+minute and lasts 5 steps. It cross-checks the hook-measured data wait against
+the profiler's own ``enumerate(DataLoader)`` events and, on a GPU, measures
+kernel busy time: there it repeats every 10 minutes. Without a GPU a window
+only cross-checks the data wait the hooks measure anyway, and costs the patient
+0.7-1.2 s of a busy CPU each time (``bench/profiler_window_cost.py``): once is enough.
 
 ``GPUDOCTOR_PROFILE_WINDOW`` overrides: ``off``, or ``START:LEN`` (steps).
 No window opens while another profiler runs (the user's own): torch would end
@@ -14,6 +16,7 @@ theirs when ours closes.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 import time
@@ -114,7 +117,7 @@ class ProfilerWindows:
             }
         )
         self._last_p = time.perf_counter()
-        self._wait_s = EVERY_S
+        self._wait_s = EVERY_S if cuda else math.inf  # without kernels to time, the first window said it all
 
     def stop(self) -> None:
         """Close an open window (detach, uninstall); never raises, whatever the hooks' state."""
