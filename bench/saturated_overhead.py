@@ -264,12 +264,12 @@ def run_mode(args: argparse.Namespace, tmp: Path, pargs: list[str]) -> dict[str,
 
     for i in range(2 * args.blocks + 1):
         kind = "profiled" if i % 2 else "bare"
-        if kind == "bare":
+        if kind == "bare" or args.control:  # A/A: every slot gets the switch-off (with --refork: a new pass)
             if hooks:
                 signal_pids(switched(), signal.SIGUSR1)  # hooks out, recording flushed and closed
             if doctor_too:
                 signal_pids(doctor_side(doctor), signal.SIGSTOP)
-        elif not args.control:
+        else:
             if doctor_too:
                 signal_pids(doctor_side(doctor), signal.SIGCONT)
             if hooks:
@@ -435,7 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--worker-ms", type=float, default=40.0, help="CPU ms per batch in a worker (default 40)")
     p.add_argument("--settle", type=float, default=2.0, help="attach: seconds after start-up before block 1")
     p.add_argument("--control", action="store_true",
-                   help="run: an A/A test, run's parts never switched back on (the floor of the design)")
+                   help="run: an A/A test, run's parts never switched back on: every slot gets the switch-off (with "
+                        "--refork a new pass over the data), the floor of the design")
     p.add_argument("--switch", choices=("all", "hooks", "doctor"), default="all",
                    help="run: which of run's parts a bare slot goes without: all (default), only the hooks "
                         "in the patient, or only the doctor's process (the cost split by part)")

@@ -167,7 +167,14 @@ def toggle_hooks_on_signals(refork: Refork | None = None) -> None:
         run_dir = os.environ.get("GPUDOCTOR_RUN_DIR")
         if hooks is None or not run_dir or hooks.is_installed():
             return
-        hooks.install(run_dir)
+        # run installs before the script has parsed its command line; the live-parser search is attach's
+        # (a walk of every object, ~35 ms here), not run's steady state: left out of the reinstall
+        cli_hooks = sys.modules["gpudoctor.hooks.cli_hooks"]
+        search, cli_hooks.record_existing_parser = cli_hooks.record_existing_parser, lambda writer: None
+        try:
+            hooks.install(run_dir)
+        finally:
+            cli_hooks.record_existing_parser = search
         th = hooks.active_torch_hooks()
         if th is not None and torch.utils.data.get_worker_info() is None:
             th.mark_first_step()  # steady state, as attach's install marks a loop already running
