@@ -74,3 +74,26 @@ def test_a_worker_that_only_counts_wakes_its_flush_thread_when_its_counters_are_
     writer.close(exiting=False)
     counted = [e for e in _lines(path) if e["k"] == "counter"]
     assert sum(e["calls"] for e in counted) == 101  # nothing lost by sleeping
+
+
+def _written(path, marker: str) -> bool:
+    for _ in range(500):  # up to ~5 s on a busy machine; normally one flush_s
+        if path.exists() and marker in path.read_text():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_events_after_the_first_steps_counter_cut_are_still_written(tmp_path):
+    """The main process: tokenizer calls counted, the first step cuts them, then a step event per step."""
+    writer = EventWriter(tmp_path, flush_s=0.02)
+    path = tmp_path / "events" / f"{os.getpid()}.jsonl"
+    writer.count("tokenize", 0.5)
+    assert _written(path, '"k":"proc"')
+    writer.cut_counters()  # lines appended by the main thread, no counter left to wait for
+    for n in range(3):
+        writer.emit({"k": "step", "t": 1.0 + n, "n": n + 1, "dt": 0.1})
+    assert _written(path, '"n":3')
+    writer.close(exiting=False)
+    kinds = [e["k"] for e in _lines(path)]
+    assert kinds.count("step") == 3 and kinds.count("counter") == 1

@@ -57,7 +57,7 @@ class EventWriter:
         self._fh: Any = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self._wake = threading.Event()  # something to write: an event, or a counter's first call since a cut
+        self._wake = threading.Event()  # set: lines to write, or a counter's first call since a cut
         self._announced = False
         self._born = time.monotonic()
         self._counters_due = 0.0  # monotonic time of the next counter lines
@@ -70,9 +70,9 @@ class EventWriter:
             return
         if not self._announced:
             self._announce()
-        if not self._buf:
-            self._wake.set()
         self._buf.append(event)  # list.append is atomic under the GIL
+        if not self._wake.is_set():  # the first since the flush thread's last look
+            self._wake.set()
 
     def count(self, name: str, seconds: float) -> None:
         """Add one call of ``seconds`` to a periodically flushed counter."""
@@ -126,6 +126,7 @@ class EventWriter:
             counters, self._counters = self._counters, {}
             for name, (calls, seconds) in counters.items():
                 self._buf.append({"k": "counter", "t": now, "name": name, "calls": int(calls), "s": seconds})
+            self._wake.set()  # lines to write (a cut on the main thread: the first step)
         mono = time.monotonic()
         self._counters_due = mono + min(COUNTER_MAX_PERIOD_S, max(self.flush_s, (mono - self._born) / 60))
 
