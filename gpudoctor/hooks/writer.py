@@ -1,11 +1,11 @@
 """Per-process event writer used by the in-process hooks.
 
 The hot path (one call per batch or step) only appends a dict to a list;
-JSON encoding and the write happen on a flush thread ``flush_s`` after the
-first event it has not written, so a SIGKILL loses at most that much. With
-nothing to write it sleeps until its counters are due: a DataLoader worker,
-which only counts, wakes every few seconds rather than twice a second. Fork-safe: a forked DataLoader worker starts
-with an empty buffer and its own ``events/<pid>.jsonl``.
+JSON encoding and the write happen on a flush thread every ``flush_s`` while
+events come, so a SIGKILL loses at most that much. With only counters to write
+it sleeps until they are due (an event wakes it): an old DataLoader worker,
+which only counts, wakes every 10 s rather than twice a second. Fork-safe: a
+forked DataLoader worker starts with an empty buffer and its own ``events/<pid>.jsonl``.
 
 Counters (tokenizer and fetch time) are two numbers per name in memory; their
 lines are written every ``flush_s`` while the process is young and then every
@@ -57,7 +57,9 @@ class EventWriter:
         self._fh: Any = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self._wake = threading.Event()  # set: lines to write, or a counter's first call since a cut
+        self._wake = threading.Event()  # an event for a flush thread in a long sleep
+        self._long = False  # the flush thread sleeps longer than flush_s (nothing but counters to write)
+        self._had_events = False  # its last flush wrote events, not only counter lines
         self._announced = False
         self._born = time.monotonic()
         self._counters_due = 0.0  # monotonic time of the next counter lines
@@ -71,7 +73,7 @@ class EventWriter:
         if not self._announced:
             self._announce()
         self._buf.append(event)  # list.append is atomic under the GIL
-        if not self._wake.is_set():  # the first since the flush thread's last look
+        if self._long:  # the flush thread sleeps until its counters are due: this cannot wait that long
             self._wake.set()
 
     def count(self, name: str, seconds: float) -> None:
@@ -83,7 +85,6 @@ class EventWriter:
         slot = self._counters.get(name)
         if slot is None:
             slot = self._counters[name] = [0, 0.0]
-            self._wake.set()  # the flush thread may be sleeping with no counter to wait for
         slot[0] += 1
         slot[1] += seconds
 
@@ -95,25 +96,34 @@ class EventWriter:
         except Exception:  # the process's own details are a nicety: the events still need a file
             proc = {"k": "proc", "t": time.time(), "pid": os.getpid(), "ppid": os.getppid()}
         self._buf.append(proc)
-        self._wake.set()
         self._thread = threading.Thread(target=self._loop, name="gpudoctor-writer", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
         name_thread(b"gd-writer")
-        while True:
-            self._wake.wait(self._idle_s())
-            self._wake.clear()
-            if self._stop.wait(self.flush_s):  # what comes within flush_s goes in the same write
+        while not self._stop.is_set():
+            woken = self._wake.wait(self._sleep_s())
+            self._long = False
+            if woken:  # an event ended a long sleep: what comes within flush_s goes in the same write
+                self._wake.clear()
+                if self._stop.wait(self.flush_s):
+                    return
+            if self._stop.is_set():
                 return
             self.flush()
             self._cpu_s = time.thread_time()
 
-    def _idle_s(self) -> float | None:
-        """How long the flush thread may sleep with nothing to write: until the counters are due."""
-        if not self._counters:
-            return None
-        return max(0.0, self._counters_due - time.monotonic())
+    def _sleep_s(self) -> float:
+        """flush_s while events come (one wake each, as ever); else until the counters are due."""
+        if self._buf or self._had_events:
+            return self.flush_s
+        sleep = max(0.0, self._counters_due - time.monotonic())
+        if sleep > self.flush_s:
+            self._long = True  # from here an emit wakes the thread
+            if self._buf:  # one came before the flag was up: it was not told
+                self._long = False
+                return self.flush_s
+        return sleep
 
     def cut_counters(self) -> None:
         """Write the counters' totals so far as lines now (e.g. just before the first step)."""
@@ -126,7 +136,6 @@ class EventWriter:
             counters, self._counters = self._counters, {}
             for name, (calls, seconds) in counters.items():
                 self._buf.append({"k": "counter", "t": now, "name": name, "calls": int(calls), "s": seconds})
-            self._wake.set()  # lines to write (a cut on the main thread: the first step)
         mono = time.monotonic()
         self._counters_due = mono + min(COUNTER_MAX_PERIOD_S, max(self.flush_s, (mono - self._born) / 60))
 
@@ -145,6 +154,7 @@ class EventWriter:
 
     def _flush(self, final: bool) -> None:
         with self._lock:
+            self._had_events = bool(self._buf)  # before the counter lines join them
             if final or time.monotonic() >= self._counters_due:
                 self._cut_counters()
             if not self._buf:
