@@ -28,7 +28,8 @@ bare slots either side, as above. Two separate processes cannot resolve 1% here
 processes gave means from 0.918 to 1.146), one process can. The one-time costs
 are the doctor's start-up (launch to first step, over a bare launch's, each
 alone) and its report after the patient's last step. ``--control`` never
-switches run's parts back on: an A/A test, the design's floor. ``--refork``
+switches run's parts back on, and gives every slot the same switch-off (with
+``--refork``, a new pass over the data): an A/A test, the design's floor. ``--refork``
 (with workers): the switch reaches the probe's main process only and ends the
 pass over the data, so the next pass forks workers that inherit the hooks or
 their absence, as a run's workers do, instead of installing hooks in a worker.
@@ -242,7 +243,7 @@ def run_mode(args: argparse.Namespace, tmp: Path, pargs: list[str]) -> dict[str,
     switch is left out with ``--settle-slot``. The one-time costs are the doctor's start-up
     (launch to first step, over a bare launch's, each alone) and its report after the
     patient's last step (over the bare probe's own ending). ``--control`` never switches
-    anything on: the floor of the design.
+    anything on, every slot switched off alike: the floor of the design.
     """
     start_s, report_s = one_time_costs(args, tmp, pargs)
     cmds, logs, until, out = commands(tmp, pargs, "long", args.refork)
