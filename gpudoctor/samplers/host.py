@@ -204,13 +204,16 @@ class HostSampler(Sampler):
 
 
 def _read_counters(proc: psutil.Process) -> tuple[float, int, tuple[int, int] | None, bool]:
-    """CPU seconds, RSS bytes, storage I/O bytes and whether it is a zombie, in one pass."""
+    """CPU seconds, RSS bytes, storage I/O bytes and whether it has exited (a zombie, or exiting), in one pass."""
     with proc.oneshot():
         zombie = proc.status() == psutil.STATUS_ZOMBIE
         times = proc.cpu_times()
         if zombie:
             return times.user + times.system, 0, None, True
-        return times.user + times.system, proc.memory_info().rss, _io_bytes(proc), False
+        rss = proc.memory_info().rss
+        if rss == 0:  # its memory already released: exiting, a zombie in a moment (a live process has pages)
+            return times.user + times.system, 0, None, True
+        return times.user + times.system, rss, _io_bytes(proc), False
 
 
 def _io_bytes(proc: psutil.Process) -> tuple[int, int] | None:
