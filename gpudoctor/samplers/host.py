@@ -208,10 +208,8 @@ def _read_counters(proc: psutil.Process) -> tuple[float, int, tuple[int, int] | 
     with proc.oneshot():
         zombie = proc.status() == psutil.STATUS_ZOMBIE
         times = proc.cpu_times()
-        if zombie:
-            return times.user + times.system, 0, None, True
-        rss = proc.memory_info().rss
-        if rss == 0:  # its memory already released: exiting, a zombie in a moment (a live process has pages)
+        rss = 0 if zombie else proc.memory_info().rss
+        if rss == 0:  # a zombie, or exiting with its memory already released (a live process has pages)
             return times.user + times.system, 0, None, True
         return times.user + times.system, rss, _io_bytes(proc), False
 

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from gpudoctor import safefs
+from gpudoctor.pids import pid_alive
 
 SAMPLES_PER_STEP = 5.0  # at least this many samples per step, whatever the interval
 MAX_INTERVAL_S = 2.0  # and never slower than this (a stall shorter than ~2 samples would vanish)
@@ -101,16 +102,11 @@ class StepClock:
 
 
 def _alive(name: str) -> bool:
-    """Is the process an events file is named after still there? (A name that is no pid: yes.)"""
+    """Is the process an events file is named after still running? (A name that is no pid: yes.)"""
     try:
-        os.kill(int(name), 0)
+        return pid_alive(int(name))
     except ValueError:
         return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # there, another user's (attach as root reads a patient's files)
-        return True
-    return True
 
 
 def _time(line: bytes) -> float:
