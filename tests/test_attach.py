@@ -330,7 +330,9 @@ def test_a_second_doctor_is_refused_and_ctrl_c_detaches_the_first(tmp_path: Path
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                              env=dict(os.environ, PYTHONPATH=str(ROOT)))
     try:
-        wait_until(lambda: (tmp_path / "a" / "meta.json").exists(), "the first doctor holds the patient")
+        # Installed, not only started: a Ctrl-C before the queued install runs leaves nothing to detach.
+        wait_until(lambda: (tmp_path / "a" / "attach" / f"{idle.pid}.installed.json").exists(),
+                   "the first doctor's hooks are in the patient")
         second = attach(idle.pid, tmp_path / "b", timeout=30)
         assert second.returncode == 3 and "already attached" in second.stderr
         first.send_signal(signal.SIGINT)  # what Ctrl-C sends

@@ -250,21 +250,28 @@ class AttachSession:
         with contextlib.suppress(OSError):  # the payload's watchdog also detaches when the doctor exits
             inject.request_detach(self.control)
         self.record.detach_time = time.time()
-        waiting = [r for r in self.record.targets.values() if r.installed_at is not None]
+        # An install still in flight (queued on a main thread that had not run it yet) is waited
+        # for too: it either installs and is detached by its watchdog, or sees the detach file first
+        # and skips. Waiting only on confirmed installs left such a one's detach unknown.
+        waiting = [r for r in self.record.targets.values() if r.method is not None and not r.error]
         deadline = time.time() + (0.5 if self.stop.signals > 1 else DETACH_WAIT_S)
         while waiting and time.time() < deadline:
+            self._poll_status()
             for rec in list(waiting):
                 status = inject.read_status(self.control, rec.pid, "detached", self.status_owner)
                 if status is not None:
                     rec.detached = status.get("ok", True) is True
                     rec.uninstall_s = _seconds(status.get("uninstall_s"))
                     waiting.remove(rec)
-                elif not pid_alive(rec.pid):  # exited with the hooks in: nothing left to remove
-                    waiting.remove(rec)
-            time.sleep(0.1)
+                elif rec.error or not pid_alive(rec.pid) or (
+                        rec.installed_at is None
+                        and inject.read_status(self.control, rec.pid, "skipped", self.status_owner) is not None):
+                    waiting.remove(rec)  # never installed, failed to, or exited: nothing left to remove
+            if waiting:
+                time.sleep(0.1)
         for rec in waiting:
-            rec.detached = False if pid_alive(rec.pid) else None
-        self._poll_status()  # a late install is detached by its own watchdog (the detach file exists)
+            if rec.installed_at is not None:
+                rec.detached = False if pid_alive(rec.pid) else None
 
     def _finish(self) -> None:
         self.stacks.stop()
