@@ -27,6 +27,10 @@ from tests.recording_builder import RecordingBuilder
 
 SKEW_S = 7.25  # node1's clock, made to run this far ahead
 TIME_KEYS = ("t", "t0", "create_time", "start_time", "end_time")
+# Rank 1's sleep per item. The straggler rules weigh a rank's wait against the whole run, start-up
+# included; at the probe's 15 ms the wait was 20% of a quiet run, and on a loaded machine (slower
+# imports and compute, the same sleep) it fell under the rules' 10 points. 40 ms keeps it ~40%.
+SLEEP_MS = 40
 
 
 def _free_port() -> int:
@@ -46,7 +50,8 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     launches = [subprocess.Popen(
         gpudoctor_cmd("run", "--out", str(tmp / f"node{k}"), "--", torchrun, "--nnodes", "2", "--node-rank", str(k),
                       "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", port,
-                      str(PROBES / "ddp_nodes.py"), "--slow-rank", "1", "--truth", str(tmp / "truth")),
+                      str(PROBES / "ddp_nodes.py"), "--slow-rank", "1", "--sleep-ms", str(SLEEP_MS),
+                      "--truth", str(tmp / "truth")),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp) for k in (0, 1)]
     errs = [p.communicate(timeout=300)[1] for p in launches]
     assert [p.returncode for p in launches] == [0, 0], errs
