@@ -8,6 +8,8 @@ import os
 import time
 import weakref
 
+import torch
+
 from gpudoctor.hooks.writer import EventWriter
 
 
@@ -97,3 +99,36 @@ def test_events_after_the_first_steps_counter_cut_are_still_written(tmp_path):
     writer.close(exiting=False)
     kinds = [e["k"] for e in _lines(path)]
     assert kinds.count("step") == 3 and kinds.count("counter") == 1
+
+
+class _Counting(torch.utils.data.Dataset):
+    """Each item counted and spanned by the writer in whichever process fetches it (a worker)."""
+
+    def __init__(self, writer: EventWriter, n: int) -> None:
+        self.writer, self.n = writer, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        self.writer.count("fetch", 0.001)
+        self.writer.emit({"k": "span", "c": "item", "t0": time.time(), "dt": 0.0, "name": str(i)})
+        return i
+
+
+def test_a_dataloader_worker_writes_what_it_buffered_when_it_exits(tmp_path):
+    """A worker ends in os._exit (multiprocessing), past atexit: what it had not yet written must
+    still reach its file. flush_s is a minute: nothing is written before the workers exit."""
+    writer = EventWriter(tmp_path, flush_s=60.0)
+    n, epochs = 12, 2
+    loader = torch.utils.data.DataLoader(_Counting(writer, n), batch_size=2, num_workers=2,
+                                         persistent_workers=False)
+    for _ in range(epochs):  # new workers each epoch, each exiting at its end
+        assert sum(len(b) for b in loader) == n
+    writer.close(exiting=False)
+    rows = [e for path in (tmp_path / "events").glob("*.jsonl") if path.stem != str(os.getpid())
+            for e in _lines(path)]
+    assert len({e["pid"] for e in rows if e["k"] == "proc"}) == 2 * epochs
+    assert sum(e["calls"] for e in rows if e["k"] == "counter" and e["name"] == "fetch") == n * epochs
+    assert sum(1 for e in rows if e["k"] == "span" and e["c"] == "item") == n * epochs
+    assert sum(1 for e in rows if e["k"] == "exit") == 2 * epochs

@@ -98,6 +98,8 @@ class EventWriter:
         self._buf.append(proc)
         self._thread = threading.Thread(target=self._loop, name="gpudoctor-writer", daemon=True)
         self._thread.start()
+        with contextlib.suppress(Exception):  # a nicety: an emit must never raise into the patient
+            _close_at_multiprocessing_exit(self)
 
     def _loop(self) -> None:
         name_thread(b"gd-writer")
@@ -208,6 +210,26 @@ def _reset_in_child() -> None:
 # Registered once per interpreter: ``os.register_at_fork`` cannot unregister, so a handler per writer
 # (attach re-installs on every session) kept every detached writer alive and ran them all at each fork.
 os.register_at_fork(after_in_child=_reset_in_child)
+
+
+def _close_at_multiprocessing_exit(writer: EventWriter) -> None:
+    """A multiprocessing child (a DataLoader worker) ends in ``os._exit``, past ``atexit``: without
+    this its buffered events and counters since the last write were lost at every worker exit
+    (each epoch, without ``persistent_workers``). multiprocessing's own exit function runs its
+    finalizers; one is registered here, at the writer's first event in the child (after the child's
+    bootstrap cleared the finalizers inherited from the parent), holding the writer weakly."""
+    mp = sys.modules.get("multiprocessing")
+    util = sys.modules.get("multiprocessing.util")
+    if mp is None or util is None or mp.parent_process() is None:
+        return  # not a multiprocessing child: atexit runs
+    util.Finalize(writer, _close_if_alive, args=(weakref.ref(writer),), exitpriority=100)
+
+
+def _close_if_alive(ref: weakref.ref[EventWriter]) -> None:
+    writer = ref()
+    if writer is not None:
+        with contextlib.suppress(Exception):  # the child's exit must go on whatever happens here
+            writer.close()
 
 
 def _as_text(value: Any) -> str:
