@@ -136,15 +136,20 @@ def lower_doctor() -> dict[str, str]:
     a core from the training for nothing (measured: ~40 wakes a second of the host sampler on a
     saturated host). A thread that blocks or sleeps still hands the GIL over at once.
     """
-    keep = {_spawner.native_id} if _spawner is not None else set()
+    done = {_spawner.native_id} if _spawner is not None else set()
     got: list[tuple[str, str]] = []
-    try:
-        tids = [int(t) for t in os.listdir("/proc/self/task")]
-    except OSError:
-        tids = [0]
-    for tid in tids:
-        if tid not in keep:
-            got.append(_lower_thread(tid))
+    for _ in range(5):  # a thread that one not yet lowered starts meanwhile inherits its priority: list again
+        try:
+            tids = {int(t) for t in os.listdir("/proc/self/task")} - done
+        except OSError:
+            tids = {0} - done
+        if not tids:
+            break
+        for tid in sorted(tids):
+            lowered = _lower_thread(tid)
+            if lowered[0] != "unchanged" or tid == 0 or os.path.exists(f"/proc/self/task/{tid}"):
+                got.append(lowered)  # (a thread that ended meanwhile was not left unlowered)
+        done |= tids
     global _saved_switch_s
     if _saved_switch_s is None:
         _saved_switch_s = sys.getswitchinterval()

@@ -129,8 +129,9 @@ def test_attach_doctor_goes_idle_once_hooked(tmp_path: Path) -> None:
         threads: dict[str, tuple[str, int, int | None]] = {}
         deadline = time.time() + 120
         while time.time() < deadline and doctor.poll() is None:
-            threads = _threads(doctor.pid)
-            if "gd-host" in threads and threads["gd-host"][0] == "SCHED_IDLE":
+            threads = _threads(doctor.pid)  # lowered one by one: wait for the last, not the host sampler
+            if "gd-host" in threads and all(got[:2] == ("SCHED_IDLE", 19) for comm, got in threads.items()
+                                            if comm != "gd-spawn"):
                 break
             time.sleep(0.1)
         threads = _threads(doctor.pid)
