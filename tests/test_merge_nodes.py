@@ -111,8 +111,10 @@ def test_a_node_whose_clock_runs_ahead_is_aligned_on_the_step_ends_and_the_skew_
     step_s = node1["step_time_s"]["p50"]
     assert abs(node1["clock_offset_s"] + SKEW_S) <= step_s  # what was added to node1's clock
     assert abs(report["nodes"]["skew_corrected_s"] - SKEW_S) <= step_s
-    # aligned, the job lasts as long as its nodes did, not the skew longer
-    assert report["run"]["duration_s"] < max(n["duration_s"] for n in report["nodes"]["nodes"]) + step_s
+    # aligned, the job lasts as long as on the one clock it ran on, not the skew longer (the two
+    # launches' own start-up gap, large on a loaded machine, is in both)
+    plain = _merge(tmp, tmp / "node0", tmp / "node1", out="plain.json")
+    assert abs(report["run"]["duration_s"] - plain["run"]["duration_s"]) <= step_s
     assert next(f for f in report["findings"] if f["rule"] == "straggler_rank")["data"]["node"] == "node1"
     ranks = {r["rank"]: r for r in report["per_rank"]}
     assert within(ranks[1]["data_wait_s"], truth[1]["data_wait_s"], abs_pts=0.3)
