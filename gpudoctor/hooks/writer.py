@@ -5,7 +5,9 @@ JSON encoding and the write happen on a flush thread every ``flush_s`` while
 events come, so a SIGKILL loses at most that much. With only counters to write
 it sleeps until they are due (an event wakes it): an old DataLoader worker,
 which only counts, wakes every 10 s rather than twice a second. Fork-safe: a
-forked DataLoader worker starts with an empty buffer and its own ``events/<pid>.jsonl``.
+forked DataLoader worker starts with an empty buffer and its own ``events/<pid>.jsonl``,
+and writes what is left when it exits (through multiprocessing's exit, since ``atexit``
+never runs in its ``os._exit``).
 
 Counters (tokenizer and fetch time) are two numbers per name in memory; their
 lines are written every ``flush_s`` while the process is young and then every
