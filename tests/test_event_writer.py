@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import gc
 import json
+import multiprocessing
 import os
 import time
 import weakref
+from pathlib import Path
 
 import torch
 
@@ -132,3 +134,19 @@ def test_a_dataloader_worker_writes_what_it_buffered_when_it_exits(tmp_path):
     assert sum(e["calls"] for e in rows if e["k"] == "counter" and e["name"] == "fetch") == n * epochs
     assert sum(1 for e in rows if e["k"] == "span" and e["c"] == "item") == n * epochs
     assert sum(1 for e in rows if e["k"] == "exit") == 2 * epochs
+
+
+def _spawned_child(folder: str) -> None:
+    writer = EventWriter(Path(folder), flush_s=60.0)
+    writer.count("fetch", 0.001)
+    writer.emit({"k": "span", "c": "item", "t0": time.time(), "dt": 0.0})
+
+
+def test_a_spawned_child_writes_its_remainder_and_one_exit_line(tmp_path):
+    """A spawned child runs both multiprocessing's exit and atexit: what it buffered is written once."""
+    child = multiprocessing.get_context("spawn").Process(target=_spawned_child, args=(str(tmp_path),))
+    child.start()
+    child.join(timeout=120)
+    assert child.exitcode == 0
+    kinds = [e["k"] for e in _lines(tmp_path / "events" / f"{child.pid}.jsonl")]
+    assert sorted(kinds) == ["counter", "exit", "proc", "span"]

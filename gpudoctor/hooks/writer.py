@@ -232,6 +232,7 @@ def _close_if_alive(ref: weakref.ref[EventWriter]) -> None:
     if writer is not None:
         with contextlib.suppress(Exception):  # the child's exit must go on whatever happens here
             writer.close()
+        atexit.unregister(writer.close)  # a spawned child also runs atexit: one exit line, not two
 
 
 def _as_text(value: Any) -> str:
