@@ -146,7 +146,7 @@ t0 = time.perf_counter()
 c0 = time.process_time()
 from gpudoctor.recording.store import load_recording
 from gpudoctor.render import renderer_for
-from gpudoctor.report import build_report
+from gpudoctor.report.build import build_report
 t_import = time.perf_counter()
 c_import = time.process_time()
 rec = load_recording(Path(sys.argv[1]))

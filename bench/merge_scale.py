@@ -9,7 +9,7 @@ and measures what the run folder holds per rank, per step and per second of samp
 ``merge`` synthesizes run folders in the on-disk format (what ``gpudoctor run`` writes on each node:
 one process per rank with a data-wait span and a step line per step, counters, host samples; each
 node's clock skewed by up to ±3 s, one slow rank), then times ``gpudoctor report N0 N1 ... -o
-merged.json`` (the streaming merge, :mod:`gpudoctor.report_nodes`) in a fresh process per size and
+merged.json`` (the streaming merge, :mod:`gpudoctor.report.nodes`) in a fresh process per size and
 reads its peak RSS. ``--all-at-once`` sizes also load every folder before analysing, as a merge that
 concatenated the nodes would: its RSS is what streaming avoids.
 """

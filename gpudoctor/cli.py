@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpudoctor._version import __version__
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
 from gpudoctor.sweep.cli_args import DESCRIPTION as SWEEP_DESCRIPTION
 from gpudoctor.sweep.cli_args import add_arguments as add_sweep_arguments
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from gpudoctor.recording.store import load_recording
 from gpudoctor.render import write_all
-from gpudoctor.report import ReportOptions, build_report
+from gpudoctor.report.build import ReportOptions, build_report
 from gpudoctor.trackers import add_to_trackers
 
 

@@ -80,7 +80,7 @@ def cache_dir() -> str:
 
     A cached tokenizer is loaded as it is, so a folder another user made (pre-planted in
     /tmp) or can write is refused, never used. (Probes never import gpudoctor: this is
-    ``gpudoctor.safefs.private_dir``'s check, written out.)
+    ``gpudoctor.common.safefs.private_dir``'s check, written out.)
     """
     d = os.environ.get("GPUDOCTOR_PROBE_CACHE") or os.path.join(
         tempfile.gettempdir(), f"gpudoctor-probes-cache-{os.geteuid()}"

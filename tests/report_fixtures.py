@@ -16,7 +16,7 @@ from typing import Any
 
 from gpudoctor.recording.store import load_recording
 from gpudoctor.render.json_renderer import dumps
-from gpudoctor.report import build_report
+from gpudoctor.report.build import build_report
 from tests.recording_builder import T0, RecordingBuilder
 
 DATA = Path(__file__).parent / "data"

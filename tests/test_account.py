@@ -6,7 +6,7 @@ import inspect
 
 import pytest
 
-from gpudoctor import report
+from gpudoctor.report import build as report
 from gpudoctor.rules import all_rules
 from gpudoctor.rules.account import Claim, claim, removed_of_bucket, speedup, wasted_share
 

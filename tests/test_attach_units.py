@@ -18,7 +18,7 @@ from gpudoctor.attach.inject import gdb_script
 from gpudoctor.attach.lock import AttachLock, lock_path
 from gpudoctor.attach.stacks import window_rows
 from gpudoctor.attach.window import AttachRecord, TargetRecord
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
 
 TRAIN = ("<module>", "train.py")
 NEXT = ("_BaseDataLoaderIter.__next__", "/site-packages/torch/utils/data/dataloader.py")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.launch import run as doctor_run
+from gpudoctor.launch.launcher import run as doctor_run
 from tests.conftest import ROOT, gpudoctor_cmd, run_cli
 from tests.fake_nvml import FakeBinding, FakeGpu
 

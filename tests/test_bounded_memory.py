@@ -90,7 +90,7 @@ def test_a_long_recording_loads_downsampled_samples_and_every_step(tmp_path):
     assert (tmp_path / "samples" / "gpu.jsonl").stat().st_size > 16 * 2**20  # past the full-read size
 
     from gpudoctor.recording.store import load_recording
-    from gpudoctor.report import build_report
+    from gpudoctor.report.build import build_report
 
     rec = load_recording(tmp_path)
     assert 1900 <= len(rec.gpu) <= 2000 and len(rec.host) == 10800

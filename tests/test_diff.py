@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.diff import diff_reports
 from gpudoctor.render.diff_page import render_diff_html, render_diff_markdown
+from gpudoctor.report.diff import diff_reports
 
 DATA = Path(__file__).parent / "data"
 HOSTILE = "<script>alert(1)</script>"

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from gpudoctor import step_noise
-from gpudoctor.diff import diff_reports
+from gpudoctor.analysis import step_noise
 from gpudoctor.recording.store import load_recording
 from gpudoctor.render.diff_page import render_diff_html, render_diff_markdown
-from gpudoctor.report import build_report
+from gpudoctor.report.build import build_report
+from gpudoctor.report.diff import diff_reports
 from tests.recording_builder import T0, RecordingBuilder
 
 STEPS = 1000

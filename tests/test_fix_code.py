@@ -12,7 +12,7 @@ import pytest
 from gpudoctor.recording.store import load_recording
 from gpudoctor.render.html import HtmlRenderer
 from gpudoctor.render.markdown import MarkdownRenderer
-from gpudoctor.report import build_report
+from gpudoctor.report.build import build_report
 from tests.recording_builder import T0, RecordingBuilder
 
 TRAINER_ARGS = {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 8, "tf32": None, "bf16": False,

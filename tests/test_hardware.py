@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from gpudoctor import cost, hardware
+from gpudoctor.common import hardware
 from gpudoctor.replay import gpus
 from gpudoctor.replay.config import load_config_text
+from gpudoctor.report import cost
 from gpudoctor.sweep.costs import point_cost
 
 # What nvmlDeviceGetName returns on these parts, and the row each must find.

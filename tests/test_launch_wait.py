@@ -6,8 +6,8 @@ import os
 import subprocess
 import sys
 
-from gpudoctor import launch
-from gpudoctor.pids import ExitWaiter
+from gpudoctor.launch import launcher as launch
+from gpudoctor.launch.pids import ExitWaiter
 from gpudoctor.sweep import trial
 
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from gpudoctor.cli import main as cli_main
 from gpudoctor.commands.load import load_report
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
 from gpudoctor.render import renderer_for
 from tests.recording_builder import T0, RecordingBuilder
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from gpudoctor.cli import main as cli_main
-from gpudoctor.report_check import problem
+from gpudoctor.report.check import problem
 from tests.conftest import PROBES, ROOT, gpudoctor_cmd, within
 from tests.recording_builder import RecordingBuilder
 

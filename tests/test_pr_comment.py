@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from gpudoctor.diff import diff_reports
 from gpudoctor.recording.store import load_recording
 from gpudoctor.render.diff_page import render_diff_markdown
 from gpudoctor.render.markdown import COMMENT_LIMIT, MarkdownRenderer, md_text
-from gpudoctor.report import build_report
+from gpudoctor.report.build import build_report
+from gpudoctor.report.diff import diff_reports
 from tests.conftest import run_cli
 from tests.recording_builder import T0, RecordingBuilder
 from tests.report_fixtures import TRAINER_ARGS

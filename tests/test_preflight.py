@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
 from gpudoctor.replay import costmodel, gpus
 from gpudoctor.replay.config import load_config_text
 from gpudoctor.replay.preflight import predict, workload

@@ -12,7 +12,13 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpudoctor.redact import REDACTED, is_secret_name, redact_argv, redact_mapping, redact_value
+from gpudoctor.common.redact import (
+    REDACTED,
+    is_secret_name,
+    redact_argv,
+    redact_mapping,
+    redact_value,
+)
 
 HF = "hf_" + "Ab3" * 12
 GLPAT = "glpat-" + "x1Y2z3" * 4

@@ -12,8 +12,7 @@ from pathlib import Path
 import numpy
 import pytest
 
-from gpudoctor.diff import diff_reports
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
 from gpudoctor.render import renderer_for, write_all
 from gpudoctor.render.base import fmt_usd
 from gpudoctor.render.diff_page import render_diff_html
@@ -21,6 +20,7 @@ from gpudoctor.render.html import HtmlRenderer
 from gpudoctor.render.json_renderer import JsonRenderer
 from gpudoctor.render.markdown import MarkdownRenderer, md_code, md_text
 from gpudoctor.render.terminal import summary_lines
+from gpudoctor.report.diff import diff_reports
 
 DATA = Path(__file__).parent / "data"
 HOSTILE = "<script>alert(1)</script>"

@@ -12,7 +12,7 @@ from gpudoctor.commands.load import load_report
 from gpudoctor.render import write_all
 from gpudoctor.replay.config import load_config
 from gpudoctor.replay.here import ON_CPU_NOTE, compare
-from gpudoctor.report_check import problem
+from gpudoctor.report.check import problem
 from tests.conftest import ROOT, run_cli
 
 HEALTHY = ROOT / "sample_configs" / "healthy.yaml"

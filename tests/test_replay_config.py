@@ -10,7 +10,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
 from gpudoctor.replay import gpus
 from gpudoctor.replay.config import SECTION_TYPES, TrainingSection, load_config, load_config_text
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
 from gpudoctor.replay.config import load_config_text
 from tests.conftest import ROOT, run_cli
 from tests.test_bad_input import assert_one_line_error

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpudoctor.recording.store import load_recording
-from gpudoctor.report import ReportOptions, build_report
+from gpudoctor.report.build import ReportOptions, build_report
 from tests.recording_builder import T0, RecordingBuilder
 
 

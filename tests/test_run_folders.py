@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.recorder import default_out
+from gpudoctor.launch.recorder import default_out
 from gpudoctor.recording.store import load_recording
-from gpudoctor.report import ReportOptions, build_report
+from gpudoctor.report.build import ReportOptions, build_report
 from tests.conftest import ROOT, gpudoctor_cmd, run_cli
 from tests.recording_builder import T0, RecordingBuilder
 

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from gpudoctor import safefs
-from gpudoctor.errors import UserError
+from gpudoctor.common import safefs
+from gpudoctor.common.errors import UserError
 
 
 def test_reads_refuse_links_and_fifos_and_never_block(tmp_path):

@@ -19,7 +19,7 @@ from gpudoctor.hooks import cli_hooks
 from gpudoctor.recording.store import load_recording
 from gpudoctor.render.base import config_code
 from gpudoctor.render.markdown import MarkdownRenderer
-from gpudoctor.report import build_report
+from gpudoctor.report.build import build_report
 from tests.conftest import ROOT, run_cli
 from tests.recording_builder import T0, RecordingBuilder
 

@@ -15,7 +15,13 @@ import time
 import psutil
 import pytest
 
-from gpudoctor.redact import REDACTED, is_secret_name, redact_argv, redact_mapping, redact_value
+from gpudoctor.common.redact import (
+    REDACTED,
+    is_secret_name,
+    redact_argv,
+    redact_mapping,
+    redact_value,
+)
 from tests.conftest import ROOT, gpudoctor_cmd
 
 HOSTILE = "<script>alert(1)</script>"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
 from gpudoctor.render.sweep_page import to_html, to_markdown
 from gpudoctor.replay.config import load_config_text
 from gpudoctor.sweep import adaptive

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 import gpudoctor
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
 from gpudoctor.tables import COLUMNS, TABLES
 from tests.recording_builder import RecordingBuilder
 

@@ -25,7 +25,7 @@ import pytest
 
 from gpudoctor.cli import build_parser
 from gpudoctor.pipeline import finish
-from gpudoctor.report import ReportOptions
+from gpudoctor.report.build import ReportOptions
 from gpudoctor.trackers import add_to_trackers, folders
 from gpudoctor.trackers.figures import Figures
 from gpudoctor.trackers.found import tracker_runs

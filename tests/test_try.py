@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpudoctor.report_check import problem
+from gpudoctor.report.check import problem
 from tests.conftest import PROBES, ROOT, run_cli
 
 STALL = ROOT / "tests" / "scripts" / "stall_loop.py"

@@ -22,7 +22,7 @@ from typing import Any
 from gpudoctor.analysis.model import Analysis, GpuStats, HostStats
 from gpudoctor.analysis.process import ProcessView, quantiles
 from gpudoctor.recording.store import Recording
-from gpudoctor.report_schema import BREAKDOWN_KEYS
+from gpudoctor.report.schema import BREAKDOWN_KEYS
 
 # Beyond this share of a step, step ends that should coincide do not: not one job, or not aligned.
 MAX_RESIDUAL_STEP_SHARE = 0.5

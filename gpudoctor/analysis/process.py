@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from gpudoctor.analysis import timeline as tl
 from gpudoctor.recording.read import LoopData
-from gpudoctor.report_schema import BREAKDOWN_KEYS
+from gpudoctor.report.schema import BREAKDOWN_KEYS
 
 N = TypeVar("N", int, float)
 

@@ -42,9 +42,10 @@ from typing import Any
 import psutil
 
 import gpudoctor
-from gpudoctor import priority, safefs
 from gpudoctor.attach import scratch, symbols
-from gpudoctor.errors import UserError
+from gpudoctor.common import safefs
+from gpudoctor.common.errors import UserError
+from gpudoctor.launch import priority
 
 PKG_PARENT = str(Path(gpudoctor.__file__).resolve().parent.parent)
 GDB_TIMEOUT_S = 20.0

@@ -18,10 +18,10 @@ import contextlib
 import os
 from pathlib import Path
 
-from gpudoctor import safefs
 from gpudoctor.attach import scratch
-from gpudoctor.errors import UserError
-from gpudoctor.pids import pid_alive as pid_alive  # its users import it from here too
+from gpudoctor.common import safefs
+from gpudoctor.common.errors import UserError
+from gpudoctor.launch.pids import pid_alive as pid_alive  # its users import it from here too
 
 
 def lock_path(pid: int) -> Path:

@@ -22,8 +22,8 @@ import signal
 import tempfile
 from pathlib import Path
 
-from gpudoctor import safefs
-from gpudoctor.errors import UserError
+from gpudoctor.common import safefs
+from gpudoctor.common.errors import UserError
 
 _SESSION = "session-"
 _LOCK_SUFFIX = ".lock"

@@ -22,14 +22,14 @@ from typing import Any
 
 import psutil
 
-from gpudoctor import priority
 from gpudoctor.attach import inject, stoppable, targets
 from gpudoctor.attach.lock import pid_alive
 from gpudoctor.attach.stacks import StackSampler
 from gpudoctor.attach.window import AttachRecord, TargetRecord
-from gpudoctor.errors import UserError
-from gpudoctor.proctree import ProcTree
-from gpudoctor.recorder import Recorder, RecorderOptions, default_out, doctor_cpu
+from gpudoctor.common.errors import UserError
+from gpudoctor.launch import priority
+from gpudoctor.launch.proctree import ProcTree
+from gpudoctor.launch.recorder import Recorder, RecorderOptions, default_out, doctor_cpu
 from gpudoctor.recording.store import RunFolder
 
 POLL_S = 0.2
@@ -52,7 +52,7 @@ class AttachOptions:
     sample_rate_hz: float = 20.0
     window_s: float = 4.0
     nvml_binding: Any = None
-    doctor_priority: dict[str, str] | None = None  # what gpudoctor.priority gave this doctor
+    doctor_priority: dict[str, str] | None = None  # what gpudoctor.launch.priority gave this doctor
     stacks_when_hooked: bool = False  # keep sampling a hooked process's stacks (no figure needs them)
 
 
@@ -311,7 +311,7 @@ def _let_patient_write(ids: tuple[int, int], run_dir: Path, dirs: list[Path]) ->
     """A root doctor attached to another user's process: that user writes the events and status files.
 
     The run folder becomes traversable (0711, not listable) and ``dirs`` the patient's own, 0700.
-    The doctor executes nothing from them and reads their files only through :mod:`gpudoctor.safefs`
+    The doctor executes nothing from them and reads their files only through :mod:`gpudoctor.common.safefs`
     (no link followed, no FIFO waited on, owner checked); gdb's commands are in its own scratch folder.
     """
     run_dir.chmod(0o711)

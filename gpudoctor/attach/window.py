@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.analysis.sampled import LOOP, Code, load_stack_rows
-from gpudoctor.wording import plural
+from gpudoctor.common.wording import plural
 
 UNAVAILABLE_WITHOUT_HOOKS = (
     "step count and step times, padding, DataLoader settings and the exact data wait are unavailable"

@@ -6,15 +6,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpudoctor import priority
 from gpudoctor.attach import scratch
 from gpudoctor.attach.live import LiveState, LiveView
 from gpudoctor.attach.lock import AttachLock
 from gpudoctor.attach.session import AttachOptions, open_session
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
+from gpudoctor.launch import priority
 from gpudoctor.pipeline import finish
 from gpudoctor.render.terminal import print_summary
-from gpudoctor.report import ReportOptions
+from gpudoctor.report.build import ReportOptions
 
 NICE = 10  # before the hooks are in
 

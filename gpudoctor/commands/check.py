@@ -1,7 +1,7 @@
 """``gpudoctor check IN --max-waste F``: a CI gate on the wasted fraction.
 
 ``--max-waste`` is parsed in :mod:`gpudoctor.cli` (``0.2`` or ``20%``, never a bare 20);
-the report is validated against its schema on load (:mod:`gpudoctor.report_check`), so a
+the report is validated against its schema on load (:mod:`gpudoctor.report.check`), so a
 forged ``wasted_fraction`` of -3 is an invalid report, not a pass. The rule name
 printed comes from the file: it is made terminal-safe first.
 """
@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from gpudoctor.commands.load import load_report, malformed_report_guard
-from gpudoctor.termtext import terminal_safe
+from gpudoctor.common.termtext import terminal_safe
 
 
 def main(args: Any) -> int:

@@ -6,10 +6,10 @@ import json
 from typing import Any
 
 from gpudoctor.commands.load import load_report, malformed_report_guard
-from gpudoctor.diff import diff_reports
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
 from gpudoctor.render.diff_page import render_diff_html, render_diff_markdown
 from gpudoctor.render.output import write_output
+from gpudoctor.report.diff import diff_reports
 
 
 def main(args: Any) -> int:

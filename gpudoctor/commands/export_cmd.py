@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from gpudoctor.export import write_tables
+from gpudoctor.common.termtext import terminal_safe
+from gpudoctor.report.export import write_tables
 from gpudoctor.tables import load
-from gpudoctor.termtext import terminal_safe
 
 
 def main(args: Any) -> int:

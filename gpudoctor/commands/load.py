@@ -1,4 +1,4 @@
-"""Load a report for ``report``/``diff``/``check``: :mod:`gpudoctor.report_load`, plus the guard
+"""Load a report for ``report``/``diff``/``check``: :mod:`gpudoctor.report.load`, plus the guard
 that turns a renderer's crash on an odd report.json into one line.
 
 The loader itself lives below the commands so the notebook API (:func:`gpudoctor.load`) checks a
@@ -12,16 +12,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.errors import UserError
-from gpudoctor.report_load import MAX_REPORT_BYTES, holds_recording, load_report, read_report_bytes
-from gpudoctor.report_schema import SCHEMA
+from gpudoctor.common.errors import UserError
+from gpudoctor.report.load import MAX_REPORT_BYTES, holds_recording, load_report, read_report_bytes
+from gpudoctor.report.schema import SCHEMA
 
 __all__ = ["MAX_REPORT_BYTES", "load_job", "load_report", "malformed_report_guard", "read_report_bytes"]
 
 
 def load_job(paths: list[Path], price: float | None = None, gpus: int | None = None) -> dict[str, Any]:
     """One report for a multi-node job: the run folders ``gpudoctor run`` wrote on each of its nodes,
-    merged (:mod:`gpudoctor.report_nodes`). A report.json cannot take part: it lacks the step ends
+    merged (:mod:`gpudoctor.report.nodes`). A report.json cannot take part: it lacks the step ends
     the nodes' clocks are aligned on."""
     for path in paths:
         if not path.exists():
@@ -32,8 +32,8 @@ def load_job(paths: list[Path], price: float | None = None, gpus: int | None = N
     if len({p.resolve() for p in paths}) < len(paths):
         raise UserError("the same run folder is named twice; pass each node's run folder once")
     # analysis and rules load only when a job's report is built (the CLI starts fast)
-    from gpudoctor.report import ReportOptions
-    from gpudoctor.report_nodes import merge_report
+    from gpudoctor.report.build import ReportOptions
+    from gpudoctor.report.nodes import merge_report
 
     return merge_report(paths, ReportOptions(price_per_gpu_hour=price, gpus=gpus))
 
@@ -42,7 +42,7 @@ def load_job(paths: list[Path], price: float | None = None, gpus: int | None = N
 def malformed_report_guard(*sources: Path) -> Iterator[None]:
     """Turn a crash on an odd report.json (a hand-edited or foreign file) into one clear line.
 
-    Every section is validated on load (:mod:`gpudoctor.report_check`); this is the net for a
+    Every section is validated on load (:mod:`gpudoctor.report.check`); this is the net for a
     shape the types allow that a renderer still trips on.
     ``--debug`` (or GPUDOCTOR_DEBUG=1) still shows the traceback.
     """

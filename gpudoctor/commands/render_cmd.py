@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.commands.load import load_job, load_report, malformed_report_guard
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
 from gpudoctor.render import renderer_for, write_all
 from gpudoctor.render.nodes import terminal_lines
 from gpudoctor.render.output import write_output

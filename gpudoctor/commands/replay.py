@@ -19,10 +19,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpudoctor import launch, safefs
-from gpudoctor.errors import UserError
+from gpudoctor.common import safefs
+from gpudoctor.common.errors import UserError
+from gpudoctor.launch import launcher as launch
+from gpudoctor.launch.recorder import default_out
 from gpudoctor.pipeline import finish
-from gpudoctor.recorder import default_out
 from gpudoctor.render.preflight import check_markdown, markdown
 from gpudoctor.replay import derive, facts
 from gpudoctor.replay.config import ReplayConfig, load_config
@@ -30,7 +31,7 @@ from gpudoctor.replay.gpus import lookup
 from gpudoctor.replay.here import ON_CPU_NOTE, compare
 from gpudoctor.replay.preflight import predict
 from gpudoctor.replay.scratch import remove_all
-from gpudoctor.report import ReportOptions
+from gpudoctor.report.build import ReportOptions
 
 DERIVED_FILE = "replay.yaml"
 

@@ -1,13 +1,13 @@
 """``gpudoctor run -- CMD``: profile a command from launch to exit, no code changes.
 
-The work is :func:`gpudoctor.launch.run`'s, shared with ``try`` and ``replay``.
+The work is :func:`gpudoctor.launch.launcher.run`'s, shared with ``try`` and ``replay``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gpudoctor.launch import run
+from gpudoctor.launch.launcher import run
 
 
 def main(args: Any) -> int:

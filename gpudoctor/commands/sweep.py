@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from gpudoctor.redact import redact_argv
+from gpudoctor.common.redact import redact_argv
 from gpudoctor.render.sweep_page import adaptive_text, headline
 from gpudoctor.sweep.options import SweepOptions
 from gpudoctor.sweep.session import emit_slurm, merge_sweeps, run_sweep

@@ -16,12 +16,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpudoctor import safefs
 from gpudoctor.analysis import analyze
-from gpudoctor.errors import UserError
+from gpudoctor.common import safefs
+from gpudoctor.common.errors import UserError
 from gpudoctor.hooks.apply import ENV
-from gpudoctor.launch import run
-from gpudoctor.recorder import default_out
+from gpudoctor.launch.launcher import run
+from gpudoctor.launch.recorder import default_out
 from gpudoctor.recording.store import load_recording
 from gpudoctor.render import write_all
 from gpudoctor.tryfix import plan as planning

@@ -22,7 +22,7 @@ import time
 from types import ModuleType
 from typing import Any
 
-from gpudoctor import safefs
+from gpudoctor.common import safefs
 from gpudoctor.hooks import imports, patch
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.writer import EventWriter

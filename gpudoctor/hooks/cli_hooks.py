@@ -20,10 +20,16 @@ from enum import Enum
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
+from gpudoctor.common.redact import (
+    REDACTED,
+    is_secret_name,
+    redact_argv,
+    redact_mapping,
+    redact_value,
+)
 from gpudoctor.hooks import patch
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.writer import EventWriter
-from gpudoctor.redact import REDACTED, is_secret_name, redact_argv, redact_mapping, redact_value
 
 MAX_OPTIONS = 1000
 MAX_TEXT = 300

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gpudoctor.redact import redact_value
+from gpudoctor.common.redact import redact_value
 
 if TYPE_CHECKING:  # the writer's flush is itself guarded: a runtime import would be a cycle
     from gpudoctor.hooks.writer import EventWriter

@@ -8,11 +8,11 @@ import time
 from types import ModuleType
 from typing import Any
 
+from gpudoctor.common.redact import redact_mapping, redact_value
 from gpudoctor.hooks import apply, patch
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.torch_hooks import TorchHooks, safe_attr
 from gpudoctor.hooks.writer import EventWriter
-from gpudoctor.redact import redact_mapping, redact_value
 
 
 def install_tokenizers(writer: EventWriter, torch_hooks: TorchHooks, mod: ModuleType) -> None:

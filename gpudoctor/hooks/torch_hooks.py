@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
+from gpudoctor.common.redact import redact_mapping, redact_value
 from gpudoctor.hooks import patch
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.profiler_windows import ProfilerWindows
 from gpudoctor.hooks.writer import EventWriter
-from gpudoctor.redact import redact_mapping, redact_value
 
 # Padding is counted on every batch up to this many, then on every 10th.
 _PAD_EVERY_BATCH_UNTIL = 5000

@@ -21,11 +21,11 @@ import time
 from types import ModuleType
 from typing import Any
 
+from gpudoctor.common.redact import redact_value
 from gpudoctor.hooks import imports, patch
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.torch_hooks import safe_attr
 from gpudoctor.hooks.writer import EventWriter
-from gpudoctor.redact import redact_value
 
 _writer: EventWriter | None = None
 _seen: set[tuple[str, str]] = set()

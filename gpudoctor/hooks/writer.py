@@ -33,9 +33,9 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from gpudoctor import safefs
+from gpudoctor.common import safefs
+from gpudoctor.common.redact import redact_argv, redact_mapping
 from gpudoctor.hooks.guard import guarded
-from gpudoctor.redact import redact_argv, redact_mapping
 
 COUNTER_MAX_PERIOD_S = 10.0
 
@@ -250,7 +250,7 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), default=_as_text)
 def name_thread(name: bytes) -> None:
     """Name the calling thread for the kernel (``/proc/<pid>/task/*/comm``): its CPU can be told apart.
 
-    Not :func:`gpudoctor.priority.name_thread`: this runs in the patient, where importing that
+    Not :func:`gpudoctor.launch.priority.name_thread`: this runs in the patient, where importing that
     module would run ``ctypes.util.find_library`` (a subprocess) in the training process.
     """
     with contextlib.suppress(Exception):

@@ -29,11 +29,11 @@ from typing import Any
 import psutil
 
 from gpudoctor import hooks
+from gpudoctor.common.redact import redact_argv
 from gpudoctor.hooks import patch
 from gpudoctor.hooks.guard import guarded
-from gpudoctor.recorder import Recorder, RecorderOptions, default_out
+from gpudoctor.launch.recorder import Recorder, RecorderOptions, default_out
 from gpudoctor.recording.store import RunFolder
-from gpudoctor.redact import redact_argv
 
 
 class profile:  # noqa: N801 - reads as a function at the call site, like torch.profiler.profile
@@ -83,7 +83,7 @@ class profile:  # noqa: N801 - reads as a function at the call site, like torch.
             from gpudoctor.pipeline import (
                 finish,  # the analysis stack: only when a report is wanted
             )
-            from gpudoctor.report import ReportOptions
+            from gpudoctor.report.build import ReportOptions
 
             self.report = finish(self.folder, ReportOptions(price_per_gpu_hour=self.price, gpus=self.gpus),
                                  trackers=self.trackers)

@@ -18,7 +18,7 @@ import itertools
 import os
 from pathlib import Path
 
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
 
 RECORDING_NAMES = ("meta.json", "samples", "events", "attach", "report.json", "report.html", "report.md",
                    "replay_measure.json", "trial", "apply.json")

@@ -18,7 +18,7 @@ and ``gpudoctor report`` must still answer in seconds and a few hundred MB
 Every reader tolerates truncated, garbled or binary lines: they are counted,
 never raised. A run folder may come from anyone (``attach`` lets the patient's user
 write ``events/``; ``report`` reads folders handed to it), so files are opened
-through :mod:`gpudoctor.safefs` (never through a link, never blocking on a FIFO,
+through :mod:`gpudoctor.common.safefs` (never through a link, never blocking on a FIFO,
 owned by the doctor's user or the folder's owner) and read in bounded blocks: a
 line over :data:`MAX_LINE_BYTES` is skipped while streaming, never held whole.
 Each such skip is a counted line in :attr:`ReadIssues.notes`.
@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from gpudoctor.common.safefs import open_read
+from gpudoctor.common.wording import plural
 from gpudoctor.recording.validate import clean_event, fast_counter, fast_span, fast_step, is_time
-from gpudoctor.safefs import open_read
-from gpudoctor.wording import plural
 
 try:  # ~3x faster than the json module on these lines; what it rejects (NaN) falls back to json
     from orjson import loads as _fast_loads

@@ -4,7 +4,7 @@ Writing is append-only JSON lines with a flush at least every ``flush_s``; the
 reader tolerates a truncated last line (the writer may have been killed mid
 line) and says so in ``Recording.notes`` instead of failing. Everything the
 doctor writes is private to its user: the run folder is 0700, files 0600, and every
-file is new (``O_EXCL | O_NOFOLLOW``) or replaced by rename (:mod:`gpudoctor.safefs`), so
+file is new (``O_EXCL | O_NOFOLLOW``) or replaced by rename (:mod:`gpudoctor.common.safefs`), so
 a link planted in a folder handed to the doctor is never written through.
 """
 
@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudoctor import safefs
-from gpudoctor.errors import UserError
+from gpudoctor.common import safefs
+from gpudoctor.common.errors import UserError
+from gpudoctor.common.wording import plural
 from gpudoctor.recording import claim
 from gpudoctor.recording.read import LoopData, read_events, read_jsonl, read_samples  # noqa: F401 - read_jsonl re-exported
 from gpudoctor.recording.validate import clean_gpu_row, clean_host_row, clean_meta
-from gpudoctor.wording import plural
 
 META_SCHEMA = "gpudoctor.run/1"
 MAX_META_BYTES = 4 * 2**20  # meta.json is a few kB; a folder handed over may hold anything

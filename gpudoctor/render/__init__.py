@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gpudoctor import safefs
-from gpudoctor.errors import UserError
+from gpudoctor.common import safefs
+from gpudoctor.common.errors import UserError
 from gpudoctor.render.base import Renderer
 
 __all__ = ["Renderer", "renderer_for", "write_all", "SUPPORTED_EXTENSIONS"]
@@ -52,7 +52,7 @@ def write_all(report: dict[str, Any], folder: str | Path) -> list[Path]:
 
     The folder may be someone else's (``gpudoctor report FOLDER``): it is opened once and each
     file replaced by rename through that descriptor, so a planted ``report.md -> ~/.bashrc``
-    is replaced, never written through (:func:`gpudoctor.safefs.replace_file`).
+    is replaced, never written through (:func:`gpudoctor.common.safefs.replace_file`).
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """The renderer base class and the formatting every renderer shares.
 
 A renderer is a pure function of a report dict (see
-:mod:`gpudoctor.report_schema`): ``render(report) -> str``. The helpers here
+:mod:`gpudoctor.report.schema`): ``render(report) -> str``. The helpers here
 turn figures into the words users read, the same way in HTML, Markdown and the
 diff: a missing figure prints as "unavailable", never as 0.
 """
@@ -16,8 +16,8 @@ import shlex
 import signal
 from typing import Any
 
-from gpudoctor.report_schema import BREAKDOWN_KEYS
-from gpudoctor.wording import plural as plural  # the renderers import it from here too
+from gpudoctor.common.wording import plural as plural  # the renderers import it from here too
+from gpudoctor.report.schema import BREAKDOWN_KEYS
 
 UNAVAILABLE = "unavailable"
 NO_PRICE = "no price: pass --price-per-gpu-hour"

@@ -1,6 +1,6 @@
 """The diff's pages: a Markdown PR comment and one self-contained HTML page.
 
-Both print the display rows built here from :func:`gpudoctor.diff.diff_reports`'
+Both print the display rows built here from :func:`gpudoctor.report.diff.diff_reports`'
 result; a change is coloured only when its ``verdict`` is beyond the noise, and
 every string from a report goes through the Markdown escapers or Jinja2's
 autoescape.
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoctor.diff import STATUSES, bucket_text, fmt_seconds
 from gpudoctor.render import charts
 from gpudoctor.render.base import (
     SEVERITY_COLORS,
@@ -34,6 +33,7 @@ from gpudoctor.render.markdown import (
     md_text,
     table,
 )
+from gpudoctor.report.diff import STATUSES, bucket_text, fmt_seconds
 
 FINDINGS_SHOWN = 8  # more findings fold their list into <details>
 

@@ -44,7 +44,7 @@ from gpudoctor.render.base import (
     startup_text,
 )
 from gpudoctor.render.charts import SPAN_LABELS
-from gpudoctor.report_schema import BREAKDOWN_KEYS, SECTIONS
+from gpudoctor.report.schema import BREAKDOWN_KEYS, SECTIONS
 
 SEVERITY_MARKS = {"high": "🔴", "medium": "🟠", "low": "🟡", "info": "⚪"}
 COMMENT_LIMIT = 65_536  # GitHub's most characters in an issue or pull-request comment

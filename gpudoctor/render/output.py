@@ -10,8 +10,8 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from gpudoctor import safefs
-from gpudoctor.errors import UserError
+from gpudoctor.common import safefs
+from gpudoctor.common.errors import UserError
 
 
 def write_output(path: Path, text: str) -> None:

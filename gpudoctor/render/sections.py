@@ -1,4 +1,4 @@
-"""The optional report sections (:data:`gpudoctor.report_schema.SECTIONS`) as display strings.
+"""The optional report sections (:data:`gpudoctor.report.schema.SECTIONS`) as display strings.
 
 One view function per registered section, format-free: the HTML template prints the views and
 :mod:`gpudoctor.render.markdown` formats the same ones, so adding a section is one entry here
@@ -14,7 +14,7 @@ from typing import Any
 
 from gpudoctor.render import nodes, preflight, trial
 from gpudoctor.render.base import fmt_duration, fmt_pct, num, plural
-from gpudoctor.report_schema import SECTIONS
+from gpudoctor.report.schema import SECTIONS
 
 IN_NOTES = frozenset({"attach", "trackers"})  # shown through the report's notes
 MAX_PROFILER_ROWS = 12

@@ -7,7 +7,7 @@ import re
 import string
 from typing import TYPE_CHECKING
 
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
 from gpudoctor.replay import gpus
 
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from gpudoctor import safefs
-from gpudoctor.errors import UserError
+from gpudoctor.common import safefs
+from gpudoctor.common.errors import UserError
 from gpudoctor.replay import checks
 from gpudoctor.replay.schema import Ctx, build, one_line
 from gpudoctor.replay.yamlsrc import load_yaml

@@ -26,7 +26,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from gpudoctor.hardware import GpuSpec
+from gpudoctor.common.hardware import GpuSpec
 
 BANDWIDTH_EFFICIENCY = 0.7
 ADAMW_BYTES_PER_PARAM = 28

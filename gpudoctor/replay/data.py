@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
 
 Row = dict[str, Any]
 

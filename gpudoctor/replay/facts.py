@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudoctor import safefs
-from gpudoctor.errors import UserError
+from gpudoctor.common import safefs
+from gpudoctor.common.errors import UserError
 from gpudoctor.recording.store import load_recording
 
 MAX_JSON_BYTES = 4 * 2**20  # a config.json or training_args.json is a few kB

@@ -11,11 +11,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from gpudoctor.common.wording import plural
 from gpudoctor.replay import costmodel
 from gpudoctor.replay.config import ReplayConfig
 from gpudoctor.replay.costmodel import Plan, Workload, simulate
 from gpudoctor.rules import values
-from gpudoctor.wording import plural
 
 STALL_TOLERANCE = 0.02
 PAD_TOLERANCE = 0.25

@@ -1,6 +1,6 @@
-"""Replay's view of the GPU table in :mod:`gpudoctor.hardware`: a target named in a config.
+"""Replay's view of the GPU table in :mod:`gpudoctor.common.hardware`: a target named in a config.
 
-The specs, prices and name matching live in :mod:`gpudoctor.hardware`, shared with the
+The specs, prices and name matching live in :mod:`gpudoctor.common.hardware`, shared with the
 report's pricing; this module adds what a replay config brings: ``hardware.gpu_spec``
 overrides, and a GPU the table lacks described in full.
 """
@@ -11,8 +11,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from gpudoctor.errors import UserError
-from gpudoctor.hardware import GPUS, PRICE_NOTE, GpuSpec, find, known_keys
+from gpudoctor.common.errors import UserError
+from gpudoctor.common.hardware import GPUS, PRICE_NOTE, GpuSpec, find, known_keys
 
 __all__ = ["GPUS", "PRICE_NOTE", "GpuSpec", "find", "known_keys", "lookup"]
 

@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
 from gpudoctor.replay import costmodel, gpus
 from gpudoctor.replay.config import ReplayConfig
 from gpudoctor.replay.costmodel import Plan, Workload, simulate

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpudoctor import safefs
-from gpudoctor.errors import UserError
+from gpudoctor.common import safefs
+from gpudoctor.common.errors import UserError
 from gpudoctor.replay import synthetic
 from gpudoctor.replay.checks import template_fields
 from gpudoctor.replay.config import BpeSection, ReplayConfig

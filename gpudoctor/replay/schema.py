@@ -14,7 +14,7 @@ import types
 import typing
 from typing import Any, Literal, Union, get_args, get_origin
 
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
 from gpudoctor.replay.yamlsrc import LinedDict
 
 

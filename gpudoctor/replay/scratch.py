@@ -22,8 +22,8 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from gpudoctor import safefs
-from gpudoctor.pids import pid_alive
+from gpudoctor.common import safefs
+from gpudoctor.launch.pids import pid_alive
 
 SCRATCH = "scratch"
 

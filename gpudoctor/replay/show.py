@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
 from gpudoctor.render.preflight import markdown
 from gpudoctor.replay.config import load_config
 from gpudoctor.replay.preflight import predict

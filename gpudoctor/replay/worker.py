@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
 
 MEASURE_FILE = "replay_measure.json"
 

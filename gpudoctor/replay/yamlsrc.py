@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
 
 MAX_EXPANDED_NODES = 100_000
 

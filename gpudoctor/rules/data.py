@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpudoctor.analysis import Analysis
+from gpudoctor.common.wording import plural
 from gpudoctor.rules import values
 from gpudoctor.rules.account import Claim, claim
 from gpudoctor.rules.base import Finding, Fix, Rule, Table, pct
 from gpudoctor.rules.names import Names, names_for
-from gpudoctor.wording import plural
 
 MIN_SHARE = 0.05
 IOWAIT_PCT = 20.0

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis import timeline as tl
 from gpudoctor.analysis.process import ProcessView, eval_spans
+from gpudoctor.common.wording import plural
 from gpudoctor.hooks.eval_regions import FORWARDS
 from gpudoctor.rules.account import claim
 from gpudoctor.rules.base import Finding, Fix, Rule, pct
 from gpudoctor.rules.names import names_for
 from gpudoctor.rules.values import nice_round_up
-from gpudoctor.wording import plural
 
 MIN_SHARE = 0.10
 TARGET = 0.05  # evaluating at most this share of wall time

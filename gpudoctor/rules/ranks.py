@@ -6,9 +6,9 @@ import statistics
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.nodes import slow_node
+from gpudoctor.common.wording import plural
 from gpudoctor.rules.account import Claim
 from gpudoctor.rules.base import Finding, Fix, Rule, pct
-from gpudoctor.wording import plural
 
 # Versions before these miss loader and attention speedups users report (see seeds/002).
 MINIMUM = {"torch": (2, 1), "transformers": (4, 40), "datasets": (2, 19), "accelerate": (0, 30)}

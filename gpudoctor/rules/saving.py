@@ -8,6 +8,7 @@ import statistics
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis import timeline as tl
 from gpudoctor.analysis.saves import split_saves
+from gpudoctor.common.wording import plural
 from gpudoctor.rules.account import claim
 from gpudoctor.rules.base import (
     Finding,
@@ -17,7 +18,6 @@ from gpudoctor.rules.base import (
 )
 from gpudoctor.rules.names import names_for
 from gpudoctor.rules.values import CHECKPOINT_TARGET, save_steps_for
-from gpudoctor.wording import plural
 
 MIN_SHARE = 0.05
 

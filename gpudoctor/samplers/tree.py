@@ -22,7 +22,7 @@ from typing import Any
 
 import psutil
 
-from gpudoctor.proctree import ProcTree
+from gpudoctor.launch.proctree import ProcTree
 from gpudoctor.samplers.base import RowWriter, Sampler
 from gpudoctor.samplers.nvml import Nvml
 

@@ -17,7 +17,7 @@ from typing import Any, Union, get_args, get_origin
 
 import yaml
 
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
 from gpudoctor.replay.config import SECTION_TYPES, ReplayConfig
 from gpudoctor.replay.schema import Ctx, coerce, one_line
 

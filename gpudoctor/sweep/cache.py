@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gpudoctor import safefs
+from gpudoctor.common import safefs
 from gpudoctor.replay.scratch import remove_all
 
 CACHED_STATUSES = ("ok", "oom", "no_steady_state")  # never "pruned": a partial measurement

@@ -4,7 +4,7 @@ measured speed.
 Both figures follow the speed the trial measured (tokens/s and samples/s) at one price
 per GPU-hour: the one given (``--price-per-gpu-hour`` or ``GPUDOCTOR_PRICE_PER_GPU_HOUR``),
 the config's ``hardware.price_per_gpu_hour``, on a GPU the table's price for the name NVML
-reports, else the target GPU's typical list price (:mod:`gpudoctor.hardware`). With none,
+reports, else the target GPU's typical list price (:mod:`gpudoctor.common.hardware`). With none,
 the figures are null: a price is never invented. So a point twice as fast costs half as
 much per token, and the column ranks the points as the speed does.
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoctor.errors import UserError
-from gpudoctor.hardware import price_per_gpu_hour
+from gpudoctor.common.errors import UserError
+from gpudoctor.common.hardware import price_per_gpu_hour
 from gpudoctor.replay.config import ReplayConfig
 from gpudoctor.replay.preflight import predict
 

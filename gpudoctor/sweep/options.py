@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
 from gpudoctor.sweep.cache import default_root
 from gpudoctor.sweep.protocol import Protocol
 

@@ -11,7 +11,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
 from gpudoctor.replay.config import ReplayConfig
 from gpudoctor.sweep.axes import ACCUM, BATCH, GPUS, WORKERS, Axis, current_value
 

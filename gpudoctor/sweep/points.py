@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from gpudoctor._version import __version__
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
 from gpudoctor.render.sweep_cells import short
 from gpudoctor.replay.config import ReplayConfig, load_config_text
 from gpudoctor.sweep.plan import Point

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
 from gpudoctor.samplers.tree import open_nvml
 from gpudoctor.sweep.backend import TrialJob
 from gpudoctor.sweep.protocol import Protocol

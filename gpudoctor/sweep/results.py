@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor._version import __version__
-from gpudoctor.errors import UserError
-from gpudoctor.step_noise import Z as TIE_Z  # a gap beyond two combined noises is a real one
+from gpudoctor.analysis.step_noise import (
+    Z as TIE_Z,  # a gap beyond two combined noises is a real one
+)
+from gpudoctor.common.errors import UserError
 from gpudoctor.sweep import SCHEMA
 from gpudoctor.sweep.points import label
 from gpudoctor.sweep.summary import change, lr_advice

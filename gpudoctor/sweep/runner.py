@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
 from gpudoctor.replay.config import ReplayConfig
 from gpudoctor.sweep.axes import WORKERS, current_value
 from gpudoctor.sweep.backend import Backend, TrialJob

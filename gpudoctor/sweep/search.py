@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.errors import UserError
-from gpudoctor.redact import redact_value
+from gpudoctor.common.errors import UserError
+from gpudoctor.common.redact import redact_value
 from gpudoctor.sweep import adaptive
 from gpudoctor.sweep.plan import Point
 from gpudoctor.sweep.points import Resolved

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.errors import UserError
-from gpudoctor.recorder import default_out
-from gpudoctor.redact import redact_value
+from gpudoctor.common.errors import UserError
+from gpudoctor.common.redact import redact_value
+from gpudoctor.launch.recorder import default_out
 from gpudoctor.replay.config import ReplayConfig, load_config
 from gpudoctor.replay.gpus import lookup
 from gpudoctor.sweep import adaptive, results, slurm

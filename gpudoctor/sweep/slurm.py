@@ -16,7 +16,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from gpudoctor import safefs
+from gpudoctor.common import safefs
 from gpudoctor.sweep.axes import WORKERS
 from gpudoctor.sweep.options import SweepOptions
 from gpudoctor.sweep.plan import Plan

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.pids import ExitWaiter
-from gpudoctor.recorder import child_env
+from gpudoctor.common.wording import plural
+from gpudoctor.launch.pids import ExitWaiter
+from gpudoctor.launch.recorder import child_env
 from gpudoctor.samplers.nvml import Nvml
 from gpudoctor.samplers.tree import TreeSampler
 from gpudoctor.sweep.protocol import Protocol
 from gpudoctor.sweep.windows import early_rate, read_trial, steady_state
-from gpudoctor.wording import plural
 
 LOG = "worker.log"
 MAX_STEPS = 10**9  # the time bound stops the trial, never the step count

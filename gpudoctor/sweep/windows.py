@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudoctor import step_noise
+from gpudoctor.analysis import step_noise
 from gpudoctor.recording.read import EventLoad, read_events
 from gpudoctor.recording.validate import is_time
 from gpudoctor.sweep.protocol import Protocol
@@ -212,7 +212,7 @@ def combine(runs: list[dict[str, Any]], accumulation: int, batch_size: int) -> d
 def _noise(
     intervals: list[float], rates: list[float], median_rate: float
 ) -> tuple[float | None, str | None]:
-    """The point's relative noise: the step-time noise of :mod:`gpudoctor.step_noise` (robust
+    """The point's relative noise: the step-time noise of :mod:`gpudoctor.analysis.step_noise` (robust
     spread and drift of its own step intervals) over the median step; without steps enough,
     half the windows' spread. The same estimator as ``gpudoctor diff``'s, so a sweep's "tied"
     and a diff's "within the noise" mean the same thing."""

@@ -25,7 +25,7 @@ from typing import Any
 
 from gpudoctor.analysis import analyze
 from gpudoctor.recording.store import load_recording
-from gpudoctor.report_load import holds_recording, read_report, report_of_recording
+from gpudoctor.report.load import holds_recording, read_report, report_of_recording
 from gpudoctor.tables import rows as R
 from gpudoctor.tables.columns import COLUMNS, TABLES
 from gpudoctor.tables.frames import frame, pandas
@@ -64,7 +64,7 @@ def load(path: str | Path, *, price_per_gpu_hour: float | None = None, gpus: int
     """Load a run folder (re-analysed, as ``gpudoctor report`` does) or a report.json.
 
     ``price_per_gpu_hour`` and ``gpus`` price a run folder's report as the CLI options do.
-    Bad input raises :class:`gpudoctor.errors.UserError` with one line naming the fix.
+    Bad input raises :class:`gpudoctor.common.errors.UserError` with one line naming the fix.
     """
     pandas()  # before any work: one line if it is missing
     path = Path(path)

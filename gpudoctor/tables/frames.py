@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
 from gpudoctor.tables.columns import COLUMNS
 
 _ORDER = {"samples": ["t_s", "source", "gpu"], "events": ["start_s", "pid"], "steps": ["training", "rank", "step"],

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.redact import redact_value
+from gpudoctor.common.redact import redact_value
 from gpudoctor.trackers import mlflow_sink, tensorboard_sink, wandb_sink
 from gpudoctor.trackers.figures import Figures
 from gpudoctor.trackers.found import TrackerRun, tracker_runs

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudoctor.report_schema import BREAKDOWN_KEYS
+from gpudoctor.report.schema import BREAKDOWN_KEYS
 
 PREFIX = "gpudoctor"
 TOP_FINDINGS = 10

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpudoctor import safefs
+from gpudoctor.common import safefs
 
 MARKERS = (b'"k":"first_step"', b'"k":"step"')
 READ_CHUNK = 1 << 20

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
 from gpudoctor.hooks.apply import LOADER_KEYS, SCHEMA, TOKENIZER_KEYS
 from gpudoctor.rules.names import Names, names_for
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.analysis import Analysis
+from gpudoctor.common.wording import plural
 from gpudoctor.rules import account, data, run_rules
 from gpudoctor.rules.account import Claim
-from gpudoctor.wording import plural
 
 MIN_WARMUP_STEPS = 3
 WARMUP_SHARE = 0.1

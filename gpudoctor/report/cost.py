@@ -1,7 +1,7 @@
 """What the run costs, and what its waste costs.
 
 Price per GPU-hour, in order: ``--price-per-gpu-hour``, ``GPUDOCTOR_PRICE_PER_GPU_HOUR``,
-then the built-in table keyed by the name NVML reports (:mod:`gpudoctor.hardware`,
+then the built-in table keyed by the name NVML reports (:mod:`gpudoctor.common.hardware`,
 the same table replay and sweep price a target GPU with). Without a GPU and
 without a stated price there are no dollars: we say so rather than guess.
 """
@@ -12,8 +12,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from gpudoctor.errors import UserError
-from gpudoctor.hardware import PRICE_DATE, price_per_gpu_hour
+from gpudoctor.common.errors import UserError
+from gpudoctor.common.hardware import PRICE_DATE, price_per_gpu_hour
 
 PRICE_TABLE_DATE = PRICE_DATE
 PRICE_TABLE_SOURCE = f"gpudoctor built-in table ({PRICE_TABLE_DATE}, approximate on-demand prices)"
@@ -33,7 +33,7 @@ class Price:
 
 
 def table_price(gpu_name: str | None) -> float | None:
-    """The built-in price for an NVML name, from the one GPU table (:mod:`gpudoctor.hardware`)."""
+    """The built-in price for an NVML name, from the one GPU table (:mod:`gpudoctor.common.hardware`)."""
     return price_per_gpu_hour(gpu_name)
 
 

@@ -18,15 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor._version import __version__
+from gpudoctor.common.redact import redact_argv
 from gpudoctor.recording.claim import unique_folder
 from gpudoctor.recording.store import RunFolder
-from gpudoctor.redact import redact_argv
 from gpudoctor.samplers.host import HostSampler
 from gpudoctor.samplers.nvml import GpuSampler, Nvml
 from gpudoctor.samplers.pace import Pace, StepClock
 
-INJECT_DIR = Path(__file__).resolve().parent / "_inject"
-PKG_PARENT = Path(__file__).resolve().parent.parent
+INJECT_DIR = Path(__file__).resolve().parent.parent / "_inject"
+PKG_PARENT = Path(__file__).resolve().parent.parent.parent
 
 
 def child_env(run_dir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -49,7 +49,7 @@ class RecorderOptions:
     gpus: int | None = None
     nvml_binding: Any = None  # tests inject a fake pynvml here
     adaptive: bool = True  # sampler intervals follow the step time (samplers.pace)
-    doctor_priority: dict[str, str] | None = None  # what gpudoctor.priority gave the doctor, for meta.json
+    doctor_priority: dict[str, str] | None = None  # what gpudoctor.launch.priority gave the doctor, for meta.json
     events_owner: int | None = None  # the uid that writes events/ (attach beside another user)
 
 

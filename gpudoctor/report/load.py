@@ -2,11 +2,11 @@
 
 One loader below the commands, so ``gpudoctor report``/``diff``/``check`` and the notebook API
 (:func:`gpudoctor.load`) check a report the same way. A report.json may come from anyone (a CI
-artifact, a pull request): it is opened through :mod:`gpudoctor.safefs` (no link, no FIFO),
+artifact, a pull request): it is opened through :mod:`gpudoctor.common.safefs` (no link, no FIFO),
 refused past :data:`MAX_REPORT_BYTES` before it is parsed (a real one is well under 1 MiB), and
 its figures are range-checked, so the renderers and the CI gate get bounded, sane input or one
-clear line. The check is :class:`gpudoctor.report_schema.Report` itself
-(:func:`gpudoctor.report_check.problem`), so what is checked and what the schema says are one.
+clear line. The check is :class:`gpudoctor.report.schema.Report` itself
+(:func:`gpudoctor.report.check.problem`), so what is checked and what the schema says are one.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpudoctor import safefs
-from gpudoctor.errors import UserError
+from gpudoctor.common import safefs
+from gpudoctor.common.errors import UserError
 from gpudoctor.recording.read import folder_owner
-from gpudoctor.report_check import problem
-from gpudoctor.report_schema import KEPT_ON_RERENDER, REQUIRED, SCHEMA, Sections
+from gpudoctor.report.check import problem
+from gpudoctor.report.schema import KEPT_ON_RERENDER, REQUIRED, SCHEMA, Sections
 
 if TYPE_CHECKING:
     from gpudoctor.recording.store import Recording
@@ -66,7 +66,10 @@ def load_report(path: Path, price: float | None = None, gpus: int | None = None)
 
 def report_of_recording(rec: Recording, price: float | None = None, gpus: int | None = None) -> dict[str, Any]:
     """``rec`` analysed into its report, with the sections a mode added kept from its report.json."""
-    from gpudoctor.report import ReportOptions, build_report  # the analysis: only for a recording
+    from gpudoctor.report.build import (  # the analysis: only for a recording
+        ReportOptions,
+        build_report,
+    )
 
     report = build_report(rec, ReportOptions(price_per_gpu_hour=price, gpus=gpus))
     saved = rec.root / "report.json"
@@ -106,7 +109,7 @@ def read_report(path: Path) -> dict[str, Any]:
 
 
 def _kept_sections(saved: Path) -> dict[str, Any]:
-    """The sections a mode added beside the analysis (:data:`~gpudoctor.report_schema.SECTIONS`
+    """The sections a mode added beside the analysis (:data:`~gpudoctor.report.schema.SECTIONS`
     marked ``kept``: replay's preflight and prediction_check, try's trial), from the folder's
     report.json, each only when it still matches the schema; the recording rebuilds the rest."""
     try:

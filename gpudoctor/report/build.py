@@ -16,10 +16,10 @@ from gpudoctor._version import __version__
 from gpudoctor.analysis import Analysis, analyze
 from gpudoctor.analysis.process import quantiles
 from gpudoctor.analysis.saves import split_saves
-from gpudoctor.cost import Price, cost_section, resolve_price
 from gpudoctor.recording.store import Recording
-from gpudoctor.report_attach import attach_section, attach_time, summary_lines, timeline_caption
-from gpudoctor.report_schema import SCHEMA
+from gpudoctor.report.attach import attach_section, attach_time, summary_lines, timeline_caption
+from gpudoctor.report.cost import Price, cost_section, resolve_price
+from gpudoctor.report.schema import SCHEMA
 from gpudoctor.rules import Finding, Fix, account, run_rules
 
 MAX_POINTS = 2000

@@ -17,14 +17,14 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpudoctor import priority
-from gpudoctor.errors import UserError
-from gpudoctor.pids import ExitWaiter
+from gpudoctor.common.errors import UserError
+from gpudoctor.launch import priority
+from gpudoctor.launch.pids import ExitWaiter
+from gpudoctor.launch.recorder import Recorder, RecorderOptions, child_env, default_out
 from gpudoctor.pipeline import finish
-from gpudoctor.recorder import Recorder, RecorderOptions, child_env, default_out
 from gpudoctor.recording.store import RunFolder
 from gpudoctor.render.terminal import print_summary
-from gpudoctor.report import ReportOptions
+from gpudoctor.report.build import ReportOptions
 
 
 class _Interrupts:

@@ -4,7 +4,7 @@ Every row carries its ``run`` (the run folder's name), so a platform team can ex
 into ``exports/<run>/`` and query ``exports/*/steps.parquet`` together (DuckDB, pandas, Spark).
 Parquet keeps the column types (pyarrow writes it: the reader every one of those tools shares);
 CSV writes a missing figure as an empty cell. Files are replaced by rename through the folder's
-descriptor (:mod:`gpudoctor.safefs`), so a link planted in ``DIR`` is replaced, never written
+descriptor (:mod:`gpudoctor.common.safefs`), so a link planted in ``DIR`` is replaced, never written
 through.
 """
 
@@ -15,8 +15,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gpudoctor import safefs
-from gpudoctor.errors import UserError
+from gpudoctor.common import safefs
+from gpudoctor.common.errors import UserError
 from gpudoctor.tables import RunTables
 
 FORMATS = ("parquet", "csv")

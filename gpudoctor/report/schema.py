@@ -2,7 +2,7 @@
 
 ``gpudoctor.report/1``: :class:`Report` and the TypedDicts below are the whole schema, the one
 place its fields are written down. ``gpudoctor report``, ``check`` and ``diff`` validate a
-report.json against them (:func:`gpudoctor.report_check.problem`), so the renderers and the CI
+report.json against them (:func:`gpudoctor.report.check.problem`), so the renderers and the CI
 gate get what the types say or one clear line. TypedDicts, not classes: a report stays a plain
 dict that ``json`` writes and reads as it is, and pydantic validates it without a copy to keep.
 
@@ -265,7 +265,7 @@ class ProfilerWindow(TypedDict):
 
 class Attach(TypedDict):
     """``gpudoctor attach``: what was loaded into which process, from when, what is estimated
-    (:mod:`gpudoctor.report_attach`); its lines also lead ``notes``, which every format prints."""
+    (:mod:`gpudoctor.report.attach`); its lines also lead ``notes``, which every format prints."""
 
     attached_at: str
     process_age_s: Seconds | None
@@ -398,7 +398,7 @@ class NodeEntry(TypedDict, total=False):
 
 class Nodes(TypedDict):
     """``gpudoctor report NODE0_DIR NODE1_DIR ...``: the job's nodes side by side, and the clock skew
-    the merge corrected (:mod:`gpudoctor.report_nodes`): ``reference`` is the node whose clock the
+    the merge corrected (:mod:`gpudoctor.report.nodes`): ``reference`` is the node whose clock the
     others were aligned to (null: none could be), ``skew_corrected_s`` the largest offset applied."""
 
     reference: str | None

@@ -23,16 +23,16 @@ from typing import Any
 from gpudoctor._version import __version__
 from gpudoctor.analysis import analyze
 from gpudoctor.analysis.nodes import NodeSummary, align, job_analysis, summarize
-from gpudoctor.cost import cost_section, resolve_price
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
+from gpudoctor.common.wording import plural
 from gpudoctor.recording.store import load_recording
-from gpudoctor.report import ReportOptions
-from gpudoctor.report_schema import SCHEMA
+from gpudoctor.report.build import ReportOptions
+from gpudoctor.report.cost import cost_section, resolve_price
+from gpudoctor.report.schema import SCHEMA
 from gpudoctor.rules import Finding, Fix, account, run_rules
 from gpudoctor.rules.base import settle_findings
 from gpudoctor.rules.nodes import StragglerNode
 from gpudoctor.rules.ranks import StragglerRank
-from gpudoctor.wording import plural
 
 JOB_RULES = (StragglerRank, StragglerNode)  # they compare ranks: run on the whole job, not per node
 MAX_NAMED_NODES = 16

@@ -8,7 +8,7 @@ Two runs have different wall times, so shares of wall time are not compared:
 every conclusion comes from **seconds per training step** (p50 step time,
 steps/s, and each breakdown bucket's seconds divided by the steps) and, for
 startup, **seconds per launch**. A change counts only beyond the noise the two
-runs show in their own step times (:mod:`gpudoctor.step_noise`); inside it, the
+runs show in their own step times (:mod:`gpudoctor.analysis.step_noise`); inside it, the
 change is ``"within_noise"`` and drawn neutral. Startup is one launch per run, so
 its own noise cannot be observed: it is held to the same *relative* noise as the
 steps (``threshold_s_per_step`` / before p50, times the startup seconds).
@@ -28,7 +28,7 @@ JSON (``schema`` ``gpudoctor.diff/2``), besides ``before``/``after``/``notes``/`
   before p50) and ``threshold_s_per_launch`` (startup); null: unobservable.
 * ``steps``: ``{"before", "after", "delta"}`` step counts.
 * ``sections``: ``{"before", "after"}``, the optional sections each report holds (trial,
-  preflight, ...; :data:`gpudoctor.report_schema.SECTIONS`); one only one side has is noted.
+  preflight, ...; :data:`gpudoctor.report.schema.SECTIONS`); one only one side has is noted.
 * ``step_time_p50_s`` and ``throughput_steps_per_s``: ``{"before", "after",
   "delta", "verdict"}`` (throughput adds ``ratio`` = after/before steps/s).
   ``verdict`` is ``"better"``, ``"worse"``, ``"within_noise"`` or ``"unavailable"``.
@@ -51,7 +51,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoctor import step_noise
+from gpudoctor.analysis import step_noise
 from gpudoctor.render.base import (
     UNAVAILABLE,
     breakdown_items,
@@ -61,7 +61,7 @@ from gpudoctor.render.base import (
     num,
 )
 from gpudoctor.render.charts import SPAN_LABELS
-from gpudoctor.report_schema import SECTIONS
+from gpudoctor.report.schema import SECTIONS
 from gpudoctor.rules.account import BUCKETS, Claim, removed_of_bucket
 
 DIFF_SCHEMA = "gpudoctor.diff/2"
@@ -405,7 +405,7 @@ def comparability_notes(before: dict[str, Any], after: dict[str, Any],
 
 
 def present_sections(report: dict[str, Any]) -> list[str]:
-    """The registered optional sections (:data:`~gpudoctor.report_schema.SECTIONS`) a report holds."""
+    """The registered optional sections (:data:`~gpudoctor.report.schema.SECTIONS`) a report holds."""
     return [s.key for s in SECTIONS if report.get(s.key) not in (None, [], {})]
 
 

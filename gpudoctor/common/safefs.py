@@ -25,7 +25,7 @@ import stat
 from pathlib import Path
 from typing import IO, Any
 
-from gpudoctor.errors import UserError
+from gpudoctor.common.errors import UserError
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
