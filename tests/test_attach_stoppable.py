@@ -11,6 +11,7 @@ import datetime
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -91,17 +92,24 @@ def test_giving_up_returns_the_hazard_that_lasted(waiter):
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("gdb") is None or sys.platform != "linux", reason="attach injects with gdb")
 def test_attach_waits_out_a_store_wait_and_the_rank_lives(tmp_path: Path):
-    store, proc = start_waiter(10.0)
-    doctor = subprocess.Popen(gpudoctor_cmd("attach", str(proc.pid), "--out", str(tmp_path / "run"),
-                                            "--duration", "9"),
+    store, proc = start_waiter(120.0)  # trains until the test sets "stop"
+    doctor = subprocess.Popen(gpudoctor_cmd("attach", str(proc.pid), "--out", str(tmp_path / "run")),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                               env=dict(os.environ, PYTHONPATH=str(ROOT)))
     time.sleep(4)  # the doctor is sampling, and holding the injection back
     assert proc.poll() is None
-    assert not (tmp_path / "run" / "attach" / f"{proc.pid}.installed.json").exists()
+    installed = tmp_path / "run" / "attach" / f"{proc.pid}.installed.json"
+    assert not installed.exists()
     go = time.time()
     store.set("go", "1")
-    _, doctor_err = doctor.communicate(timeout=60)  # detaches at 9 s, while the rank still trains
+    deadline = time.time() + 90  # gdb's stop comes once the wait is over; slow on a loaded machine
+    while not installed.exists() and time.time() < deadline and doctor.poll() is None:
+        time.sleep(0.1)
+    assert installed.exists(), "the hooks were never installed"
+    time.sleep(2)  # a few steps measured from inside
+    doctor.send_signal(signal.SIGINT)  # detach while the rank still trains
+    _, doctor_err = doctor.communicate(timeout=60)
+    store.set("stop", "1")
     out, err = proc.communicate(timeout=60)
     # Before the fix: "DistNetworkError: Failed to recv, got 0 bytes" and exit 1.
     assert proc.returncode == 0 and out.split() == ["OK", "1"], err[-2000:]
