@@ -319,6 +319,6 @@ def _needs_dashes(parser: argparse.ArgumentParser, head: list[str], caught: list
 def _dispatch(args: argparse.Namespace) -> int:
     import importlib
 
-    module = {"run": "run", "try": "try_cmd", "attach": "attach", "replay": "replay", "sweep": "sweep",
-              "report": "render_cmd", "diff": "diff_cmd", "check": "check", "export": "export_cmd"}[args.cmd]
+    module = {"run": "run", "try": "try_", "attach": "attach", "replay": "replay", "sweep": "sweep",
+              "report": "report", "diff": "diff", "check": "check", "export": "export"}[args.cmd]
     return importlib.import_module(f"gpudoctor.commands.{module}").main(args)
