@@ -2,17 +2,32 @@
 
 from __future__ import annotations
 
+import argparse
 import json
-from typing import Any
+from pathlib import Path
 
-from gpudoctor.commands.load import load_report, malformed_report_guard
+from gpudoctor.commands import flags
 from gpudoctor.common.errors import UserError
-from gpudoctor.render.diff_page import render_diff_html, render_diff_markdown
-from gpudoctor.render.output import write_output
-from gpudoctor.report.diff import diff_reports
+
+HELP = "compare two runs (before/after)"
+DESCRIPTION = ("Compare two runs for a pull request: breakdown, step time, waste and dollars side by side, and "
+               "which findings were resolved, remain or are new.")
 
 
-def main(args: Any) -> int:
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("before", type=Path, help="the earlier run: run folder or report.json")
+    p.add_argument("after", type=Path, help="the later run: run folder or report.json")
+    p.add_argument("-o", "--output", type=Path, default=None, metavar="OUT",
+                   help="file to write, .md, .html or .json (default: Markdown on stdout)")
+    flags.add_debug(p)
+
+
+def main(args: argparse.Namespace) -> int:
+    from gpudoctor.commands.load import load_report, malformed_report_guard
+    from gpudoctor.render.diff_page import render_diff_html, render_diff_markdown
+    from gpudoctor.render.output import write_output
+    from gpudoctor.report.diff import diff_reports
+
     before, after = load_report(args.before), load_report(args.after)
     out = args.output
     suffix = out.suffix.lower() if out is not None else ".md"
