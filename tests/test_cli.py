@@ -121,6 +121,22 @@ def test_help_is_fast_and_imports_nothing_heavy():
     assert out.stdout.strip() == "[]"
 
 
+HEAVY = ("torch", "pandas", "matplotlib", "transformers", "numpy", "pyarrow", "yaml", "jinja2", "psutil")
+
+
+def test_every_commands_help_imports_none_of_the_work():
+    """``gpudoctor --help`` and each command's ``--help`` build every command's flags, and load none of
+    the libraries the commands' work needs: those load inside each command's main."""
+    code = ("import contextlib, io, sys\n"
+            "from gpudoctor.cli import COMMANDS, main\n"
+            "for argv in [['--help'], *([name, '--help'] for name in COMMANDS)]:\n"
+            "    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+            "        main(argv)\n"
+            f"print(len(COMMANDS), sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    out = __import__("subprocess").run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.strip() == "9 []", out.stderr
+
+
 def test_module_entry_point_matches_console_script():
     if shutil.which("gpudoctor") is None:
         pytest.skip("console script not installed in this environment")

@@ -2,24 +2,54 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
-from gpudoctor.attach import scratch
-from gpudoctor.attach.live import LiveState, LiveView
-from gpudoctor.attach.lock import AttachLock
-from gpudoctor.attach.session import AttachOptions, open_session
+from gpudoctor.commands import flags
 from gpudoctor.common.errors import UserError
-from gpudoctor.launch import priority
-from gpudoctor.pipeline import finish
-from gpudoctor.render.terminal import print_summary
-from gpudoctor.report.build import ReportOptions
+
+HELP = "profile a running training process"
+DESCRIPTION = ("Profile a running training process (its ranks and DataLoader workers) until it exits, "
+               "--duration passes, or Ctrl-C; then write the report.")
 
 NICE = 10  # before the hooks are in
+PID_MAX = 2**22  # the kernel's highest pid_max
 
 
-def main(args: Any) -> int:
+def pid(text: str) -> int:
+    """A process id: a whole number from 1 to the kernel's highest pid_max."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 0 < value <= PID_MAX:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a process id (a whole number from 1 to {PID_MAX})")
+    return value
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("pid", type=pid, help="the training process, its launcher (torchrun) or a wrapper around it")
+    flags.add_common(p)
+    p.add_argument("--duration", type=flags.positive, default=None, metavar="S",
+                   help="detach after S seconds (default: when the process exits or on Ctrl-C)")
+    p.add_argument("--interval", type=flags.interval, default=0.5,
+                   help="host/GPU sampling period in seconds (default 0.5: the patient's CPU is not ours)")
+    p.add_argument("--sample-rate", type=flags.bounded(0, 1000), default=20.0, metavar="HZ",
+                   help="py-spy stack samples per second (default 20)")
+    p.add_argument("--no-inject", action="store_true",
+                   help="do not load the in-process hooks (no debugger); estimate from stack samples only")
+    flags.add_no_trackers(p)
+
+
+def main(args: argparse.Namespace) -> int:
+    # ptrace, py-spy and the live view load only when attaching (the CLI starts fast)
+    from gpudoctor.attach import scratch
+    from gpudoctor.attach.live import LiveState, LiveView
+    from gpudoctor.attach.lock import AttachLock
+    from gpudoctor.attach.session import AttachOptions, open_session
+    from gpudoctor.launch import priority
+
     # Until the hooks are in, the doctor's timing is the figure (the stop must be short, stack samples
     # must come on time): nice 10, as before. Once hooked, it takes only idle cycles (session.py).
     priority.start_normal_spawner()  # gdb is started from a thread kept normal
@@ -49,8 +79,12 @@ def main(args: Any) -> int:
     return _report(session.folder.root, args, observed_s)
 
 
-def _report(folder: Path, args: Any, observed_s: float) -> int:
+def _report(folder: Path, args: argparse.Namespace, observed_s: float) -> int:
     """Write the report; exit 1 when nothing about training could be measured."""
+    from gpudoctor.pipeline import finish
+    from gpudoctor.render.terminal import print_summary
+    from gpudoctor.report.build import ReportOptions
+
     report = finish(folder, ReportOptions(price_per_gpu_hour=args.price_per_gpu_hour, gpus=args.gpus),
                     trackers=not args.no_trackers)
     print_summary(report, folder, args.json)

@@ -1,6 +1,6 @@
 """``gpudoctor check IN --max-waste F``: a CI gate on the wasted fraction.
 
-``--max-waste`` is parsed in :mod:`gpudoctor.cli` (``0.2`` or ``20%``, never a bare 20);
+``--max-waste`` is parsed here (``0.2`` or ``20%``, never a bare 20);
 the report is validated against its schema on load (:mod:`gpudoctor.report.check`), so a
 forged ``wasted_fraction`` of -3 is an invalid report, not a pass. The rule name
 printed comes from the file: it is made terminal-safe first.
@@ -8,14 +8,42 @@ printed comes from the file: it is made terminal-safe first.
 
 from __future__ import annotations
 
+import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
-from gpudoctor.commands.load import load_report, malformed_report_guard
+from gpudoctor.commands import flags
 from gpudoctor.common.termtext import terminal_safe
 
+HELP = "exit 1 when more than a given share of wall time is wasted (a CI gate)"
+DESCRIPTION = ("A CI gate: exit 1 when the report's wasted share of wall time is above --max-waste, 0 when it "
+               "is at or below it, 2 when the report measured nothing inside the training.")
 
-def main(args: Any) -> int:
+
+def waste(text: str) -> float:
+    """``--max-waste``: ``0.2`` or ``20%``; a bare number above 1 is refused, never read as a percentage."""
+    percent = text.strip().endswith("%")
+    value = flags.number(text.strip().removesuffix("%")) / (100 if percent else 1)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
+    if value > 1:
+        hint = "at most 100%" if percent else f"write {text.strip()}% for a percentage, or a fraction such as 0.2"
+        raise argparse.ArgumentTypeError(f"{text!r} is above 1 (all of the wall time); {hint}")
+    return value
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("input", type=Path, help="run folder or report.json")
+    p.add_argument("--max-waste", type=waste, required=True, metavar="FRACTION",
+                   help="the most wasted wall time allowed, as a fraction of wall time (0.2) or a "
+                   "percentage with %% (20%%); a bare number above 1 is refused")
+    flags.add_debug(p)
+
+
+def main(args: argparse.Namespace) -> int:
+    from gpudoctor.commands.load import load_report, malformed_report_guard
+
     report = load_report(args.input)
     with malformed_report_guard(args.input):
         return _gate(report, args.max_waste)

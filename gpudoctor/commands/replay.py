@@ -13,30 +13,60 @@ written as ``replay.yaml`` in the output folder, each value with its source.
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from gpudoctor.commands import flags
 from gpudoctor.common import safefs
 from gpudoctor.common.errors import UserError
-from gpudoctor.launch import launcher as launch
-from gpudoctor.launch.recorder import default_out
-from gpudoctor.pipeline import finish
-from gpudoctor.render.preflight import check_markdown, markdown
-from gpudoctor.replay import derive, facts
-from gpudoctor.replay.config import ReplayConfig, load_config
-from gpudoctor.replay.gpus import lookup
-from gpudoctor.replay.here import ON_CPU_NOTE, compare
-from gpudoctor.replay.preflight import predict
-from gpudoctor.replay.scratch import remove_all
-from gpudoctor.report.build import ReportOptions
+
+if TYPE_CHECKING:
+    from gpudoctor.replay.config import ReplayConfig
+    from gpudoctor.replay.derive import Derived
+
+HELP = "run a training config for a bounded time and diagnose it"
+DESCRIPTION = ("Rebuild a training config's pipeline (dataset, tokenizer, collator, DataLoader, model) here, "
+               "run it for a bounded time under the doctor, and predict the full run on --target, a GPU you "
+               "have not rented (docs/replay.md). The config can be derived from a recorded run folder or a "
+               "Trainer checkpoint's JSON files; it is then written as replay.yaml in --out, each value with "
+               "its source.")
 
 DERIVED_FILE = "replay.yaml"
 
 
-def main(args: Any) -> int:
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", type=Path, nargs="?", metavar="CONFIG|RUN",
+                   help="replay config YAML (see sample_configs/README.md), or a run folder recorded by "
+                   "gpudoctor run to derive one from")
+    p.add_argument("--training-args", type=Path, default=None, metavar="JSON",
+                   help="TrainingArguments.to_json_string() output (not training_args.bin: a pickle is never loaded)")
+    p.add_argument("--model-config", type=Path, default=None, metavar="JSON",
+                   help="the model's config.json: its architecture and size")
+    flags.add_common(p)
+    p.add_argument("--target", default=None, help="predict the full run on this GPU (e.g. h100)")
+    p.add_argument("--max-steps", type=flags.count, default=None, metavar="N",
+                   help="stop after N optimizer steps or --max-seconds, whichever comes first "
+                   "(default: the config's replay.steps, 20)")
+    p.add_argument("--max-seconds", type=flags.positive, default=None, metavar="S",
+                   help="stop after S seconds of training (default: the config's replay.seconds, 30)")
+    p.add_argument("--mfu", type=flags.bounded(0, 1), default=None,
+                   help="assumed model FLOPs utilization for predictions (default hardware.mfu, 0.4)")
+
+
+def main(args: argparse.Namespace) -> int:
+    # the config loader (yaml), the launcher and the preflight model load only when a replay runs
+    from gpudoctor.launch import launcher as launch
+    from gpudoctor.pipeline import finish
+    from gpudoctor.render.preflight import check_markdown, markdown
+    from gpudoctor.replay.config import load_config
+    from gpudoctor.replay.gpus import lookup
+    from gpudoctor.replay.scratch import remove_all
+    from gpudoctor.report.build import ReportOptions
+
     config_path, derived = _config_path(args)
     config = load_config(config_path)  # one-line UserError naming the key and line
     target = args.target or config.hardware.target
@@ -78,10 +108,13 @@ def main(args: Any) -> int:
     return 0
 
 
-def _sections(args: Any, config: ReplayConfig, folder: Path, report: dict[str, Any], target: str | None,
-              price: float | None, gpus: int | None, derived: derive.Derived | None) -> dict[str, Any]:
+def _sections(args: argparse.Namespace, config: ReplayConfig, folder: Path, report: dict[str, Any],
+              target: str | None, price: float | None, gpus: int | None, derived: Derived | None) -> dict[str, Any]:
     """The replay's own report sections: the prediction checked on this GPU, the preflight, and
     (for a derived config) where each value came from."""
+    from gpudoctor.replay.here import ON_CPU_NOTE, compare
+    from gpudoctor.replay.preflight import predict
+
     measure_path = folder / "replay_measure.json"
     measure = json.loads(measure_path.read_text()) if measure_path.exists() else None
     extra: dict[str, Any] = {}
@@ -104,8 +137,11 @@ def _sections(args: Any, config: ReplayConfig, folder: Path, report: dict[str, A
     return extra
 
 
-def _config_path(args: Any) -> tuple[Path, derive.Derived | None]:
+def _config_path(args: argparse.Namespace) -> tuple[Path, Derived | None]:
     """The YAML to replay: the one given, or one derived from a run folder / checkpoint files."""
+    from gpudoctor.launch.recorder import default_out
+    from gpudoctor.replay import derive, facts
+
     given: Path | None = args.config
     files = args.training_args is not None or args.model_config is not None
     if given is None and not files:
@@ -130,11 +166,11 @@ def _config_path(args: Any) -> tuple[Path, derive.Derived | None]:
     return path, derived
 
 
-def _target(args: Any) -> list[str]:
+def _target(args: argparse.Namespace) -> list[str]:
     return ["--target", args.target] if args.target else []
 
 
-def _price(args: Any, config: ReplayConfig, path: Path) -> tuple[float | None, str | None]:
+def _price(args: argparse.Namespace, config: ReplayConfig, path: Path) -> tuple[float | None, str | None]:
     """The price and where it came from: the command line wins over the config's hardware section."""
     if args.price_per_gpu_hour is not None:
         return args.price_per_gpu_hour, "--price-per-gpu-hour"
@@ -143,7 +179,7 @@ def _price(args: Any, config: ReplayConfig, path: Path) -> tuple[float | None, s
     return None, None
 
 
-def user_command(args: Any) -> list[str]:
+def user_command(args: argparse.Namespace) -> list[str]:
     """The ``gpudoctor replay ...`` command as the user could have typed it (the report shows this,
     not the internal worker's command line; the recorder redacts it like any other)."""
     command = ["gpudoctor", "replay"] + ([str(args.config)] if args.config is not None else [])

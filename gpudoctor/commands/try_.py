@@ -10,31 +10,57 @@ not tried. Both runs are the user's own command, with its side effects.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpudoctor.analysis import analyze
-from gpudoctor.common import safefs
+from gpudoctor.commands import flags
 from gpudoctor.common.errors import UserError
-from gpudoctor.hooks.apply import ENV
-from gpudoctor.launch.launcher import run
-from gpudoctor.launch.recorder import default_out
-from gpudoctor.recording.store import load_recording
-from gpudoctor.render import write_all
-from gpudoctor.tryfix import plan as planning
-from gpudoctor.tryfix import section as trial_section
-from gpudoctor.tryfix import steady
-from gpudoctor.tryfix.limit import TrainingLimit
+
+if TYPE_CHECKING:
+    from gpudoctor.tryfix.plan import Plan
+
+HELP = "measure a finding's fix on the command itself, before editing code"
+DESCRIPTION = ("Profile CMD for S seconds of training (the baseline), then run CMD again for S seconds of "
+               "training with the top finding's fix (or --fix RULE) applied by the hooks: TrainingArguments "
+               "fields, DataLoader workers/pin memory/prefetch, tokenizer max_length/padding, save interval. A "
+               "fix that needs a code change is said, not tried. The report compares predicted and achieved "
+               "steady-state steps/s. Both runs are your command itself, with its side effects (it may write "
+               "outputs and checkpoints).")
 
 STARTUP_CAP_MIN_S = 120.0  # a trial that never reaches a step is stopped after this (or 3x baseline's)
 APPLY_FILE = "apply.json"
 TRIAL_DIR = "trial"
 
 
-def main(args: Any) -> int:
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    flags.add_common(p)
+    p.add_argument("--fix", default=None, metavar="RULE", help="the finding whose fix to try (default: the top "
+                   "finding the hooks can apply)")
+    p.add_argument("--seconds", type=flags.positive, default=60.0, metavar="S",
+                   help="seconds of training per run, counted from the first step (default 60)")
+    p.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
+                   help="try this value instead of (or besides) the fix's own, e.g. --set num_workers=2")
+    p.add_argument("--interval", type=flags.interval, default=0.1, help="sampling period in seconds (default 0.1)")
+    flags.add_command(p)
+
+
+def main(args: argparse.Namespace) -> int:
+    # the analysis, the launcher and the fix planner load only when a trial runs (the CLI starts fast)
+    from gpudoctor.analysis import analyze
+    from gpudoctor.common import safefs
+    from gpudoctor.hooks.apply import ENV
+    from gpudoctor.launch.launcher import run
+    from gpudoctor.launch.recorder import default_out
+    from gpudoctor.recording.store import load_recording
+    from gpudoctor.tryfix import plan as planning
+    from gpudoctor.tryfix import section as trial_section
+    from gpudoctor.tryfix import steady
+    from gpudoctor.tryfix.limit import TrainingLimit
+
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
@@ -95,8 +121,8 @@ def main(args: Any) -> int:
     return 0
 
 
-def _plan_notes(plan: planning.Plan) -> list[str]:
-    notes = []
+def _plan_notes(plan: Plan) -> list[str]:
+    notes: list[str] = []
     if plan.applicable and not plan.complete:
         notes.append("Only part of the fix can be set without editing code (see not_applied): "
                      "the trial measures that part.")
@@ -107,6 +133,9 @@ def _plan_notes(plan: planning.Plan) -> list[str]:
 
 
 def _finish(report: dict[str, Any], section: dict[str, Any], folder: Path, as_json: bool) -> None:
+    from gpudoctor.render import write_all
+    from gpudoctor.tryfix import section as trial_section
+
     report["trial"] = section
     write_all(report, folder)
     if as_json:

@@ -2,19 +2,33 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.commands.load import load_job, load_report, malformed_report_guard
+from gpudoctor.commands import flags
 from gpudoctor.common.errors import UserError
-from gpudoctor.render import renderer_for, write_all
-from gpudoctor.render.nodes import terminal_lines
-from gpudoctor.render.output import write_output
+
+HELP = "render a saved run (.html, .md or .json by OUT's extension)"
+DESCRIPTION = ("Re-render a saved run: a run folder is analysed again from its recording (with this gpudoctor's "
+               "rules); a report.json is rendered as it is. The format follows -o's extension.")
 
 
-def main(args: Any) -> int:
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("input", type=Path, nargs="+",
+                   help="run folder or report.json; several run folders (one per node of one job) merge into "
+                   "one report, with -o")
+    p.add_argument("-o", "--output", type=Path, default=None, metavar="OUT",
+                   help="file to write, .html, .md or .json (default: report.html, .md and .json beside IN)")
+    flags.add_common(p, out=False)
+
+
+def main(args: argparse.Namespace) -> int:
+    from gpudoctor.commands.load import load_job, load_report, malformed_report_guard
+    from gpudoctor.render.nodes import terminal_lines
+
     inputs: list[Path] = args.input if isinstance(args.input, list) else [args.input]
     if len(inputs) > 1:
         if args.output is None:
@@ -33,6 +47,9 @@ def main(args: Any) -> int:
 
 
 def _write(report: dict[str, Any], source: Path, output: Path | None) -> None:
+    from gpudoctor.render import renderer_for, write_all
+    from gpudoctor.render.output import write_output
+
     if output is None:
         folder = source if source.is_dir() else source.parent
         try:

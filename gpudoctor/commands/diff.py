@@ -1,0 +1,48 @@
+"""``gpudoctor diff BEFORE AFTER [-o OUT]``: before/after for a pull request."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from gpudoctor.commands import flags
+from gpudoctor.common.errors import UserError
+
+HELP = "compare two runs (before/after)"
+DESCRIPTION = ("Compare two runs for a pull request: breakdown, step time, waste and dollars side by side, and "
+               "which findings were resolved, remain or are new.")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("before", type=Path, help="the earlier run: run folder or report.json")
+    p.add_argument("after", type=Path, help="the later run: run folder or report.json")
+    p.add_argument("-o", "--output", type=Path, default=None, metavar="OUT",
+                   help="file to write, .md, .html or .json (default: Markdown on stdout)")
+    flags.add_debug(p)
+
+
+def main(args: argparse.Namespace) -> int:
+    from gpudoctor.commands.load import load_report, malformed_report_guard
+    from gpudoctor.render.diff_page import render_diff_html, render_diff_markdown
+    from gpudoctor.render.output import write_output
+    from gpudoctor.report.diff import diff_reports
+
+    before, after = load_report(args.before), load_report(args.after)
+    out = args.output
+    suffix = out.suffix.lower() if out is not None else ".md"
+    if suffix not in (".md", ".html", ".htm", ".json"):
+        raise UserError(f"cannot write a diff to {out}: use an output ending in .md, .html or .json")
+    with malformed_report_guard(args.before, args.after):
+        d = diff_reports(before, after)
+        if suffix == ".md":
+            text = render_diff_markdown(d)
+        elif suffix in (".html", ".htm"):
+            text = render_diff_html(d)
+        else:
+            text = json.dumps(d, indent=2)
+    if out is None:
+        print(text)
+    else:
+        write_output(out, text)
+    return 0
