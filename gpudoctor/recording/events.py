@@ -68,6 +68,20 @@ In-process events (key ``k``):
               ``where``, ``vital`` (the whole in-process recording stopped), ``error``,
               ``message`` (redacted). The report says so in a ``partial_recording`` note.
 
+GPU clock (in-process, CUDA runs only; see :mod:`gpudoctor.samplers.device_clock`). Seconds
+named ``gpu_s``/``idle_s``/``*_idle_s``/``h2d_s`` are measured on the GPU by CUDA events; the
+others on the host:
+
+``gpu_clock`` once, when the first training forward runs on CUDA: ``t``, ``device``, ``source``
+              (``cuda_events``).
+``gpu_wait``  one DataLoader wait: ``t0``, ``dt`` (host), ``idle_s`` (the part of it the GPU
+              sat idle: ``elapsed(W0, W1)``, nothing being queued during a wait).
+``gpu_step``  one step end, written once the GPU passed it: ``t`` (host), ``n``, ``gpu_s`` (GPU
+              time since the previous step end; null for the first), ``waits``,
+              ``wait_idle_s``, ``syncs``, ``sync_block_s`` (host seconds blocked in them),
+              ``sync_idle_s`` (GPU idle after them, at most), ``h2d``, ``h2d_s`` (copies on the
+              GPU), ``h2d_block_s`` (host blocked in them), ``dropped`` (marks not recorded).
+
 Sampler lines (no ``k``): see :mod:`gpudoctor.samplers.host` and
 :mod:`gpudoctor.samplers.nvml` for the fields.
 """
