@@ -20,7 +20,6 @@ from gpudoctor.common import hardware
 
 if TYPE_CHECKING:
     from gpudoctor.analysis.model import Analysis
-    from gpudoctor.analysis.process import ProcessView
 
 # How far NVML's busy share may sit from the events' before the report says they disagree:
 # NVML reports whole percents over its own sample period (1/6 to 1 s), and counts a period
@@ -111,7 +110,7 @@ def mfu(a: Analysis) -> Mfu:
     p = a.primary
     clock = p.gpu_clock if p is not None else None
     if p is None or clock is None:
-        return Mfu(None, "no GPU clock: not a CUDA run (MFU needs the GPU's own step time)", {})
+        return Mfu(None, "no CUDA events recorded (a CPU run, or a recording from before the GPU clock): MFU needs the GPU's own step time", {})
     inputs: dict[str, Any] = {}
     timed = clock.timed
     if not timed:
@@ -253,16 +252,3 @@ def nvml_verdict(windows: list[dict[str, Any]]) -> str | None:
             f"±{100 * worst['tolerance']:.0f} points of sampling error); the report trusts the CUDA events, "
             "timed on the GPU on the training's own stream (NVML counts any kernel of any process, "
             "and a period with one short kernel as busy).")
-
-
-def attach_to_view(view: ProcessView) -> None:
-    """Rebuild ``view``'s breakdown on the GPU's seconds when its process wrote GPU-clock lines."""
-    clock = clock_view(view.events)
-    if clock is None:
-        return
-    view.gpu_clock = clock
-    view.host_breakdown = dict(view.breakdown)
-    view.host_slice_s = dict(view.slice_s)
-    from gpudoctor.analysis.process import compute_breakdown
-
-    compute_breakdown(view, waits=gpu_wait_intervals(view.spans.get("data_wait", []), clock))

@@ -142,8 +142,19 @@ def build_process_view(
     view.span_names = names
     _apply_counters(view, counters, worker_events)
     compute_breakdown(view)
-    gpu_timeline.attach_to_view(view)
+    _on_gpu_clock(view)
     return view
+
+
+def _on_gpu_clock(view: ProcessView) -> None:
+    """A CUDA run's breakdown on the GPU's seconds (waits cut to the GPU's idle), the host's kept."""
+    clock = gpu_timeline.clock_view(view.events)
+    if clock is None:
+        return
+    view.gpu_clock = clock
+    view.host_breakdown = dict(view.breakdown)
+    view.host_slice_s = dict(view.slice_s)
+    compute_breakdown(view, waits=gpu_timeline.gpu_wait_intervals(view.spans.get("data_wait", []), clock))
 
 
 def _apply_counters(view: ProcessView, counters: list[dict[str, Any]], worker_events: list[list[dict[str, Any]]]) -> None:

@@ -1,0 +1,108 @@
+"""CUDA events on the training stream: host syncs and H2D copies seen by hooks.
+
+Switched on by :mod:`gpudoctor.hooks.torch_hooks` at the first training forward on a CUDA
+device, never on a CPU run (nothing is patched, nothing recorded). Per step the hot path
+adds one ``Event.record()`` at the step end and two around each loader wait (see
+:mod:`gpudoctor.samplers.device_clock`); a sync or a CPU->GPU copy adds one or two.
+"""
+
+from __future__ import annotations
+
+import atexit
+import sys
+import time
+from typing import Any
+
+from gpudoctor.hooks import patch
+from gpudoctor.hooks.guard import guarded
+from gpudoctor.hooks.writer import EventWriter
+from gpudoctor.samplers.device_clock import CudaClock, DeviceClock, GpuMarks
+
+SYNC_METHODS = ("item", "tolist", "cpu")  # Tensor methods that wait for the GPU when the tensor is on it
+
+
+def start(writer: EventWriter, device: str = "cuda", clock: DeviceClock | None = None) -> GpuMarks:
+    """Marks on ``clock`` (CUDA events by default), syncs and copies counted on ``device`` tensors."""
+    torch = sys.modules["torch"]
+    marks = GpuMarks(clock if clock is not None else CudaClock(torch), writer.emit)
+    writer.emit({"k": "gpu_clock", "t": time.time(), "device": device,
+                 "source": "cuda_events" if clock is None else type(clock).__name__})
+    for name in SYNC_METHODS:
+        patch.replace(torch.Tensor, name, _sync_wrapper(marks, device))
+    if device == "cuda":
+        patch.replace(torch.cuda, "synchronize", _plain_sync_wrapper(marks))
+    patch.replace(torch.Tensor, "to", _copy_wrapper(marks, device))
+    patch.replace(torch.Tensor, "cuda", _copy_wrapper(marks, device))
+    atexit.register(_final_poll, marks)  # after the training's own exit work, before the writer closes
+    return marks
+
+
+def _sync_wrapper(marks: GpuMarks, device: str) -> Any:
+    def make(fn: Any) -> Any:
+        perf = time.perf_counter
+
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            on = self.device.type == device
+            p0 = perf()
+            out = fn(self, *args, **kwargs)
+            if on:
+                _synced(marks, perf() - p0)
+            return out
+
+        return method
+
+    return make
+
+
+def _plain_sync_wrapper(marks: GpuMarks) -> Any:
+    def make(fn: Any) -> Any:
+        def synchronize(*args: Any, **kwargs: Any) -> Any:
+            p0 = time.perf_counter()
+            out = fn(*args, **kwargs)
+            _synced(marks, time.perf_counter() - p0)
+            return out
+
+        return synchronize
+
+    return make
+
+
+def _copy_wrapper(marks: GpuMarks, device: str) -> Any:
+    """``tensor.to(...)``/``.cuda()`` from the CPU onto ``device``: timed on the GPU between two events."""
+
+    def make(fn: Any) -> Any:
+        perf = time.perf_counter
+
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.device.type != "cpu" or device == "cpu":
+                return fn(self, *args, **kwargs)
+            before = _mark(marks)
+            p0 = perf()
+            out = fn(self, *args, **kwargs)
+            if before is not None and getattr(getattr(out, "device", None), "type", None) == device:
+                _copied(marks, before, perf() - p0)
+            return out
+
+        return method
+
+    return make
+
+
+@guarded("GPU clock: syncs")
+def _synced(marks: GpuMarks, blocked_s: float) -> None:
+    marks.sync(blocked_s)
+
+
+@guarded("GPU clock: copies")
+def _mark(marks: GpuMarks) -> Any:
+    return marks.mark()
+
+
+@guarded("GPU clock: copies")
+def _copied(marks: GpuMarks, before: Any, blocked_s: float) -> None:
+    marks.h2d(before, blocked_s)
+
+
+@guarded("GPU clock: read back")
+def _final_poll(marks: GpuMarks) -> None:
+    marks.poll()
