@@ -146,8 +146,11 @@ def play(p: Pattern, marks: GpuMarks, gpu: FakeGpu, rows: list[dict[str, Any]], 
         marks.step_end(n)
 
 
-def replay(name: str, root: Path, steps: int = 120, nvml: bool = True) -> Replayed:
-    """Play pattern ``name`` through the fake GPU into a recording folder under ``root``."""
+def replay(name: str, root: Path, steps: int = 120, nvml: bool = True, tokenize: bool = False) -> Replayed:
+    """Play pattern ``name`` through the fake GPU into a recording folder under ``root``.
+
+    ``tokenize``: the main-process batch build is a tokenizer's (counter lines, as the hooks flush them).
+    """
     p = PATTERNS[name]
     gpu = FakeGpu(now=T0 + 1.0, busy_until=T0 + 1.0)
     clock = FakeClock(gpu)
@@ -171,6 +174,8 @@ def replay(name: str, root: Path, steps: int = 120, nvml: bool = True) -> Replay
     marks.poll()
     loop_s = gpu.now - start
     rows.append({"k": "counter", "t": gpu.now, "name": "fetch", "calls": steps, "s": p.build_s * steps})
+    if tokenize:
+        b.tokenizer_counters(rows, start_s=start - T0, end_s=gpu.now - T0, total_s=p.build_s * steps)
     b.duration_s = gpu.now - T0 + 0.5
     if nvml:
         b.gpus_meta = [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559.0}]

@@ -95,6 +95,20 @@ def test_a_sync_bound_loop_gets_host_sync_and_a_prediction_the_fix_keeps(tmp_pat
     assert report["gpu_timeline"]["syncs_per_step"] == 1.0
 
 
+def test_a_tokenizer_the_gpu_waits_for_is_claimed_only_for_the_gpu_idle(tmp_path: Path) -> None:
+    """The batch build is tokenizing on the main process: in the trap the GPU never waits for it
+    (no finding); in the stall pre-tokenizing gives back the GPU's idle, not the host's seconds."""
+    trap, _ = _report("trap", tmp_path, tokenize=True)
+    assert "tokenization_in_loop" not in _rules(trap) and "data_stall" not in _rules(trap)
+    stall, played = _report("stall", tmp_path, tokenize=True)
+    tok = _rules(stall)["tokenization_in_loop"]
+    idle_s = stall["gpu_timeline"]["data_wait_gpu_idle_s"]
+    assert tok["data"]["tokenize_in_loop_s"] == pytest.approx(idle_s, abs=0.01)
+    assert [c["bucket"] for c in tok["claims"] if c["fraction"] > 0] == ["data_wait"]
+    host_s = 0.060 * played.steps
+    assert idle_s < 0.8 * host_s  # the host's figure would have promised more
+
+
 def test_mfu_is_in_every_format_on_a_gpu_run(tmp_path: Path) -> None:
     report, _ = _report("trap", tmp_path)
     mfu = report["mfu"]

@@ -53,6 +53,7 @@ class ProcessView:
     gpu_clock: Any = None
     host_breakdown: dict[str, float] = field(default_factory=dict)
     host_slice_s: dict[str, float] = field(default_factory=dict)
+    host_tokenize_in_loop_s: float | None = None
     _intervals: list[float] | None = field(default=None, repr=False)
 
     @property
@@ -155,6 +156,10 @@ def _on_gpu_clock(view: ProcessView) -> None:
     view.host_breakdown = dict(view.breakdown)
     view.host_slice_s = dict(view.slice_s)
     compute_breakdown(view, waits=gpu_timeline.gpu_wait_intervals(view.spans.get("data_wait", []), clock))
+    # A main-process tokenizer costs the GPU only the seconds it idles waiting for the batch: the
+    # rest ran while the GPU was busy, and pre-tokenizing gives none of it back.
+    view.host_tokenize_in_loop_s = view.tokenize_in_loop_s
+    view.tokenize_in_loop_s = min(view.tokenize_in_loop_s, view.seconds("data_wait"))
 
 
 def _apply_counters(view: ProcessView, counters: list[dict[str, Any]], worker_events: list[list[dict[str, Any]]]) -> None:

@@ -85,7 +85,8 @@ class LowGpuUtilization(Rule):
             evidence=(
                 (f"CUDA events time the GPU busy {pct(busy)} of its step time" if gpu_timeline.figures(a) is not None
                  else f"NVML reports the {'GPU' if a.gpu.count == 1 else 'GPUs'} busy {pct(busy)} of the run")
-                + (f" ({pct(a.gpu.busy_in_loop)} during the training loop)" if a.gpu.busy_in_loop is not None else "")
+                + (f" ({'NVML: ' if gpu_timeline.figures(a) is not None else ''}{pct(a.gpu.busy_in_loop)} "
+                   "during the training loop)" if a.gpu.busy_in_loop is not None else "")
                 + f"; startup, data wait, saving and eval explain {pct(explained)} of wall time."
             ),
             fix=Fix(
