@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, cast
+from types import ModuleType, SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor.analysis import timeline as tl
 from gpudoctor.common import hardware
@@ -30,17 +30,32 @@ WINDOW_S = 10.0
 REACHABLE_MFU = {"bf16": 0.45, "fp16": 0.45, "tf32": 0.40, "fp32": 0.60}
 
 
+def _workload() -> ModuleType:
+    """The one workload model (``run``, ``try``, ``replay``, ``sweep`` read it too), through one door:
+    it moves to ``gpudoctor/analysis/workload.py``; change this import and nothing else."""
+    from gpudoctor.replay import costmodel
+
+    return costmodel
+
+
 def model_flops_per_token(params: float, n_layers: int, hidden: int, seq_len: float) -> float:
-    """Training FLOPs per token from the one workload model (forward + backward, 6N + attention).
+    """Training FLOPs per token from the workload model (forward + backward, 6N + attention)."""
+    model = _workload()
+    w = SimpleNamespace(params=params, n_layers=n_layers, hidden_size=hidden, flops_k=6.0, attention=True,
+                        recompute=False)
+    return float(model.flops_per_sample(seq_len, w)) / max(seq_len, 1e-9)
 
-    The only door to that model here: it moves to ``gpudoctor/analysis/workload.py``; change
-    this import and nothing else.
-    """
-    from gpudoctor.replay.costmodel import Workload, flops_per_sample
 
-    w = cast(Workload, SimpleNamespace(params=params, n_layers=n_layers, hidden_size=hidden, flops_k=6.0,
-                                       attention=True, recompute=False))
-    return flops_per_sample(seq_len, w) / max(seq_len, 1e-9)
+def optimizer_step_s(params: float, bandwidth_gb_s: float) -> float:
+    """The workload model's AdamW step: bytes streamed per parameter at its share of the bandwidth."""
+    model = _workload()
+    return float(params * model.ADAMW_BYTES_PER_PARAM / (bandwidth_gb_s * 1e9 * model.BANDWIDTH_EFFICIENCY))
+
+
+def infer_shape(params: float) -> tuple[int, int]:
+    """(n_layers, hidden) of a typical decoder with ``params``, as the workload model guesses it."""
+    layers, hidden = _workload().infer_shape(params)
+    return int(layers), int(hidden)
 
 
 @dataclass
@@ -131,8 +146,6 @@ def mfu(a: Analysis) -> Mfu:
     layers = _first_int(config, "num_hidden_layers", "n_layer", "num_layers")
     hidden = _first_int(config, "hidden_size", "n_embd", "d_model")
     if not layers or not hidden:
-        from gpudoctor.replay.costmodel import infer_shape  # the same model's shape guess
-
         layers, hidden = infer_shape(params)
     batches = [b for b in p.batches if b.get("tokens")]
     if not batches or not p.step_times:
@@ -146,6 +159,7 @@ def mfu(a: Analysis) -> Mfu:
     inputs.update({"params": int(params), "n_layers": layers, "hidden_size": hidden, "seq_len": round(seq_len, 1),
                    "tokens_per_step": round(tokens_per_step, 1), "flops_per_step": flops_step,
                    "peak_tflops": spec.peak_tflops(precision), "gpu": spec.key,
+                   "bandwidth_gb_s": spec.bandwidth_gb_s,
                    "reachable_mfu": REACHABLE_MFU[precision]})
     return Mfu(flops_step / gpu_step_s / peak, None, inputs)
 

@@ -6,11 +6,13 @@ GPU clock existed): their figures are never guessed from the host's clock.
 
 from __future__ import annotations
 
+import math
+
 from gpudoctor.analysis import Analysis, gpu_timeline
 from gpudoctor.rules.account import Claim, claim
 from gpudoctor.rules.base import Finding, Fix, Rule, pct
-from gpudoctor.rules.gpu import BF16_GAIN, TF32_GAIN
-from gpudoctor.rules.names import names_for
+from gpudoctor.rules.gpu import BF16_GAIN
+from gpudoctor.rules.names import Names, names_for
 
 MIN_SHARE = 0.05  # GPU idle after syncs, as a share of wall, before it is a finding
 LOW_MFU_OF_REACHABLE = 0.5  # MFU under half of what the precision reaches on a busy GPU
@@ -77,7 +79,7 @@ class HostSync(Rule):
 class LowMfu(Rule):
     name = "low_mfu"
     fires_when = "the GPU is busy ≥ 70% (CUDA events) and MFU is under half of what its precision reaches"
-    fix_from = "MFU = model FLOPs per step (workload model) ÷ GPU step time ÷ datasheet peak; precision gains as `no_tf32`/`no_mixed_precision`; the rest up to the reachable MFU"
+    fix_from = "MFU = model FLOPs per step (workload model) ÷ GPU step time ÷ datasheet peak; bf16 as `no_mixed_precision`; a batch × k (memory headroom) saves the model's optimizer step per token; compile and fused optimizers up to the reachable MFU, unpredicted"
 
     def match(self, a: Analysis) -> Finding | None:
         fig = gpu_timeline.figures(a)
@@ -90,13 +92,16 @@ class LowMfu(Rule):
             return None
         names = names_for(a.primary)
         busy_s = fig.busy_fraction * fig.gpu_step_s
-        levers, config, gain = _levers(precision, names.has("tf32"), names.has("bf16"))
-        # The one measured-model lever (precision) is the promise; the rest reach at most the reachable MFU.
+        opt_s = gpu_timeline.optimizer_step_s(float(m.inputs["params"]), float(m.inputs["bandwidth_gb_s"]))
+        levers, config = _levers(precision, names, _batch_factor(a), opt_s, busy_s)
+        gain = 1.0
+        for _, g in levers:
+            gain *= 1.0 - (g or 0.0)
+        gain = 1.0 - gain  # the levers the model predicts, together: they compound on the busy seconds
         claims = [Claim("compute", gain, "gpu_busy", _busy_part(a, fig),
                         up_to=max(gain, 1.0 - m.value / reachable))]
-        lever_lines = [f"{what}: GPU step {1000 * fig.gpu_step_s:.0f} ms -> "
-                       + (f"{1000 * (fig.gpu_step_s - busy_s * g):.0f} ms" if g is not None else "not predicted (not measured)")
-                       for what, g in levers]
+        lever_lines = [f"{what}: GPU time per token -{100 * g:.0f}%" if g is not None
+                       else f"{what}: not predicted (its gain is not measured here)" for what, g in levers]
         return Finding(
             rule=self.name,
             title="The GPU is busy but slow: low MFU",
@@ -117,7 +122,9 @@ class LowMfu(Rule):
                 call=names.call if config else None,
             ),
             data={"mfu": round(m.value, 4), "reachable_mfu": reachable, "precision": precision,
-                  "levers": [{"lever": what, "busy_fraction_removed": g} for what, g in levers]},
+                  "optimizer_step_ms": round(1000 * opt_s, 3),
+                  "levers": [{"lever": what, "busy_per_token_removed": None if g is None else round(g, 4)}
+                             for what, g in levers]},
         )
 
 
@@ -128,23 +135,35 @@ def _busy_part(a: Analysis, fig: gpu_timeline.GpuFigures) -> float:
     return min(1.0, busy_share / compute) if compute > 0 else 0.0
 
 
-def _levers(precision: str, has_tf32: bool, has_bf16: bool) -> tuple[list[tuple[str, float | None]], dict[str, object], float]:
-    """(lever, share of busy time it removes or None) in order; the config; the promised gain."""
+def _batch_factor(a: Analysis) -> int | None:
+    """How many times the batch fits in the measured GPU memory headroom (as ``small_batch``)."""
+    used, total = a.gpu.mem_used_max_mib, a.gpu.mem_total_mib
+    if not used or not total or used / total >= 0.5:
+        return None
+    return int(2 ** max(1, int(math.log2(0.8 * total / used))))
+
+
+def _levers(precision: str, names: Names, factor: int | None, opt_s: float,
+            busy_s: float) -> tuple[list[tuple[str, float | None]], dict[str, object]]:
+    """(lever, share of the GPU's busy time per token it removes, or None: not predicted), and the config.
+
+    Precision: the gains ``no_tf32``/``no_mixed_precision`` use. A batch ``factor`` times larger:
+    the workload model's optimizer step (bytes per parameter over bandwidth) is paid once per
+    step, so per token it shrinks by ``1 - 1/factor``; the token work itself does not.
+    """
     levers: list[tuple[str, float | None]] = []
     config: dict[str, object] = {}
-    gain = 0.0
-    if precision == "fp32":
+    if precision in ("fp32", "tf32"):
         levers.append(("bf16 autocast (as no_mixed_precision)", BF16_GAIN))
-        levers.append(("or TF32 matmuls (as no_tf32)", TF32_GAIN))
-        gain = BF16_GAIN
-        if has_bf16:
+        if names.has("bf16"):
             config["bf16"] = True
-    elif precision == "tf32":
-        levers.append(("bf16 autocast (as no_mixed_precision)", BF16_GAIN))
-        gain = BF16_GAIN
-        if has_bf16:
-            config["bf16"] = True
-    levers += [("a larger batch per step", None), ("torch.compile", None), ("a fused optimizer (fused=True)", None)]
-    if has_tf32 and precision == "fp32" and not has_bf16:
-        config["tf32"] = True
-    return levers, config, gain
+    if factor is not None and busy_s > 0:
+        levers.append((f"a {factor}x batch (memory headroom)", min(1.0, opt_s * (1 - 1 / factor) / busy_s)))
+        key = names.loader_key("per_device_train_batch_size", "batch_size")
+        bs = names.current("per_device_train_batch_size", "batch_size")
+        if isinstance(bs, int) and bs > 0:
+            config[key] = bs * factor
+    else:
+        levers.append(("a larger batch", None))
+    levers += [("torch.compile", None), ("a fused optimizer (fused=True)", None)]
+    return levers, config
