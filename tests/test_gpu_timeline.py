@@ -24,6 +24,7 @@ from gpudoctor.render.terminal import summary_lines
 from gpudoctor.report.build import build_report
 from gpudoctor.report.check import problem
 from gpudoctor.rules.data import data_wait, worker_fix
+from gpudoctor.samplers.device_clock import GpuMarks
 from tests.fake_cuda import PATTERNS, FakeClock, FakeGpu, replay
 from tests.recording_builder import RecordingBuilder
 
@@ -231,3 +232,47 @@ def test_the_hooks_mark_each_wait_step_and_sync_of_a_real_loop(tmp_path: Path) -
     assert kinds.count("gpu_clock") == 1
     plain = loop(gpu_clock=False)
     assert not [e for e in plain if str(e["k"]).startswith("gpu_")]
+
+
+def test_only_copies_onto_the_gpu_are_timed_not_casts() -> None:
+    """``.to(dtype)`` and host copies are everywhere in a model: they must not cost an event."""
+    import torch
+
+    from gpudoctor.hooks.cuda_clock import _to_device
+
+    assert _to_device(("cuda",), {}, "cuda") and _to_device(("cuda:1",), {}, "cuda")
+    assert _to_device((torch.device("cuda", 0),), {}, "cuda")
+    assert _to_device((), {"dtype": torch.float16, "device": torch.device("cuda")}, "cuda")
+    assert not _to_device((torch.float16,), {}, "cuda")
+    assert not _to_device(("cpu",), {}, "cuda")
+    assert not _to_device((torch.zeros(1),), {}, "cuda")
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU (none on CI)")
+def test_cuda_events_time_a_wait_the_gpu_spent_busy() -> None:
+    """On a real GPU: a host wait behind a long kernel is ~0 GPU idle; one after it drained is idle."""
+    import time
+
+    import torch
+
+    from gpudoctor.samplers.device_clock import CudaClock
+
+    out: list[dict[str, Any]] = []
+    marks = GpuMarks(CudaClock(torch), out.append)
+    x = torch.randn(8192, 8192, device="cuda")
+    for n in range(1, 4):
+        for _ in range(20):
+            x = (x @ x).clamp_(-1, 1)  # queue well over 50 ms of work
+        marks.wait_start()
+        time.sleep(0.005)  # the host "waits" while the GPU is busy
+        marks.wait_end()
+        marks.step_end(n)
+    torch.cuda.synchronize()
+    marks.wait_start()
+    time.sleep(0.05)  # now the GPU is idle through the wait
+    marks.wait_end()
+    marks.step_end(4)
+    torch.cuda.synchronize()
+    marks.poll()
+    waits = [e["idle_s"] for e in out if e["k"] == "gpu_wait"]
+    assert len(waits) == 4 and max(waits[:3]) < 0.002 and waits[3] > 0.04

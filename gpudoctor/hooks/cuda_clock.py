@@ -32,7 +32,7 @@ def start(writer: EventWriter, device: str = "cuda", clock: DeviceClock | None =
     if device == "cuda":
         patch.replace(torch.cuda, "synchronize", _plain_sync_wrapper(marks))
     patch.replace(torch.Tensor, "to", _copy_wrapper(marks, device))
-    patch.replace(torch.Tensor, "cuda", _copy_wrapper(marks, device))
+    patch.replace(torch.Tensor, "cuda", _copy_wrapper(marks, device, cuda_call=True))
     atexit.register(_final_poll, marks)  # after the training's own exit work, before the writer closes
     return marks
 
@@ -67,15 +67,28 @@ def _plain_sync_wrapper(marks: GpuMarks) -> Any:
     return make
 
 
-def _copy_wrapper(marks: GpuMarks, device: str) -> Any:
+def _to_device(args: tuple[Any, ...], kwargs: dict[str, Any], device: str) -> bool:
+    """Does ``.to(*args, **kwargs)`` name ``device`` (a device, its name, or a tensor on it)?"""
+    for a in (*args[:1], kwargs.get("device"), kwargs.get("other")):
+        if a is None:
+            continue
+        kind = getattr(a, "type", None) if not isinstance(a, str) else a.split(":", 1)[0]
+        if kind is None:
+            kind = getattr(getattr(a, "device", None), "type", None)
+        if kind == device:
+            return True
+    return False
+
+
+def _copy_wrapper(marks: GpuMarks, device: str, cuda_call: bool = False) -> Any:
     """``tensor.to(...)``/``.cuda()`` from the CPU onto ``device``: timed on the GPU between two events."""
 
     def make(fn: Any) -> Any:
         perf = time.perf_counter
 
         def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if self.device.type != "cpu" or device == "cpu":
-                return fn(self, *args, **kwargs)
+            if self.device.type != "cpu" or device == "cpu" or not (cuda_call or _to_device(args, kwargs, device)):
+                return fn(self, *args, **kwargs)  # a cast, or a copy that stays on the host: no event
             before = _mark(marks)
             p0 = perf()
             out = fn(self, *args, **kwargs)
