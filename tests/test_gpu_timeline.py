@@ -94,6 +94,9 @@ def test_a_sync_bound_loop_gets_host_sync_and_a_prediction_the_fix_keeps(tmp_pat
     measured_s = _fixed_step_s("sync", tmp_path, sync_python_s=None)
     assert abs(promised_s - measured_s) / measured_s <= 0.2, (promised_s, measured_s)
     assert report["gpu_timeline"]["syncs_per_step"] == 1.0
+    # the parts of compute the findings claim (idle after syncs, busy) are disjoint seconds
+    parts = {c["part"]: c["part_share"] for f in report["findings"] for c in f["claims"] if c["bucket"] == "compute"}
+    assert "sync_idle" in parts and sum(parts.values()) <= 1.0 + 1e-3
 
 
 def test_a_tokenizer_the_gpu_waits_for_is_claimed_only_for_the_gpu_idle(tmp_path: Path) -> None:

@@ -47,7 +47,9 @@ def compute_part(a: Analysis, part: str, fraction: float) -> Claim:
     """
     compute = a.share("compute")
     idle = gpu_idle_share(a)
-    part_s = idle if part == "gpu_idle" else max(0.0, compute - idle)
+    fig = gpu_timeline.figures(a)
+    after_syncs = fig.sync_idle_s / a.duration_s if fig is not None else 0.0  # host_sync's part
+    part_s = idle if part == "gpu_idle" else max(0.0, compute - idle - after_syncs)
     return Claim("compute", fraction, part, part_s / compute if compute > 0 else 0.0)
 
 
