@@ -279,3 +279,32 @@ def test_cuda_events_time_a_wait_the_gpu_spent_busy() -> None:
     marks.poll()
     waits = [e["idle_s"] for e in out if e["k"] == "gpu_wait"]
     assert len(waits) == 4 and max(waits[:3]) < 0.002 and waits[3] > 0.04
+
+
+def test_no_event_is_recorded_while_a_cuda_graph_is_captured() -> None:
+    """A timing event on a capturing stream would break the training's graph: such marks are left
+    out, and the step after is timed from the next step end, not across the gap."""
+
+    class Capturing(FakeClock):
+        capturing = False
+
+        def record(self) -> Any:
+            return None if self.capturing else super().record()
+
+    gpu = FakeGpu()
+    clock = Capturing(gpu)
+    out: list[dict[str, Any]] = []
+    marks = GpuMarks(clock, out.append, now=lambda: gpu.now)
+    for n in range(1, 7):
+        clock.capturing = n in (3, 4)
+        marks.wait_start(gpu.now)
+        gpu.host(0.01)
+        marks.wait_end()
+        gpu.launch(0.05)
+        marks.step_end(n)
+    gpu.sync()
+    marks.poll()
+    steps = [e for e in out if e["k"] == "gpu_step"]
+    assert [s["n"] for s in steps] == [1, 2, 5, 6]
+    assert [s["gpu_s"] is None for s in steps] == [True, False, True, False]
+    assert len([e for e in out if e["k"] == "gpu_wait"]) == 4

@@ -36,7 +36,8 @@ class DeviceClock(Protocol):
     """Timing events on the training stream; nothing here may block the host."""
 
     def record(self) -> Any:
-        """A timing event queued on the current stream now; returns its handle."""
+        """A timing event queued on the current stream now; returns its handle, or None when no
+        event may be recorded now (a CUDA graph is being captured)."""
 
     def query(self, handle: Any) -> bool:
         """Has the GPU passed ``handle``? Never waits."""
@@ -50,8 +51,11 @@ class CudaClock:
 
     def __init__(self, torch: ModuleType) -> None:
         self._event = torch.cuda.Event
+        self._capturing = torch.cuda.is_current_stream_capturing
 
     def record(self) -> Any:
+        if self._capturing():  # a timing event would invalidate the training's CUDA graph capture
+            return None
         event = self._event(enable_timing=True)
         event.record()  # the current stream: where the training's own kernels go
         return event
@@ -105,7 +109,8 @@ class GpuMarks:
     # -- hot path: one record() and one append each ---------------------------------
     def wait_start(self, t0: float | None = None) -> None:
         """``t0``: the host wait span's own start, so the report pairs the two exactly."""
-        self._w0 = (self.now() if t0 is None else t0, self.clock.record())
+        handle = self.clock.record()
+        self._w0 = (self.now() if t0 is None else t0, handle) if handle is not None else None
 
     def wait_end(self) -> None:
         if self._w0 is None:
@@ -121,16 +126,23 @@ class GpuMarks:
 
     def h2d(self, before: Any, blocked_s: float) -> None:
         """A host-to-device copy recorded between ``before`` (from :meth:`mark`) and now."""
-        self._push(_Mark("h2d", self.now(), (before, self.clock.record()), host_dt=blocked_s))
+        if before is not None:
+            self._push(_Mark("h2d", self.now(), (before, self.clock.record()), host_dt=blocked_s))
 
     def mark(self) -> Any:
         return self.clock.record()
 
     def step_end(self, n: int) -> None:
-        self._push(_Mark("step", self.now(), (self.clock.record(),), n=n))
+        handle = self.clock.record()
+        if handle is None:  # not timed (a graph capture): the next step's GPU time starts afresh
+            self._push(_Mark("reset", self.now(), ()))
+        else:
+            self._push(_Mark("step", self.now(), (handle,), n=n))
         self.poll()
 
     def _push(self, mark: _Mark) -> None:
+        if any(h is None for h in mark.handles):
+            return  # an event that could not be recorded (a graph capture): the mark is left out
         if len(self.pending) >= MAX_PENDING:
             self.dropped += 1
             return
@@ -141,12 +153,16 @@ class GpuMarks:
         query = self.clock.query
         while self.pending:
             mark = self.pending[0]
-            if not query(mark.handles[-1]):
+            if mark.handles and not query(mark.handles[-1]):
                 return
             self.pending.popleft()
             self._resolve(mark)
 
     def _resolve(self, mark: _Mark) -> None:
+        if mark.kind == "reset":
+            self._prev_step = None
+            self._sums = _StepSums()
+            return
         ms = self.clock.elapsed_ms
         if self._open_sync is not None:  # idle after a sync: at most the host's time to this mark
             sync, self._open_sync = self._open_sync, None
