@@ -37,11 +37,21 @@ def start(writer: EventWriter, device: str = "cuda", clock: DeviceClock | None =
     return marks
 
 
+def _compiling() -> Any:
+    """``torch.compiler.is_compiling``: traced by torch.compile, our wrappers step aside (a constant
+    True to dynamo, so no graph break of ours)."""
+    compiler = getattr(sys.modules["torch"], "compiler", None)
+    return getattr(compiler, "is_compiling", None) or (lambda: False)
+
+
 def _sync_wrapper(marks: GpuMarks, device: str) -> Any:
     def make(fn: Any) -> Any:
         perf = time.perf_counter
+        compiling = _compiling()
 
         def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if compiling():
+                return fn(self, *args, **kwargs)
             on = self.device.type == device and not patch.depth("eval")  # an eval's syncs are the eval's
             p0 = perf()
             out = fn(self, *args, **kwargs)
@@ -85,9 +95,11 @@ def _copy_wrapper(marks: GpuMarks, device: str, cuda_call: bool = False) -> Any:
 
     def make(fn: Any) -> Any:
         perf = time.perf_counter
+        compiling = _compiling()
 
         def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if self.device.type != "cpu" or device == "cpu" or not (cuda_call or _to_device(args, kwargs, device)):
+            if (compiling() or self.device.type != "cpu" or device == "cpu"
+                    or not (cuda_call or _to_device(args, kwargs, device))):
                 return fn(self, *args, **kwargs)  # a cast, or a copy that stays on the host: no event
             before = _mark(marks)
             p0 = perf()
