@@ -87,3 +87,39 @@ Sampler lines (no ``k``): see :mod:`gpudoctor.samplers.host` and
 """
 
 from __future__ import annotations
+
+from typing import Literal, TypedDict
+
+from typing_extensions import NotRequired
+
+# --- GPU clock (samplers/device_clock.py): a block of its own --------------------------------
+
+
+class GpuClockEvent(TypedDict):
+    k: Literal["gpu_clock"]
+    t: float
+    device: str
+    source: str  # "cuda_events", or the fake clock's class name in tests
+
+
+class GpuWaitEvent(TypedDict):
+    k: Literal["gpu_wait"]
+    t0: float  # the host wait span's own start
+    dt: float  # host seconds
+    idle_s: float  # GPU seconds idle inside it
+
+
+class GpuStepEvent(TypedDict):
+    k: Literal["gpu_step"]
+    t: float
+    n: int
+    gpu_s: float | None  # GPU seconds since the previous step end; None for the first
+    waits: int
+    wait_idle_s: float
+    syncs: int
+    sync_block_s: float
+    sync_idle_s: float  # at most
+    h2d: int
+    h2d_s: float
+    h2d_block_s: float
+    dropped: NotRequired[int]
