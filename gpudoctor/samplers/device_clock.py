@@ -25,7 +25,6 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Protocol
 
@@ -67,28 +66,28 @@ class CudaClock:
         return float(a.elapsed_time(b))
 
 
-@dataclass
 class _Mark:
-    kind: str  # wait | sync | h2d | step
-    host_t: float  # epoch seconds when the host recorded the (last) handle
-    handles: tuple[Any, ...]
-    host_dt: float = 0.0  # host seconds: the wait, the sync's block, the copy's block
-    n: int = 0
+    """One mark; plain slots (no dataclasses: this module loads into the training at startup)."""
+
+    __slots__ = ("kind", "host_t", "handles", "host_dt", "n")
+
+    def __init__(self, kind: str, host_t: float, handles: tuple[Any, ...], host_dt: float = 0.0,
+                 n: int = 0) -> None:
+        self.kind = kind  # wait | sync | h2d | step | reset
+        self.host_t = host_t  # epoch seconds when the host recorded the (last) handle
+        self.handles = handles
+        self.host_dt = host_dt  # host seconds: the wait, the sync's block, the copy's block
+        self.n = n
 
 
-@dataclass
 class _StepSums:
-    waits: int = 0
-    wait_idle_s: float = 0.0
-    syncs: int = 0
-    sync_block_s: float = 0.0
-    sync_idle_s: float = 0.0
-    h2d: int = 0
-    h2d_s: float = 0.0
-    h2d_block_s: float = 0.0
+    __slots__ = ("waits", "wait_idle_s", "syncs", "sync_block_s", "sync_idle_s", "h2d", "h2d_s", "h2d_block_s")
+
+    def __init__(self) -> None:
+        self.waits = self.syncs = self.h2d = 0
+        self.wait_idle_s = self.sync_block_s = self.sync_idle_s = self.h2d_s = self.h2d_block_s = 0.0
 
 
-@dataclass
 class GpuMarks:
     """Marks recorded by the hooks, resolved into ``gpu_wait`` / ``gpu_step`` events in order.
 
@@ -96,15 +95,17 @@ class GpuMarks:
     the first one still queued: called at each step end and at exit, it costs a few queries.
     """
 
-    clock: DeviceClock
-    emit: Callable[[dict[str, Any]], None]
-    now: Callable[[], float] = time.time
-    pending: deque[_Mark] = field(default_factory=deque)
-    dropped: int = 0
-    _w0: tuple[float, Any] | None = None
-    _prev_step: Any = None
-    _sums: _StepSums = field(default_factory=_StepSums)
-    _open_sync: _Mark | None = None  # a sync whose idle waits for the next mark's handle
+    def __init__(self, clock: DeviceClock, emit: Callable[[dict[str, Any]], None],
+                 now: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self.emit = emit
+        self.now = now
+        self.pending: deque[_Mark] = deque()
+        self.dropped = 0
+        self._w0: tuple[float, Any] | None = None
+        self._prev_step: Any = None
+        self._sums = _StepSums()
+        self._open_sync: _Mark | None = None  # a sync whose idle waits for the next mark's handle
 
     # -- hot path: one record() and one append each ---------------------------------
     def wait_start(self, t0: float | None = None) -> None:
