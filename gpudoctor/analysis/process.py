@@ -9,6 +9,7 @@ from functools import cached_property
 from operator import sub
 from typing import Any, TypeVar
 
+from gpudoctor.analysis import gpu_timeline
 from gpudoctor.analysis import timeline as tl
 from gpudoctor.recording.read import LoopData
 from gpudoctor.report.schema import BREAKDOWN_KEYS
@@ -47,6 +48,12 @@ class ProcessView:
     map_cache: list[str] = field(default_factory=list)  # per Dataset.map: "hit" | "miss" | "none"
     proc: dict[str, Any] = field(default_factory=dict)
     slice_s: dict[str, float] = field(default_factory=dict)  # seconds per slice, set with ``slices``
+    # A CUDA run's GPU clock (analysis.gpu_timeline): then ``breakdown`` is on the GPU's seconds and
+    # the host's own figures are kept here.
+    gpu_clock: Any = None
+    host_breakdown: dict[str, float] = field(default_factory=dict)
+    host_slice_s: dict[str, float] = field(default_factory=dict)
+    host_tokenize_in_loop_s: float | None = None
     _intervals: list[float] | None = field(default=None, repr=False)
 
     @property
@@ -135,8 +142,24 @@ def build_process_view(
     view.spans = spans
     view.span_names = names
     _apply_counters(view, counters, worker_events)
-    _compute_breakdown(view)
+    compute_breakdown(view)
+    _on_gpu_clock(view)
     return view
+
+
+def _on_gpu_clock(view: ProcessView) -> None:
+    """A CUDA run's breakdown on the GPU's seconds (waits cut to the GPU's idle), the host's kept."""
+    clock = gpu_timeline.clock_view(view.events)
+    if clock is None:
+        return
+    view.gpu_clock = clock
+    view.host_breakdown = dict(view.breakdown)
+    view.host_slice_s = dict(view.slice_s)
+    compute_breakdown(view, waits=gpu_timeline.gpu_wait_intervals(view.spans.get("data_wait", []), clock))
+    # A main-process tokenizer costs the GPU only the seconds it idles waiting for the batch: the
+    # rest ran while the GPU was busy, and pre-tokenizing gives none of it back.
+    view.host_tokenize_in_loop_s = view.tokenize_in_loop_s
+    view.tokenize_in_loop_s = min(view.tokenize_in_loop_s, view.seconds("data_wait"))
 
 
 def _apply_counters(view: ProcessView, counters: list[dict[str, Any]], worker_events: list[list[dict[str, Any]]]) -> None:
@@ -162,8 +185,11 @@ def _apply_counters(view: ProcessView, counters: list[dict[str, Any]], worker_ev
                 view.fetch_calls += int(c["calls"])
 
 
-def _compute_breakdown(view: ProcessView) -> None:
-    """Disjoint slices of [start, end] that sum to the wall time."""
+def compute_breakdown(view: ProcessView, waits: list[tl.Interval] | None = None) -> None:
+    """Disjoint slices of [start, end] that sum to the wall time.
+
+    ``waits``: the data-wait intervals to use (a CUDA run passes the parts the GPU idled).
+    """
     start, end = view.start, view.end
     first = view.first_step if view.first_step is not None else end
     first = min(max(first, start), end)
@@ -175,7 +201,7 @@ def _compute_breakdown(view: ProcessView) -> None:
             ("eval", evals),
             # side files (a torch.save without tensors) are saving time too, though not checkpoints
             ("checkpoint", [*view.spans.get("checkpoint", []), *view.spans.get("save_side", [])]),
-            ("data_wait", view.spans.get("data_wait", [])),
+            ("data_wait", view.spans.get("data_wait", []) if waits is None else waits),
         ],
         first,
         end,

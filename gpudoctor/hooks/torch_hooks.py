@@ -18,6 +18,7 @@ from gpudoctor.hooks import patch
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.profiler_windows import ProfilerWindows
 from gpudoctor.hooks.writer import EventWriter
+from gpudoctor.samplers.device_clock import DeviceClock, GpuMarks
 
 # Padding is counted on every batch up to this many, then on every 10th.
 _PAD_EVERY_BATCH_UNTIL = 5000
@@ -39,6 +40,7 @@ class TorchHooks:
         self._cfg_done = False
         self._explicit = False
         self.windows = ProfilerWindows(writer)
+        self.gpu: GpuMarks | None = None  # CUDA events, once the first training forward runs on CUDA
 
     # -- install / remove -----------------------------------------------------
     def install_dataloader(self, mod: ModuleType) -> None:
@@ -84,6 +86,8 @@ class TorchHooks:
 
     def remove_handles(self) -> None:
         self.windows.stop()
+        if self.gpu is not None:
+            self._gpu_read_back()
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
@@ -121,6 +125,8 @@ class TorchHooks:
                 hooks.mark_first_step()
             t0 = wall()
             p0 = perf()
+            if hooks.gpu is not None:
+                hooks._gpu_wait_start(t0)
             try:
                 batch = fn(self_it)
             except BaseException:  # StopIteration included: the last wait counts too
@@ -135,11 +141,41 @@ class TorchHooks:
     def _waited(self, t0: float, p0: float) -> None:
         self.writer.emit({"k": "span", "c": "data_wait", "t0": t0, "dt": time.perf_counter() - p0,
                           "name": "DataLoader.__next__"})
+        if self.gpu is not None:
+            self._gpu_wait_end()
+
+    @guarded("GPU clock: waits")
+    def _gpu_wait_start(self, t0: float) -> None:
+        if self.gpu is not None and patch.depth("eval") == 0:
+            self.gpu.wait_start(t0)
+
+    @guarded("GPU clock: waits")
+    def _gpu_wait_end(self) -> None:
+        if self.gpu is not None:
+            self.gpu.wait_end()
+
+    @guarded("GPU clock: read back")
+    def _gpu_read_back(self) -> None:
+        """What the GPU has passed so far (a detach, an uninstall): marks still queued are left."""
+        if self.gpu is not None:
+            self.gpu.poll()
+
+    @guarded("GPU clock: steps")
+    def _gpu_step(self) -> None:
+        if self.gpu is not None:
+            self.gpu.step_end(self.steps)
+
+    def start_gpu_clock(self, device: str = "cuda", clock: DeviceClock | None = None) -> None:
+        """CUDA events from now on (``clock``: a fake device clock in tests)."""
+        if self.gpu is None:
+            self.gpu = _start_gpu_clock(self.writer, device, clock)
 
     @guarded("DataLoader wait", vital=True)
     def _fetched(self, t0: float, p0: float, batch: Any) -> None:
         self.writer.emit({"k": "span", "c": "data_wait", "t0": t0, "dt": time.perf_counter() - p0,
                           "name": "DataLoader.__next__"})
+        if self.gpu is not None:
+            self._gpu_wait_end()
         if patch.depth("eval") == 0:
             self.batches += 1
             if self.batches <= _PAD_EVERY_BATCH_UNTIL or self.batches % 10 == 0:
@@ -201,6 +237,8 @@ class TorchHooks:
         if not self.first_step_seen:
             self.mark_first_step()
         self.writer.emit({"k": "step", "t": time.time() if t is None else t, "n": self.steps, "dt": dt})
+        if self.gpu is not None:
+            self._gpu_step()
 
     @guarded("precision settings")
     def _on_forward_pre(self, module: Any, args: Any) -> None:
@@ -215,8 +253,18 @@ class TorchHooks:
         self._drop_forward_hook()
         if not self.first_step_seen:
             self.mark_first_step()
-        self.writer.emit(torch_cfg_event(torch, module))
+        cfg = torch_cfg_event(torch, module)
+        self.writer.emit(cfg)
         _emit_model(self.writer, module)
+        if cfg["device"] == "cuda" and cfg["cuda"]:
+            self.start_gpu_clock()
+
+
+@guarded("GPU clock", default=None)
+def _start_gpu_clock(writer: EventWriter, device: str, clock: DeviceClock | None) -> GpuMarks | None:
+    from gpudoctor.hooks import cuda_clock
+
+    return cuda_clock.start(writer, device, clock)
 
 
 SIDE_FILE = "save_side"

@@ -68,8 +68,58 @@ In-process events (key ``k``):
               ``where``, ``vital`` (the whole in-process recording stopped), ``error``,
               ``message`` (redacted). The report says so in a ``partial_recording`` note.
 
+GPU clock (in-process, CUDA runs only; see :mod:`gpudoctor.samplers.device_clock`). Seconds
+named ``gpu_s``/``idle_s``/``*_idle_s``/``h2d_s`` are measured on the GPU by CUDA events; the
+others on the host:
+
+``gpu_clock`` once, when the first training forward runs on CUDA: ``t``, ``device``, ``source``
+              (``cuda_events``).
+``gpu_wait``  one DataLoader wait: ``t0``, ``dt`` (host), ``idle_s`` (the part of it the GPU
+              sat idle: ``elapsed(W0, W1)``, nothing being queued during a wait).
+``gpu_step``  one step end, written once the GPU passed it: ``t`` (host), ``n``, ``gpu_s`` (GPU
+              time since the previous step end; null for the first), ``waits``,
+              ``wait_idle_s``, ``syncs``, ``sync_block_s`` (host seconds blocked in them),
+              ``sync_idle_s`` (GPU idle after them, at most), ``h2d``, ``h2d_s`` (copies on the
+              GPU), ``h2d_block_s`` (host blocked in them), ``dropped`` (marks not recorded).
+
 Sampler lines (no ``k``): see :mod:`gpudoctor.samplers.host` and
 :mod:`gpudoctor.samplers.nvml` for the fields.
 """
 
 from __future__ import annotations
+
+from typing import Literal, TypedDict
+
+from typing_extensions import NotRequired
+
+# --- GPU clock (samplers/device_clock.py): a block of its own --------------------------------
+
+
+class GpuClockEvent(TypedDict):
+    k: Literal["gpu_clock"]
+    t: float
+    device: str
+    source: str  # "cuda_events", or the fake clock's class name in tests
+
+
+class GpuWaitEvent(TypedDict):
+    k: Literal["gpu_wait"]
+    t0: float  # the host wait span's own start
+    dt: float  # host seconds
+    idle_s: float  # GPU seconds idle inside it
+
+
+class GpuStepEvent(TypedDict):
+    k: Literal["gpu_step"]
+    t: float
+    n: int
+    gpu_s: float | None  # GPU seconds since the previous step end; None for the first
+    waits: int
+    wait_idle_s: float
+    syncs: int
+    sync_block_s: float
+    sync_idle_s: float  # at most
+    h2d: int
+    h2d_s: float
+    h2d_block_s: float
+    dropped: NotRequired[int]

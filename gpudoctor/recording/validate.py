@@ -120,6 +120,15 @@ EVENT_FIELDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
         {"t0": is_time, "dt": is_duration},
         {"steps": is_count, "dataloader_s": opt(is_duration), "cuda_kernel_s": opt(is_duration)},
     ),
+    # GPU clock (samplers/device_clock.py): a block of its own
+    "gpu_clock": ({"t": is_time}, {"device": opt(is_str), "source": opt(is_str)}),
+    "gpu_wait": ({"t0": is_time, "dt": is_duration, "idle_s": is_duration}, {}),
+    "gpu_step": (
+        {"t": is_time, "gpu_s": opt(is_duration)},
+        {"n": is_count, "waits": is_count, "wait_idle_s": is_duration, "syncs": is_count,
+         "sync_block_s": is_duration, "sync_idle_s": is_duration, "h2d": is_count, "h2d_s": is_duration,
+         "h2d_block_s": is_duration, "dropped": is_count},
+    ),
 }
 
 # TrainingArguments fields the rules compute with: a value of another type is nulled.

@@ -309,3 +309,40 @@ def downsample(t: list[Any], values: list[Any], max_points: int) -> tuple[list[f
         ts.append(sum(a for a, _ in chunk) / len(chunk))
         vs.append(sum(b for _, b in chunk) / len(chunk))
     return ts, vs
+
+
+def mfu_text(mfu: Any) -> str:
+    """``MFU 31.2% (bf16 peak 989 TFLOP/s on h100-sxm)`` or why it is unavailable."""
+    if not isinstance(mfu, dict):
+        return "unavailable"
+    value = num(mfu.get("value"))
+    if value is None:
+        return f"unavailable: {mfu.get('reason') or 'not measured'}"
+    inputs = mfu.get("inputs") or {}
+    peak = num(inputs.get("peak_tflops"))
+    flops = num(inputs.get("flops_per_step"))
+    detail = (f" ({flops / 1e12:.2f} TFLOP per step in {fmt_step_time(inputs.get('gpu_step_s'))} of GPU time, "
+              f"{inputs.get('precision')} peak {peak:.0f} TFLOP/s on {inputs.get('gpu')})"
+              if peak is not None and flops is not None else "")
+    return f"{fmt_pct(value)}{detail}"
+
+
+def gpu_clock_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """The GPU's own clock (CUDA events) and MFU, as label/value rows; MFU always, with its reason."""
+    rows = [("MFU", mfu_text(report.get("mfu")))]
+    g = report.get("gpu_timeline")
+    if not isinstance(g, dict):
+        return rows
+    host = (g.get("host_breakdown") or {}).get("data_wait")
+    rows += [
+        ("GPU busy, of GPU step time (CUDA events)", fmt_pct(g.get("busy_fraction"))),
+        ("GPU step time, p50", fmt_step_time(g.get("gpu_step_s"))),
+        ("data wait: GPU idle / host wait", f"{fmt_step_time(g.get('data_wait_gpu_idle_s'))} / "
+                                             f"{fmt_step_time(g.get('data_wait_host_s'))} (host: {fmt_pct(host)} of wall)"),
+        ("host syncs per step", f"{num(g.get('syncs_per_step')) or 0:.1f} (GPU idle after them ≤ "
+                                f"{fmt_step_time(g.get('sync_idle_s_per_step'))} per step)"),
+        ("H2D copy per step", fmt_step_time(g.get("h2d_s_per_step"))),
+    ]
+    if g.get("nvml_verdict"):
+        rows.append(("NVML vs events", str(g["nvml_verdict"])))
+    return rows

@@ -36,6 +36,7 @@ from gpudoctor.render.base import (
     fmt_step_time,
     fmt_time,
     fmt_usd,
+    gpu_clock_rows,
     gpus_text,
     has_gpu,
     num,
@@ -251,7 +252,8 @@ def facts_lines(report: dict[str, Any]) -> str:
             padding_line(padding) + "  ",
             f"**Steps:** {fmt_int(steps.get('count') or 0)} · p50 {fmt_step_time(times.get('p50'))} · "
             f"p90 {fmt_step_time(times.get('p90'))} · first step at {fmt_duration(steps.get('first_step_at_s'))}  ",
-            "**Startup:** " + startup_text(report.get("startup")),
+            "**Startup:** " + startup_text(report.get("startup")) + "  ",
+            "**GPU clock:** " + " · ".join(f"{md_text(k)} {md_text(v)}" for k, v in gpu_clock_rows(report)),
         ]
     )
 

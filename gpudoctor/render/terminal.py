@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.render.base import NO_GPU, cpu_text, fmt_pct, has_gpu, outcome_text
+from gpudoctor.render.base import NO_GPU, cpu_text, fmt_pct, has_gpu, mfu_text, outcome_text
 
 
 def summary_lines(report: dict[str, Any], folder: Path) -> list[str]:
@@ -30,6 +30,10 @@ def summary_lines(report: dict[str, Any], folder: Path) -> list[str]:
         lines.append(f"  {gpu}; CPU busy {cpu_text(shares['cpu_busy'], run)} (the training processes)")
     else:
         lines.append(f"  {gpu}")
+    g = report.get("gpu_timeline")
+    clock = (f"GPU busy {fmt_pct(g.get('busy_fraction'), 0)} of its step time (CUDA events); "
+             if isinstance(g, dict) else "")
+    lines.append(f"  {clock}MFU {mfu_text(report.get('mfu'))}")
     for f in report["findings"]:
         if f["severity"] == "info":
             continue

@@ -13,7 +13,7 @@ from operator import itemgetter, sub
 from typing import Any
 
 from gpudoctor._version import __version__
-from gpudoctor.analysis import Analysis, analyze
+from gpudoctor.analysis import Analysis, analyze, gpu_timeline
 from gpudoctor.analysis.process import quantiles
 from gpudoctor.analysis.saves import split_saves
 from gpudoctor.recording.store import Recording
@@ -62,12 +62,43 @@ def build_report(rec: Recording, options: ReportOptions | None = None) -> dict[s
         "timeline": _timeline(a),
         "profiler": _profiler_windows(a),
         "notes": list(a.notes),
+        # the GPU's own clock (CUDA events) and MFU: null, with a reason for MFU, on a CPU run
+        "gpu_timeline": gpu_timeline_section(a),
+        "mfu": gpu_timeline.mfu(a).to_dict(),
     }
+    verdict = (report["gpu_timeline"] or {}).get("nvml_verdict")
+    if verdict:
+        report["notes"].append(verdict)
     attached = attach_section(rec.meta, a.start)
     if attached is not None:  # what was loaded, from when, what is estimated: in every format
         report["attach"] = attached
         report["notes"] = [*summary_lines(attached), *report["notes"]]
     return report
+
+
+def gpu_timeline_section(a: Analysis) -> dict[str, Any] | None:
+    """What the CUDA events measured, per step, with the host's own breakdown beside it."""
+    fig = gpu_timeline.figures(a)
+    if fig is None:
+        return None
+    n = fig.steps_timed
+    windows = gpu_timeline.nvml_check(a)
+    return {
+        "source": "cuda_events",
+        "steps_timed": n,
+        "gpu_step_s": round(fig.gpu_step_s, 6),
+        "busy_fraction": round(fig.busy_fraction, 4),
+        "data_wait_gpu_idle_s": round(fig.wait_idle_s, 4),
+        "data_wait_host_s": round(fig.host_wait_s, 4),
+        "syncs_per_step": round(fig.syncs_per_step, 3),
+        "sync_block_s_per_step": round(fig.sync_block_s / n, 6),
+        "sync_idle_s_per_step": round(fig.sync_idle_s / n, 6),
+        "h2d_s_per_step": round(fig.h2d_s_per_step, 6),
+        "host_breakdown": _rounded(fig.host_breakdown),
+        "nvml_windows": windows,
+        "nvml_verdict": gpu_timeline.nvml_verdict(windows),
+        "trusted": "cuda_events",
+    }
 
 
 def _profiler_windows(a: Analysis) -> list[dict[str, Any]]:

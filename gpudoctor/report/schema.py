@@ -451,6 +451,44 @@ class StartupParts(TypedDict, total=False):
     other_s: Seconds
 
 
+class NvmlWindow(TypedDict):
+    t_s: Offset
+    duration_s: Seconds
+    steps: Count
+    events_busy: Fraction
+    nvml_busy: Fraction
+    tolerance: Fraction
+    agree: bool
+
+
+class GpuTimeline(TypedDict, total=False):
+    """A CUDA run's GPU clock (CUDA events, never a sync): then ``breakdown``'s data_wait and
+    compute are the GPU's idle/busy seconds, and ``host_breakdown`` is the host's view."""
+
+    source: str
+    steps_timed: Count
+    gpu_step_s: Seconds
+    busy_fraction: Fraction
+    data_wait_gpu_idle_s: Seconds
+    data_wait_host_s: Seconds
+    syncs_per_step: Annotated[float, Ge(0.0), Says("a count per step")]
+    sync_block_s_per_step: Seconds
+    sync_idle_s_per_step: Seconds
+    h2d_s_per_step: Seconds
+    host_breakdown: Breakdown
+    nvml_windows: list[NvmlWindow]
+    nvml_verdict: str | None
+    trusted: str
+
+
+class MfuSection(TypedDict):
+    """Model FLOPs utilization: ``value`` null with a ``reason`` when not measured (a CPU run)."""
+
+    value: Fraction | None
+    reason: str | None
+    inputs: dict[str, Any]
+
+
 class Report(Sections):
     """``report.json``. The six sections SPEC.md names, plus what renderers need to draw a run from
     report.json alone (``gpudoctor report report.json -o x.html`` needs no raw samples), plus
@@ -470,6 +508,8 @@ class Report(Sections):
     timeline: NotRequired[Timeline]
     notes: NotRequired[list[str]]
     startup: NotRequired[StartupParts | None]
+    gpu_timeline: NotRequired[GpuTimeline | None]
+    mfu: NotRequired[MfuSection]
 
 
 REQUIRED = tuple(sorted(Report.__required_keys__))

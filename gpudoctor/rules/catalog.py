@@ -19,6 +19,7 @@ from gpudoctor.rules.gpu import (
     NoTf32,
     SmallBatch,
 )
+from gpudoctor.rules.gpu_clock import HostSync, LowMfu
 from gpudoctor.rules.nodes import StragglerNode
 from gpudoctor.rules.ranks import OutdatedLibraries, StragglerRank
 from gpudoctor.rules.saving import CheckpointOverhead
@@ -34,6 +35,8 @@ RULES: tuple[type[Rule], ...] = (
     EvalOverhead,
     StartupIdle,
     LowGpuUtilization,
+    HostSync,
+    LowMfu,
     SmallBatch,
     GpuMemoryUnderused,
     NoTf32,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from gpudoctor.analysis import Analysis
+from gpudoctor.analysis import Analysis, gpu_timeline
 from gpudoctor.rules.account import Claim
 from gpudoctor.rules.base import Finding, Fix, Rule, pct
 from gpudoctor.rules.names import names_for
@@ -22,8 +22,18 @@ BF16_GAIN = 0.5
 def gpu_idle_share(a: Analysis) -> float:
     """Share of wall time the GPU sat idle that startup, data wait, saving and eval do not explain.
 
-    That idle time lies inside the compute slice (the host is busy between kernels).
+    That idle time lies inside the compute slice (the host is busy between kernels). On a CUDA
+    run with the GPU clock, the idle the events measured after host syncs is ``host_sync``'s
+    (a disjoint part) and is left out; what remains is NVML's idle that no event explains.
     """
+    fig = gpu_timeline.figures(a)
+    if fig is not None:
+        nvml = a.gpu.busy_in_loop if a.gpu.busy_in_loop is not None else a.gpu.busy_fraction
+        if nvml is None:
+            return 0.0
+        loop = a.share("compute") + a.share("data_wait")
+        unexplained = (1.0 - nvml) * loop - a.share("data_wait") - fig.sync_idle_s / a.duration_s
+        return min(max(0.0, unexplained), a.share("compute"))
     busy = a.gpu.busy_fraction or 0.0
     explained = sum(a.share(k) for k in ("startup", "data_wait", "checkpoint", "eval"))
     return min(max(0.0, 0.9 - busy - explained), a.share("compute"))
@@ -37,7 +47,9 @@ def compute_part(a: Analysis, part: str, fraction: float) -> Claim:
     """
     compute = a.share("compute")
     idle = gpu_idle_share(a)
-    part_s = idle if part == "gpu_idle" else max(0.0, compute - idle)
+    fig = gpu_timeline.figures(a)
+    after_syncs = fig.sync_idle_s / a.duration_s if fig is not None else 0.0  # host_sync's part
+    part_s = idle if part == "gpu_idle" else max(0.0, compute - idle - after_syncs)
     return Claim("compute", fraction, part, part_s / compute if compute > 0 else 0.0)
 
 
@@ -46,23 +58,37 @@ def _ampere_or_newer(cfg: dict) -> bool:
     return bool(cfg.get("cuda")) and cfg.get("device") == "cuda" and cap[0] >= 8
 
 
+MIN_CLOCK_IDLE = 0.02  # idle no event explains, as a share of wall, before a GPU-clock run hears of it
+
+
+def gpu_busy(a: Analysis) -> float | None:
+    """The GPU's busy share: from the CUDA events when the run has them (busy / GPU step time),
+    else NVML's."""
+    fig = gpu_timeline.figures(a)
+    return fig.busy_fraction if fig is not None else a.gpu.busy_fraction
+
+
 class LowGpuUtilization(Rule):
     name = "low_gpu_utilization"
     fires_when = 'NVML busy < 70% beyond what startup, data, saving and eval explain'
     fix_from = 'host syncs, small kernels, `torch_compile`'
 
     def match(self, a: Analysis) -> Finding | None:
-        busy = a.gpu.busy_fraction
+        busy = gpu_busy(a)
         if busy is None or busy >= 0.7:
             return None
+        if gpu_timeline.figures(a) is not None and gpu_idle_share(a) < MIN_CLOCK_IDLE:
+            return None  # the GPU clock puts the idle in data waits or after syncs: those findings say so
         explained = sum(a.share(k) for k in ("startup", "data_wait", "checkpoint", "eval"))
         return Finding(
             rule=self.name,
             title="The GPU is idle much of the time",
             claims=[compute_part(a, "gpu_idle", 1.0)],
             evidence=(
-                f"NVML reports the {'GPU' if a.gpu.count == 1 else 'GPUs'} busy {pct(busy)} of the run"
-                + (f" ({pct(a.gpu.busy_in_loop)} during the training loop)" if a.gpu.busy_in_loop is not None else "")
+                (f"CUDA events time the GPU busy {pct(busy)} of its step time" if gpu_timeline.figures(a) is not None
+                 else f"NVML reports the {'GPU' if a.gpu.count == 1 else 'GPUs'} busy {pct(busy)} of the run")
+                + (f" ({'NVML: ' if gpu_timeline.figures(a) is not None else ''}{pct(a.gpu.busy_in_loop)} "
+                   "during the training loop)" if a.gpu.busy_in_loop is not None else "")
                 + f"; startup, data wait, saving and eval explain {pct(explained)} of wall time."
             ),
             fix=Fix(
@@ -88,7 +114,7 @@ class _BatchHeadroom(Rule):
         raise NotImplementedError
 
     def match(self, a: Analysis) -> Finding | None:
-        used, total, busy = a.gpu.mem_used_max_mib, a.gpu.mem_total_mib, a.gpu.busy_fraction
+        used, total, busy = a.gpu.mem_used_max_mib, a.gpu.mem_total_mib, gpu_busy(a)
         if not used or not total or busy is None or busy >= 0.85 or used / total >= 0.5:
             return None
         names = names_for(a.primary)
@@ -101,6 +127,8 @@ class _BatchHeadroom(Rule):
         if isinstance(accum, int) and accum >= factor:
             config["gradient_accumulation_steps"] = accum // factor
         idle = gpu_idle_share(a)
+        if idle <= 0 and gpu_timeline.figures(a) is not None:
+            return None  # every idle second is in a wait or after a sync: a larger batch gives none back
         # Larger batches amortize launch overhead: about half of the idle time below 85% busy.
         fraction = min(1.0, max(0.0, (0.85 - busy) * 0.5) / idle) if idle > 0 else 0.0
         return Finding(

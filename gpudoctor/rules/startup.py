@@ -30,7 +30,8 @@ class StartupIdle(Rule):
         format_s = before.get("format", 0.0)
         load_s = before.get("model_load", 0.0)
         data_load_s = before.get("data_load", 0.0)
-        tok_s = p.tokenize_s - p.tokenize_in_loop_s
+        in_loop_s = p.host_tokenize_in_loop_s if p.host_tokenize_in_loop_s is not None else p.tokenize_in_loop_s
+        tok_s = p.tokenize_s - in_loop_s  # before the loop (the host's own in-loop figure on a GPU run)
         recoverable_s = max(format_s, tok_s)
         share = recoverable_s / p.wall_s
         if share < MIN_RECOVERABLE_SHARE and recoverable_s < LONG_STARTUP_S:

@@ -1,0 +1,268 @@
+"""The GPU's timeline from its own clock (CUDA events), NVML beside it, and MFU.
+
+On a CUDA run the hooks write ``gpu_wait`` and ``gpu_step`` lines (see
+:mod:`gpudoctor.samplers.device_clock`). From them a process's breakdown is rebuilt on
+the GPU's seconds (:func:`gpu_wait_intervals`): ``data_wait`` is the part of each loader
+wait the GPU sat idle, ``compute`` the rest of the loop; the host's own figures stay
+beside them (``ProcessView.host_breakdown``). Without those lines nothing changes.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from types import ModuleType, SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+from gpudoctor.analysis import timeline as tl
+from gpudoctor.common import hardware
+
+if TYPE_CHECKING:
+    from gpudoctor.analysis.model import Analysis
+
+# How far NVML's busy share may sit from the events' before the report says they disagree:
+# NVML reports whole percents over its own sample period (1/6 to 1 s), and counts a period
+# with any kernel of any process as busy; 10 points plus the window's sampling spread.
+NVML_TOLERANCE = 0.10
+WINDOW_S = 10.0
+# MFU a well-tuned dense transformer reaches at this precision (of the datasheet peak for it).
+REACHABLE_MFU = {"bf16": 0.45, "fp16": 0.45, "tf32": 0.40, "fp32": 0.60}
+
+
+def _workload() -> ModuleType:
+    """The one workload model (``run``, ``try``, ``replay``, ``sweep`` read it too), through one door:
+    it moves to ``gpudoctor/analysis/workload.py``; change this import and nothing else."""
+    from gpudoctor.replay import costmodel
+
+    return costmodel
+
+
+def model_flops_per_token(params: float, n_layers: int, hidden: int, seq_len: float) -> float:
+    """Training FLOPs per token from the workload model (forward + backward, 6N + attention)."""
+    model = _workload()
+    w = SimpleNamespace(params=params, n_layers=n_layers, hidden_size=hidden, flops_k=6.0, attention=True,
+                        recompute=False)
+    return float(model.flops_per_sample(seq_len, w)) / max(seq_len, 1e-9)
+
+
+def optimizer_step_s(params: float, bandwidth_gb_s: float) -> float:
+    """The workload model's AdamW step: bytes streamed per parameter at its share of the bandwidth."""
+    model = _workload()
+    return float(params * model.ADAMW_BYTES_PER_PARAM / (bandwidth_gb_s * 1e9 * model.BANDWIDTH_EFFICIENCY))
+
+
+def infer_shape(params: float) -> tuple[int, int]:
+    """(n_layers, hidden) of a typical decoder with ``params``, as the workload model guesses it."""
+    layers, hidden = _workload().infer_shape(params)
+    return int(layers), int(hidden)
+
+
+@dataclass
+class ClockView:
+    """One process's GPU-clock lines."""
+
+    steps: list[dict[str, Any]]
+    waits: dict[float, float]  # wait start (host epoch) -> GPU idle seconds inside it
+    device: str | None
+
+    @property
+    def timed(self) -> list[dict[str, Any]]:
+        """Steps with a GPU duration (all but the first)."""
+        return [s for s in self.steps if isinstance(s.get("gpu_s"), float)]
+
+    def busy_s(self, step: dict[str, Any]) -> float:
+        """GPU seconds of a step less what the events saw it idle (waits, after syncs)."""
+        return max(0.0, float(step["gpu_s"]) - float(step.get("wait_idle_s") or 0.0)
+                   - float(step.get("sync_idle_s") or 0.0))
+
+
+def clock_view(events: list[dict[str, Any]]) -> ClockView | None:
+    steps = [e for e in events if e.get("k") == "gpu_step"]
+    waits = {float(e["t0"]): float(e["idle_s"]) for e in events if e.get("k") == "gpu_wait"}
+    if not steps and not waits:
+        return None
+    device = next((e.get("device") for e in events if e.get("k") == "gpu_clock"), None)
+    return ClockView(sorted(steps, key=lambda s: float(s["t"])), waits, device)
+
+
+def gpu_wait_intervals(spans: list[tl.Interval], clock: ClockView) -> list[tl.Interval]:
+    """Each host wait cut to the part the GPU idled: its last ``idle_s`` (the GPU drains its queue,
+    then waits). A wait the events did not cover (before the first CUDA forward) stays whole."""
+    out = []
+    for a, b in spans:
+        idle = clock.waits.get(a)
+        out.append((a, b) if idle is None else (max(a, b - idle), b))
+    return out
+
+
+@dataclass
+class Mfu:
+    value: float | None
+    reason: str | None
+    inputs: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"value": None if self.value is None else round(self.value, 4), "reason": self.reason,
+                "inputs": self.inputs}
+
+
+def precision_of(cfg: dict[str, Any] | None) -> str:
+    """bf16 | fp16 | tf32 | fp32: what the matmuls ran in, from the recorded torch settings."""
+    cfg = cfg or {}
+    dtype = str(cfg.get("autocast_dtype") if cfg.get("autocast") else cfg.get("param_dtype") or "")
+    if "bfloat16" in dtype:
+        return "bf16"
+    if "float16" in dtype:
+        return "fp16"
+    if cfg.get("allow_tf32") or cfg.get("matmul_precision") in ("high", "medium"):
+        return "tf32"
+    return "fp32"
+
+
+def mfu(a: Analysis) -> Mfu:
+    """Model FLOPs per step ÷ GPU seconds per step ÷ the datasheet peak for the precision in use."""
+    p = a.primary
+    clock = p.gpu_clock if p is not None else None
+    if p is None or clock is None:
+        return Mfu(None, "no CUDA events recorded (a CPU run, or a recording from before the GPU clock): MFU needs the GPU's own step time", {})
+    inputs: dict[str, Any] = {}
+    timed = clock.timed
+    if not timed:
+        return Mfu(None, "no step was timed on the GPU", inputs)
+    gpu_step_s = statistics.median(float(s["gpu_s"]) for s in timed)
+    cfg = p.torch_cfg or {}
+    precision = precision_of(cfg)
+    name = cfg.get("device_name") or (a.gpu.names[0] if a.gpu.names else None)
+    spec = hardware.find(name)
+    inputs.update({"gpu_step_s": round(gpu_step_s, 6), "precision": precision, "device_name": name})
+    if spec is None:
+        return Mfu(None, f"GPU {name!r} is not in the datasheet table (common/hardware.py)", inputs)
+    model = next((e for e in p.events if e.get("k") == "model"), None)
+    if model is None or not model.get("params"):
+        return Mfu(None, "no model size recorded (a model without config.to_dict())", inputs)
+    params = float(model["params"])
+    config = model.get("config") or {}
+    layers = _first_int(config, "num_hidden_layers", "n_layer", "num_layers")
+    hidden = _first_int(config, "hidden_size", "n_embd", "d_model")
+    if not layers or not hidden:
+        layers, hidden = infer_shape(params)
+    batches = [b for b in p.batches if b.get("tokens")]
+    if not batches or not p.step_times:
+        return Mfu(None, "no tokens counted (batches are not dicts of 2-D token tensors)", inputs)
+    tokens_per_batch = statistics.fmean(int(b["tokens"]) for b in batches)
+    seq_len = statistics.fmean(int(b["seq_len"]) for b in batches)
+    batches_per_step = max(1.0, p.n_data_waits / max(len(p.step_times), 1))
+    tokens_per_step = tokens_per_batch * batches_per_step
+    flops_step = tokens_per_step * model_flops_per_token(params, layers, hidden, seq_len)
+    peak = spec.peak_tflops(precision) * 1e12
+    inputs.update({"params": int(params), "n_layers": layers, "hidden_size": hidden, "seq_len": round(seq_len, 1),
+                   "tokens_per_step": round(tokens_per_step, 1), "flops_per_step": flops_step,
+                   "peak_tflops": spec.peak_tflops(precision), "gpu": spec.key,
+                   "bandwidth_gb_s": spec.bandwidth_gb_s,
+                   "reachable_mfu": REACHABLE_MFU[precision]})
+    return Mfu(flops_step / gpu_step_s / peak, None, inputs)
+
+
+def _first_int(cfg: dict[str, Any], *keys: str) -> int | None:
+    for k in keys:
+        v = cfg.get(k)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+@dataclass
+class GpuFigures:
+    """What the GPU clock says about the run's lead process, per step and in total."""
+
+    steps_timed: int
+    gpu_step_s: float  # median GPU seconds per step
+    busy_fraction: float  # GPU busy / GPU time over the timed steps
+    wait_idle_s: float  # GPU idle inside loader waits (all steps)
+    host_wait_s: float  # the host's own data wait, for comparison
+    syncs_per_step: float
+    sync_block_s: float
+    sync_idle_s: float  # at most: GPU idle after host syncs
+    h2d_s_per_step: float
+    gpu_s: float  # total GPU seconds over the timed steps
+    host_breakdown: dict[str, float]
+
+
+def figures(a: Analysis) -> GpuFigures | None:
+    """The lead process's GPU-clock figures; None on a run without them (CPU, or no CUDA forward)."""
+    if "gpu_figures" not in a._cache:
+        a._cache["gpu_figures"] = _figures(a)
+    return a._cache["gpu_figures"]  # type: ignore[no-any-return]
+
+
+def _figures(a: Analysis) -> GpuFigures | None:
+    p = a.primary
+    clock = p.gpu_clock if p is not None else None
+    if p is None or clock is None or not clock.timed:
+        return None
+    timed = clock.timed
+    gpu_s = sum(float(s["gpu_s"]) for s in timed)
+    n = len(timed)
+    return GpuFigures(
+        steps_timed=n,
+        gpu_step_s=statistics.median(float(s["gpu_s"]) for s in timed),
+        busy_fraction=sum(clock.busy_s(s) for s in timed) / gpu_s if gpu_s > 0 else 0.0,
+        wait_idle_s=p.seconds("data_wait"),
+        host_wait_s=p.host_slice_s.get("data_wait", 0.0),
+        syncs_per_step=sum(int(s.get("syncs") or 0) for s in timed) / n,
+        sync_block_s=sum(float(s.get("sync_block_s") or 0.0) for s in timed),
+        sync_idle_s=sum(float(s.get("sync_idle_s") or 0.0) for s in timed),
+        h2d_s_per_step=sum(float(s.get("h2d_s") or 0.0) for s in timed) / n,
+        gpu_s=gpu_s,
+        host_breakdown=dict(p.host_breakdown),
+    )
+
+
+def nvml_check(a: Analysis) -> list[dict[str, Any]]:
+    """Per window of ``WINDOW_S``: the events' busy share beside NVML's, and whether they agree."""
+    p = a.primary
+    clock = p.gpu_clock if p is not None else None
+    if clock is None or not a.rec.gpu:
+        return []
+    out = []
+    timed = clock.timed
+    if not timed:
+        return []
+    lo = float(timed[0]["t"])
+    hi = float(timed[-1]["t"])
+    k = 0
+    while lo + k * WINDOW_S < hi or k == 0:
+        w0, w1 = lo + k * WINDOW_S, min(hi, lo + (k + 1) * WINDOW_S)
+        k += 1
+        steps = [s for s in timed if w0 < float(s["t"]) <= w1 or (k == 1 and float(s["t"]) == w0)]
+        utils = [u for r in a.rec.gpu if w0 <= r.get("t", 0) <= w1 for u in _utils(r)]
+        gpu_s = sum(float(s["gpu_s"]) for s in steps)
+        if not steps or not utils or gpu_s <= 0:
+            continue
+        events_busy = sum(clock.busy_s(s) for s in steps) / gpu_s
+        nvml = statistics.fmean(utils)
+        spread = statistics.pstdev(utils) / math.sqrt(len(utils)) if len(utils) > 1 else 0.0
+        tolerance = NVML_TOLERANCE + 2 * spread
+        out.append({"t_s": round(w0 - a.start, 3), "duration_s": round(w1 - w0, 3), "steps": len(steps),
+                    "events_busy": round(events_busy, 4), "nvml_busy": round(nvml, 4),
+                    "tolerance": round(tolerance, 4), "agree": abs(events_busy - nvml) <= tolerance})
+    return out
+
+
+def _utils(row: dict[str, Any]) -> list[float]:
+    return [float(g["util_pct"]) / 100.0 for g in row.get("gpus", [])
+            if g.get("util_pct") is not None and not g.get("lost")]
+
+
+def nvml_verdict(windows: list[dict[str, Any]]) -> str | None:
+    """One sentence when NVML and the events disagree, saying which one the report trusts."""
+    off = [w for w in windows if not w["agree"]]
+    if not off:
+        return None
+    worst = max(off, key=lambda w: abs(w["events_busy"] - w["nvml_busy"]))
+    return (f"NVML and the CUDA events disagree in {len(off)} of {len(windows)} windows (worst: NVML "
+            f"{100 * worst['nvml_busy']:.0f}% busy, events {100 * worst['events_busy']:.0f}%, beyond "
+            f"±{100 * worst['tolerance']:.0f} points of sampling error); the report trusts the CUDA events, "
+            "timed on the GPU on the training's own stream (NVML counts any kernel of any process, "
+            "and a period with one short kernel as busy).")

@@ -1,0 +1,169 @@
+"""Rules that need the GPU's own clock (CUDA events): host syncs and low MFU.
+
+Both stay silent on a run without ``gpu_step`` lines (a CPU run, or one recorded before the
+GPU clock existed): their figures are never guessed from the host's clock.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpudoctor.analysis import Analysis, gpu_timeline
+from gpudoctor.rules.account import Claim, claim
+from gpudoctor.rules.base import Finding, Fix, Rule, pct
+from gpudoctor.rules.gpu import BF16_GAIN
+from gpudoctor.rules.names import Names, names_for
+
+MIN_SHARE = 0.05  # GPU idle after syncs, as a share of wall, before it is a finding
+LOW_MFU_OF_REACHABLE = 0.5  # MFU under half of what the precision reaches on a busy GPU
+BUSY_FOR_MFU = 0.7  # below this the GPU is idle, not slow: the idle findings speak first
+SYNC_SNIPPET = (
+    "running = torch.zeros((), device='cuda')\n"
+    "for step, batch in enumerate(loader):\n"
+    "    loss = model(**batch).loss\n"
+    "    running += loss.detach()          # stays on the GPU: no sync\n"
+    "    ...\n"
+    "    if step % 100 == 0:\n"
+    "        print(running.item() / 100)   # one sync per 100 steps\n"
+    "        running.zero_()"
+)
+
+
+class HostSync(Rule):
+    name = "host_sync"
+    fires_when = "CUDA events see the GPU idle ≥ 5% of wall after per-step host syncs (`.item()`, `.cpu()`, `cuda.synchronize`)"
+    fix_from = "the GPU idle the events measured after each sync (at most the host's time to its next mark): keep values on the GPU, read them every N steps"
+
+    def match(self, a: Analysis) -> Finding | None:
+        fig = gpu_timeline.figures(a)
+        if fig is None or fig.syncs_per_step <= 0 or a.primary is None:
+            return None
+        share = fig.sync_idle_s / a.duration_s
+        if share < MIN_SHARE:
+            return None
+        compute_s = a.primary.seconds("compute")
+        per_step_idle = fig.sync_idle_s / fig.steps_timed
+        after_s = max(1e-9, fig.gpu_step_s - per_step_idle)
+        names = names_for(a.primary)
+        config: dict[str, object] = {}
+        logging = names.current("logging_steps")
+        if names.is_trainer and isinstance(logging, (int, float)) and 0 < logging < 100:
+            config["logging_steps"] = 100
+        return Finding(
+            rule=self.name,
+            title="Host syncs leave the GPU idle every step",
+            claims=[claim("compute", fig.sync_idle_s, compute_s, part="sync_idle", part_s=fig.sync_idle_s)],
+            evidence=(
+                f"{fig.syncs_per_step:.1f} host syncs per step (.item(), .cpu(), .tolist(), cuda.synchronize); "
+                f"the host blocked {1000 * fig.sync_block_s / fig.steps_timed:.1f} ms per step in them, and the "
+                f"CUDA events see the GPU idle up to {1000 * per_step_idle:.1f} ms per step after them "
+                f"({pct(share)} of wall) while Python ran before queuing more work."
+            ),
+            fix=Fix(
+                summary=f"Keep per-step values on the GPU and read them every N steps: the host then queues the "
+                f"next kernels while the GPU runs, and a GPU step of {1000 * fig.gpu_step_s:.0f} ms becomes about "
+                f"{1000 * after_s:.0f} ms.",
+                config=config,
+                snippet=SYNC_SNIPPET,
+                library=names.library,
+                call=names.call if config else None,
+            ),
+            data={"syncs_per_step": round(fig.syncs_per_step, 3),
+                  "sync_block_ms_per_step": round(1000 * fig.sync_block_s / fig.steps_timed, 3),
+                  "sync_idle_ms_per_step": round(1000 * per_step_idle, 3),
+                  "gpu_step_ms": round(1000 * fig.gpu_step_s, 3),
+                  "predicted_gpu_step_ms": round(1000 * after_s, 3)},
+        )
+
+
+class LowMfu(Rule):
+    name = "low_mfu"
+    fires_when = "the GPU is busy ≥ 70% (CUDA events) and MFU is under half of what its precision reaches"
+    fix_from = "MFU = model FLOPs per step (workload model) ÷ GPU step time ÷ datasheet peak; bf16 as `no_mixed_precision`; a batch × k (memory headroom) saves the model's optimizer step per token; compile and fused optimizers up to the reachable MFU, unpredicted"
+
+    def match(self, a: Analysis) -> Finding | None:
+        fig = gpu_timeline.figures(a)
+        m = gpu_timeline.mfu(a)
+        if fig is None or m.value is None or fig.busy_fraction < BUSY_FOR_MFU or a.primary is None:
+            return None
+        precision = str(m.inputs["precision"])
+        reachable = gpu_timeline.REACHABLE_MFU[precision]
+        if m.value >= LOW_MFU_OF_REACHABLE * reachable:
+            return None
+        names = names_for(a.primary)
+        busy_s = fig.busy_fraction * fig.gpu_step_s
+        opt_s = gpu_timeline.optimizer_step_s(float(m.inputs["params"]), float(m.inputs["bandwidth_gb_s"]))
+        levers, config = _levers(precision, names, _batch_factor(a), opt_s, busy_s)
+        gain = 1.0
+        for _, g in levers:
+            gain *= 1.0 - (g or 0.0)
+        gain = 1.0 - gain  # the levers the model predicts, together: they compound on the busy seconds
+        claims = [Claim("compute", gain, "gpu_busy", _busy_part(a, fig),
+                        up_to=max(gain, 1.0 - m.value / reachable))]
+        lever_lines = [f"{what}: GPU time per token -{100 * g:.0f}%" if g is not None
+                       else f"{what}: not predicted (its gain is not measured here)" for what, g in levers]
+        return Finding(
+            rule=self.name,
+            title="The GPU is busy but slow: low MFU",
+            claims=claims,
+            evidence=(
+                f"MFU {pct(m.value)}: {m.inputs['flops_per_step'] / 1e12:.2f} TFLOP per step "
+                f"({m.inputs['tokens_per_step']:.0f} tokens × {m.inputs['params'] / 1e6:.0f}M params) in "
+                f"{1000 * fig.gpu_step_s:.0f} ms of GPU time against {m.inputs['peak_tflops']:.0f} TFLOP/s "
+                f"{precision} peak on {m.inputs['gpu']}; the GPU was busy {pct(fig.busy_fraction)} of its step time, "
+                f"and a tuned run reaches about {pct(reachable)}."
+            ),
+            fix=Fix(
+                summary="Raise the work per kernel: " + "; ".join(lever_lines) + ".",
+                config=config,
+                snippet="torch.backends.cuda.matmul.allow_tf32 = True\nmodel = torch.compile(model)\n"
+                "optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)",
+                library=names.library,
+                call=names.call if config else None,
+            ),
+            data={"mfu": round(m.value, 4), "reachable_mfu": reachable, "precision": precision,
+                  "optimizer_step_ms": round(1000 * opt_s, 3),
+                  "levers": [{"lever": what, "busy_per_token_removed": None if g is None else round(g, 4)}
+                             for what, g in levers]},
+        )
+
+
+def _busy_part(a: Analysis, fig: gpu_timeline.GpuFigures) -> float:
+    """The GPU-busy share of the compute bucket, by the events."""
+    compute = a.share("compute")
+    busy_share = fig.busy_fraction * fig.gpu_s / a.duration_s
+    return min(1.0, busy_share / compute) if compute > 0 else 0.0
+
+
+def _batch_factor(a: Analysis) -> int | None:
+    """How many times the batch fits in the measured GPU memory headroom (as ``small_batch``)."""
+    used, total = a.gpu.mem_used_max_mib, a.gpu.mem_total_mib
+    if not used or not total or used / total >= 0.5:
+        return None
+    return int(2 ** max(1, int(math.log2(0.8 * total / used))))
+
+
+def _levers(precision: str, names: Names, factor: int | None, opt_s: float,
+            busy_s: float) -> tuple[list[tuple[str, float | None]], dict[str, object]]:
+    """(lever, share of the GPU's busy time per token it removes, or None: not predicted), and the config.
+
+    Precision: the gains ``no_tf32``/``no_mixed_precision`` use. A batch ``factor`` times larger:
+    the workload model's optimizer step (bytes per parameter over bandwidth) is paid once per
+    step, so per token it shrinks by ``1 - 1/factor``; the token work itself does not.
+    """
+    levers: list[tuple[str, float | None]] = []
+    config: dict[str, object] = {}
+    if precision in ("fp32", "tf32"):
+        levers.append(("bf16 autocast (as no_mixed_precision)", BF16_GAIN))
+        if names.has("bf16"):
+            config["bf16"] = True
+    if factor is not None and busy_s > 0:
+        levers.append((f"a {factor}x batch (memory headroom)", min(1.0, opt_s * (1 - 1 / factor) / busy_s)))
+        key = names.loader_key("per_device_train_batch_size", "batch_size")
+        bs = names.current("per_device_train_batch_size", "batch_size")
+        if isinstance(bs, int) and bs > 0:
+            config[key] = bs * factor
+    else:
+        levers.append(("a larger batch", None))
+    levers += [("torch.compile", None), ("a fused optimizer (fused=True)", None)]
+    return levers, config

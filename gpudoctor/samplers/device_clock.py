@@ -1,0 +1,207 @@
+"""The GPU's own clock: CUDA events at step ends, around loader waits, syncs and H2D copies.
+
+CUDA runs asynchronously: ``loss.backward()`` returns once its kernels are queued, so the
+host's clock says when work was *asked for*, not when the GPU did it. This module records
+timing events on the training stream and reads them back with ``query()`` once the GPU has
+passed them: it never synchronises. What the events give, exactly:
+
+* a loader wait between ``W0`` and ``W1``: nothing is queued on the stream while the host
+  waits for a batch, so the GPU reaches ``W1`` at ``max(end of its queue, host time of W1)``
+  and ``elapsed(W0, W1)`` is the part of the wait the GPU really sat idle (0 in the
+  "trap": the GPU was still running the previous step);
+* a step: ``elapsed(S[n-1], S[n])`` is the step's time on the GPU;
+* an H2D copy between ``A`` and ``B``: ``elapsed(A, B)`` is the copy on the GPU;
+* a host sync (``.item()``, ``.cpu()``, ``cuda.synchronize``): the GPU's queue is empty when it
+  returns, so it idles until the host queues more. The events bound that idle by the host's
+  own time from the sync's return to the next mark (``sync_idle_s``, an upper bound).
+
+The narrow boundary is :class:`DeviceClock` (``record``, ``query``, ``elapsed_ms``): the real
+one wraps ``torch.cuda.Event``; tests replay scenarios through a fake GPU queue
+(``tests/fake_cuda.py``), as NVML is faked at its binding.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, Protocol
+
+MAX_PENDING = 20_000  # marks not yet passed by the GPU; beyond this new ones are dropped and counted
+
+
+class DeviceClock(Protocol):
+    """Timing events on the training stream; nothing here may block the host."""
+
+    def record(self) -> Any:
+        """A timing event queued on the current stream now; returns its handle, or None when no
+        event may be recorded now (a CUDA graph is being captured)."""
+
+    def query(self, handle: Any) -> bool:
+        """Has the GPU passed ``handle``? Never waits."""
+
+    def elapsed_ms(self, a: Any, b: Any) -> float:
+        """GPU milliseconds from ``a`` to ``b``; both must have been passed (``query`` true)."""
+
+
+class CudaClock:
+    """``torch.cuda.Event(enable_timing=True)`` on the current stream (the one training uses)."""
+
+    def __init__(self, torch: ModuleType) -> None:
+        self._event = torch.cuda.Event
+        self._capturing = torch.cuda.is_current_stream_capturing
+
+    def record(self) -> Any:
+        if self._capturing():  # a timing event would invalidate the training's CUDA graph capture
+            return None
+        event = self._event(enable_timing=True)
+        event.record()  # the current stream: where the training's own kernels go
+        return event
+
+    def query(self, handle: Any) -> bool:
+        return bool(handle.query())
+
+    def elapsed_ms(self, a: Any, b: Any) -> float:
+        return float(a.elapsed_time(b))
+
+
+class _Mark:
+    """One mark; plain slots (no dataclasses: this module loads into the training at startup)."""
+
+    __slots__ = ("kind", "host_t", "handles", "host_dt", "n")
+
+    def __init__(self, kind: str, host_t: float, handles: tuple[Any, ...], host_dt: float = 0.0,
+                 n: int = 0) -> None:
+        self.kind = kind  # wait | sync | h2d | step | reset
+        self.host_t = host_t  # epoch seconds when the host recorded the (last) handle
+        self.handles = handles
+        self.host_dt = host_dt  # host seconds: the wait, the sync's block, the copy's block
+        self.n = n
+
+
+class _StepSums:
+    __slots__ = ("waits", "wait_idle_s", "syncs", "sync_block_s", "sync_idle_s", "h2d", "h2d_s", "h2d_block_s")
+
+    def __init__(self) -> None:
+        self.waits = self.syncs = self.h2d = 0
+        self.wait_idle_s = self.sync_block_s = self.sync_idle_s = self.h2d_s = self.h2d_block_s = 0.0
+
+
+class GpuMarks:
+    """Marks recorded by the hooks, resolved into ``gpu_wait`` / ``gpu_step`` events in order.
+
+    ``poll()`` reads back only marks the GPU has passed (``query``), oldest first, and stops at
+    the first one still queued: called at each step end and at exit, it costs a few queries.
+    """
+
+    def __init__(self, clock: DeviceClock, emit: Callable[[dict[str, Any]], None],
+                 now: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self.emit = emit
+        self.now = now
+        self.pending: deque[_Mark] = deque()
+        self.dropped = 0
+        self._w0: tuple[float, Any] | None = None
+        self._prev_step: Any = None
+        self._sums = _StepSums()
+        self._open_sync: _Mark | None = None  # a sync whose idle waits for the next mark's handle
+
+    # -- hot path: one record() and one append each ---------------------------------
+    def wait_start(self, t0: float | None = None) -> None:
+        """``t0``: the host wait span's own start, so the report pairs the two exactly."""
+        handle = self.clock.record()
+        self._w0 = (self.now() if t0 is None else t0, handle) if handle is not None else None
+
+    def wait_end(self) -> None:
+        if self._w0 is None:
+            return
+        t0, h0 = self._w0
+        self._w0 = None
+        t1 = self.now()
+        self._push(_Mark("wait", t0, (h0, self.clock.record()), host_dt=t1 - t0))
+
+    def sync(self, blocked_s: float) -> None:
+        """A host sync just returned after blocking ``blocked_s`` seconds."""
+        self._push(_Mark("sync", self.now(), (self.clock.record(),), host_dt=blocked_s))
+
+    def h2d(self, before: Any, blocked_s: float) -> None:
+        """A host-to-device copy recorded between ``before`` (from :meth:`mark`) and now."""
+        if before is not None:
+            self._push(_Mark("h2d", self.now(), (before, self.clock.record()), host_dt=blocked_s))
+
+    def mark(self) -> Any:
+        return self.clock.record()
+
+    def step_end(self, n: int) -> None:
+        handle = self.clock.record()
+        if handle is None:  # not timed (a graph capture): the next step's GPU time starts afresh
+            self._push(_Mark("reset", self.now(), ()))
+        else:
+            self._push(_Mark("step", self.now(), (handle,), n=n))
+        self.poll()
+
+    def _push(self, mark: _Mark) -> None:
+        if any(h is None for h in mark.handles):
+            return  # an event that could not be recorded (a graph capture): the mark is left out
+        if len(self.pending) >= MAX_PENDING:
+            self.dropped += 1
+            return
+        self.pending.append(mark)
+
+    # -- read back -----------------------------------------------------------------------
+    def poll(self) -> None:
+        query = self.clock.query
+        while self.pending:
+            mark = self.pending[0]
+            if mark.handles and not query(mark.handles[-1]):
+                return
+            self.pending.popleft()
+            self._resolve(mark)
+
+    def _resolve(self, mark: _Mark) -> None:
+        if mark.kind == "reset":
+            self._prev_step = None
+            self._sums = _StepSums()
+            return
+        ms = self.clock.elapsed_ms
+        if self._open_sync is not None:  # idle after a sync: at most the host's time to this mark
+            sync, self._open_sync = self._open_sync, None
+            first = mark.handles[0]
+            gpu_s = ms(sync.handles[0], first) / 1000.0 if self.clock.query(first) else 0.0
+            self._sums.sync_idle_s += max(0.0, min(gpu_s, self._host_t0(mark) - sync.host_t))
+        sums = self._sums
+        if mark.kind == "wait":
+            idle_s = max(0.0, ms(*mark.handles) / 1000.0)
+            sums.waits += 1
+            sums.wait_idle_s += idle_s
+            self.emit({"k": "gpu_wait", "t0": mark.host_t, "dt": mark.host_dt, "idle_s": idle_s})
+        elif mark.kind == "sync":
+            sums.syncs += 1
+            sums.sync_block_s += mark.host_dt
+            self._open_sync = mark
+        elif mark.kind == "h2d":
+            sums.h2d += 1
+            sums.h2d_s += max(0.0, ms(*mark.handles) / 1000.0)
+            sums.h2d_block_s += mark.host_dt
+        else:
+            self._emit_step(mark)
+
+    def _host_t0(self, mark: _Mark) -> float:
+        return mark.host_t - mark.host_dt if mark.kind in ("wait", "h2d") else mark.host_t
+
+    def _emit_step(self, mark: _Mark) -> None:
+        s = self._sums
+        event: dict[str, Any] = {
+            "k": "gpu_step", "t": mark.host_t, "n": mark.n,
+            "gpu_s": (max(0.0, self.clock.elapsed_ms(self._prev_step, mark.handles[0]) / 1000.0)
+                      if self._prev_step is not None else None),
+            "waits": s.waits, "wait_idle_s": s.wait_idle_s,
+            "syncs": s.syncs, "sync_block_s": s.sync_block_s, "sync_idle_s": s.sync_idle_s,
+            "h2d": s.h2d, "h2d_s": s.h2d_s, "h2d_block_s": s.h2d_block_s,
+        }
+        if self.dropped:
+            event["dropped"] = self.dropped
+        self._prev_step = mark.handles[0]
+        self._sums = _StepSums()
+        self.emit(event)

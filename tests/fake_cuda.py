@@ -1,0 +1,192 @@
+"""A fake CUDA device at the :class:`~gpudoctor.samplers.device_clock.DeviceClock` boundary.
+
+No GPU here, so the GPU's clock is faked where NVML's binding is: a :class:`FakeGpu` is one
+CUDA stream, a queue on a virtual clock. The host's time advances as the scenario says
+(``host``), a launch queues a kernel that starts when the queue reaches it (``launch``), a sync
+blocks the host until the queue is empty (``sync``), and a pageable ``.to("cuda")`` is a copy
+then a sync. :class:`FakeClock` answers ``record``/``query``/``elapsed_ms`` from that queue, as
+``torch.cuda.Event`` would, and the production :class:`GpuMarks` resolves them into the lines
+the hooks write. The busy intervals are the ground truth the tests hold the doctor to.
+
+:func:`replay` plays one of the three patterns of issue #25 into a recording folder:
+``trap`` (the GPU is busy while the host "waits for data"), ``sync`` (a ``.item()`` mid-step
+leaves the GPU idle), ``stall`` (a real data stall).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.samplers.device_clock import GpuMarks
+from tests.recording_builder import T0, RecordingBuilder
+
+
+@dataclass
+class FakeEvent:
+    reached: float  # virtual epoch seconds at which the GPU passes this event
+
+
+@dataclass
+class FakeGpu:
+    """One CUDA stream on a virtual clock shared with the host."""
+
+    now: float = T0
+    busy_until: float = T0
+    busy: list[tuple[float, float]] = field(default_factory=list)
+
+    def host(self, seconds: float) -> None:
+        self.now += seconds
+
+    def launch(self, gpu_s: float, launch_s: float = 0.002) -> None:
+        start = max(self.now, self.busy_until)
+        self.busy_until = start + gpu_s
+        self.busy.append((start, self.busy_until))
+        self.now += launch_s
+
+    def sync(self) -> float:
+        """Block the host until the queue is empty; returns the seconds it blocked."""
+        before = self.now
+        self.now = max(self.now, self.busy_until)
+        return self.now - before
+
+    def busy_s(self, lo: float, hi: float) -> float:
+        return sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in self.busy)
+
+
+class FakeClock:
+    """``torch.cuda.Event`` on :class:`FakeGpu`: an event is passed when the queue reaches it."""
+
+    def __init__(self, gpu: FakeGpu) -> None:
+        self.gpu = gpu
+        self.records = 0
+        self.queries = 0
+
+    def record(self) -> FakeEvent:
+        self.records += 1
+        return FakeEvent(max(self.gpu.now, self.gpu.busy_until))
+
+    def query(self, handle: FakeEvent) -> bool:
+        self.queries += 1
+        return handle.reached <= self.gpu.now
+
+    def elapsed_ms(self, a: FakeEvent, b: FakeEvent) -> float:
+        return 1000.0 * (b.reached - a.reached)
+
+
+@dataclass(frozen=True)
+class Pattern:
+    build_s: float  # batch build on the main process (0: workers have it ready)
+    forward_s: float
+    backward_s: float
+    optimizer_s: float
+    copy_s: float
+    pageable: bool  # ``.to("cuda")`` from pageable memory blocks the host until the copy is done
+    num_workers: int = 0
+    sync_python_s: float | None = None  # ``.item()`` after forward, then this much host work
+
+    @property
+    def gpu_step_s(self) -> float:
+        return self.copy_s + self.forward_s + self.backward_s + self.optimizer_s
+
+
+PATTERNS = {
+    # 100 ms GPU step, 60 ms batch build on the main process, pageable copy: the issue's trap.
+    "trap": Pattern(build_s=0.060, forward_s=0.030, backward_s=0.060, optimizer_s=0.008, copy_s=0.002,
+                    pageable=True),
+    # Workers keep batches ready; a loss.item() after forward, then 30 ms of Python (metrics).
+    "sync": Pattern(build_s=0.0005, forward_s=0.040, backward_s=0.050, optimizer_s=0.010, copy_s=0.001,
+                    pageable=False, num_workers=4, sync_python_s=0.030),
+    # A 30 ms GPU step behind a 60 ms batch build: the GPU idles half the loop.
+    "stall": Pattern(build_s=0.060, forward_s=0.010, backward_s=0.015, optimizer_s=0.004, copy_s=0.001,
+                     pageable=True),
+}
+
+MODEL = {"k": "model", "class": "GPT2LMHeadModel", "params": 124_000_000,
+         "config": {"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12}}
+BATCH_ROWS, SEQ_LEN = 8, 512
+
+
+@dataclass
+class Replayed:
+    root: Path
+    gpu: FakeGpu
+    clock: FakeClock
+    loop_s: float  # first step's start to the last step's end, virtual seconds
+    steps: int
+
+    @property
+    def true_busy(self) -> float:
+        return self.gpu.busy_s(T0 + 1.0, T0 + 1.0 + self.loop_s) / self.loop_s
+
+
+def play(p: Pattern, marks: GpuMarks, gpu: FakeGpu, rows: list[dict[str, Any]], steps: int) -> None:
+    """The loop ``for batch in loader: batch.to('cuda'); loss = model(batch); loss.backward(); opt.step()``."""
+    for n in range(1, steps + 1):
+        t0 = gpu.now
+        marks.wait_start(t0)
+        gpu.host(p.build_s)
+        rows.append({"k": "span", "c": "data_wait", "t0": t0, "dt": gpu.now - t0, "name": "DataLoader.__next__"})
+        marks.wait_end()
+        rows.append({"k": "batch", "t": gpu.now, "tokens": BATCH_ROWS * SEQ_LEN, "pad": 0, "seq_len": SEQ_LEN})
+        before = marks.mark()
+        h0 = gpu.now
+        gpu.launch(p.copy_s, launch_s=0.0002)
+        if p.pageable:
+            gpu.sync()
+        marks.h2d(before, gpu.now - h0)
+        gpu.launch(p.forward_s)
+        if p.sync_python_s is not None:
+            marks.sync(gpu.sync())
+            gpu.host(p.sync_python_s)
+        gpu.launch(p.backward_s)
+        gpu.launch(p.optimizer_s)
+        rows.append({"k": "step", "t": gpu.now, "n": n, "dt": 0.002})
+        marks.step_end(n)
+
+
+def replay(name: str, root: Path, steps: int = 120, nvml: bool = True, tokenize: bool = False) -> Replayed:
+    """Play pattern ``name`` through the fake GPU into a recording folder under ``root``.
+
+    ``tokenize``: the main-process batch build is a tokenizer's (counter lines, as the hooks flush them).
+    """
+    p = PATTERNS[name]
+    gpu = FakeGpu(now=T0 + 1.0, busy_until=T0 + 1.0)
+    clock = FakeClock(gpu)
+    b = RecordingBuilder(root, cores=8)
+    rows = b.process(libs={"torch": "2.13.0"})
+    marks = GpuMarks(clock, rows.append, now=lambda: gpu.now)
+    start = gpu.now
+    rows += [
+        {"k": "loader", "t": start, "id": 1, "num_workers": p.num_workers, "batch_size": BATCH_ROWS,
+         "pin_memory": False, "prefetch_factor": None, "persistent_workers": False,
+         "params": ["dataset", "batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers"]},
+        {"k": "first_step", "t": start},
+        {"k": "torch_cfg", "t": start, "cuda": True, "device": "cuda", "device_name": "NVIDIA H100 80GB HBM3",
+         "device_capability": [9, 0], "matmul_precision": "highest", "allow_tf32": False, "cudnn_allow_tf32": True,
+         "param_dtype": "torch.float32", "autocast": True, "autocast_dtype": "torch.bfloat16", "libs": {}},
+        {**MODEL, "t": start},
+        {"k": "gpu_clock", "t": start, "device": "cuda:0", "source": "cuda_events"},
+    ]
+    play(p, marks, gpu, rows, steps)
+    gpu.sync()  # the process exits: its queue drains
+    marks.poll()
+    loop_s = gpu.now - start
+    rows.append({"k": "counter", "t": gpu.now, "name": "fetch", "calls": steps, "s": p.build_s * steps})
+    if tokenize:
+        b.tokenizer_counters(rows, start_s=start - T0, end_s=gpu.now - T0, total_s=p.build_s * steps)
+    b.duration_s = gpu.now - T0 + 0.5
+    if nvml:
+        b.gpus_meta = [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559.0}]
+        b.gpu = [_nvml_row(gpu, T0 + i / 10) for i in range(1, int(b.duration_s * 10))]
+    b.write()
+    return Replayed(root, gpu, clock, loop_s, steps)
+
+
+def _nvml_row(gpu: FakeGpu, t: float) -> dict[str, Any]:
+    """What NVML would say for the 100 ms before ``t``: the share of it with a kernel running."""
+    util = round(100 * gpu.busy_s(t - 0.1, t) / 0.1)
+    return {"t": t, "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "util_pct": float(util),
+                              "mem_used_mib": 30000.0, "mem_total_mib": 81559.0, "proc_mem_mib": 30000.0,
+                              "lost": False}]}

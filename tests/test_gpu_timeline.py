@@ -1,0 +1,310 @@
+"""The GPU's own clock (issue #25): the trap, a sync-bound loop and a real stall, replayed
+through a fake CUDA stream (tests/fake_cuda.py), judged on the GPU's seconds.
+
+No GPU here: the fake sits at the DeviceClock boundary, as NVML's fake sits at its binding.
+The figures are virtual seconds, so they are exact and never depend on this machine's load.
+Each prediction is checked against the same fake with the fix applied.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpudoctor import hooks
+from gpudoctor.analysis import analyze
+from gpudoctor.recording.store import load_recording
+from gpudoctor.render.html import HtmlRenderer
+from gpudoctor.render.markdown import render_report
+from gpudoctor.render.terminal import summary_lines
+from gpudoctor.report.build import build_report
+from gpudoctor.report.check import problem
+from gpudoctor.rules.data import data_wait, worker_fix
+from gpudoctor.samplers.device_clock import GpuMarks
+from tests.fake_cuda import PATTERNS, FakeClock, FakeGpu, replay
+from tests.recording_builder import RecordingBuilder
+
+
+def _report(name: str, tmp_path: Path, **kw: Any) -> tuple[dict[str, Any], Any]:
+    played = replay(name, tmp_path / name, **kw)
+    return build_report(load_recording(played.root)), played
+
+
+def _rules(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {f["rule"]: f for f in report["findings"]}
+
+
+def _fixed_step_s(name: str, tmp_path: Path, **changes: Any) -> float:
+    """GPU seconds per step of pattern ``name`` with ``changes`` applied, from the fake's ground truth."""
+    import dataclasses
+
+    PATTERNS[f"{name}_fixed"] = dataclasses.replace(PATTERNS[name], **changes)
+    try:
+        played = replay(f"{name}_fixed", tmp_path / f"{name}_fixed")
+    finally:
+        del PATTERNS[f"{name}_fixed"]
+    return played.loop_s / played.steps
+
+
+def test_the_trap_is_no_data_stall_and_workers_promise_little(tmp_path: Path) -> None:
+    report, played = _report("trap", tmp_path)
+    g = report["gpu_timeline"]
+    # The host sees over half its time "waiting for data"; the GPU was busy through it.
+    assert g["host_breakdown"]["data_wait"] > 0.45
+    assert report["breakdown"]["data_wait"] < 0.02
+    assert g["busy_fraction"] > 0.95 and played.true_busy > 0.95
+    assert "data_stall" not in _rules(report)
+    d = data_wait(analyze(load_recording(played.root)))
+    assert d is not None and d.batch_s is not None
+    _, _, predicted = worker_fix(d)
+    assert predicted is not None
+    assert d.batch_s / predicted[1] <= 1.1  # what workers could give, at best
+    # and what they do give on the fake: a batch built by workers leaves the GPU step as it was
+    now = played.loop_s / played.steps
+    assert now / _fixed_step_s("trap", tmp_path, build_s=0.0005, num_workers=4) <= 1.1
+
+
+def test_a_real_stall_gets_workers_and_a_prediction_the_fix_keeps(tmp_path: Path) -> None:
+    report, played = _report("stall", tmp_path)
+    stall = _rules(report)["data_stall"]
+    assert stall["data"]["recommended_workers"] == 3
+    assert stall["fix"]["config"]["num_workers"] == 3
+    assert report["breakdown"]["data_wait"] > 0.4  # the GPU idled in the waits
+    d = data_wait(analyze(load_recording(played.root)))
+    assert d is not None and d.batch_s is not None
+    _, _, predicted = worker_fix(d)
+    assert predicted is not None
+    promised = d.batch_s / predicted[0]
+    measured = (played.loop_s / played.steps) / _fixed_step_s("stall", tmp_path, build_s=0.0005, num_workers=3)
+    assert abs(promised - measured) / measured <= 0.2, (promised, measured)
+
+
+def test_a_sync_bound_loop_gets_host_sync_and_a_prediction_the_fix_keeps(tmp_path: Path) -> None:
+    report, played = _report("sync", tmp_path)
+    rules = _rules(report)
+    assert "data_stall" not in rules and "low_gpu_utilization" not in rules
+    sync = rules["host_sync"]
+    assert sync["data"]["syncs_per_step"] == 1.0
+    assert ".item()" in sync["fix"]["snippet"]
+    promised_s = sync["data"]["predicted_gpu_step_ms"] / 1000
+    measured_s = _fixed_step_s("sync", tmp_path, sync_python_s=None)
+    assert abs(promised_s - measured_s) / measured_s <= 0.2, (promised_s, measured_s)
+    assert report["gpu_timeline"]["syncs_per_step"] == 1.0
+    # the parts of compute the findings claim (idle after syncs, busy) are disjoint seconds
+    parts = {c["part"]: c["part_share"] for f in report["findings"] for c in f["claims"] if c["bucket"] == "compute"}
+    assert "sync_idle" in parts and sum(parts.values()) <= 1.0 + 1e-3
+
+
+def test_a_tokenizer_the_gpu_waits_for_is_claimed_only_for_the_gpu_idle(tmp_path: Path) -> None:
+    """The batch build is tokenizing on the main process: in the trap the GPU never waits for it
+    (no finding); in the stall pre-tokenizing gives back the GPU's idle, not the host's seconds."""
+    trap, _ = _report("trap", tmp_path, tokenize=True)
+    assert "tokenization_in_loop" not in _rules(trap) and "data_stall" not in _rules(trap)
+    stall, played = _report("stall", tmp_path, tokenize=True)
+    tok = _rules(stall)["tokenization_in_loop"]
+    idle_s = stall["gpu_timeline"]["data_wait_gpu_idle_s"]
+    assert tok["data"]["tokenize_in_loop_s"] == pytest.approx(idle_s, abs=0.01)
+    assert [c["bucket"] for c in tok["claims"] if c["fraction"] > 0] == ["data_wait"]
+    host_s = 0.060 * played.steps
+    assert idle_s < 0.8 * host_s  # the host's figure would have promised more
+
+
+def test_mfu_is_in_every_format_on_a_gpu_run(tmp_path: Path) -> None:
+    report, _ = _report("trap", tmp_path)
+    mfu = report["mfu"]
+    assert mfu["value"] is not None and 0 < mfu["value"] < 1
+    inputs = mfu["inputs"]
+    assert inputs["precision"] == "bf16" and inputs["gpu"] == "h100-sxm"
+    assert inputs["tokens_per_step"] == 8 * 512
+    # 6N + attention per token, as the workload model computes it
+    per_token = 6 * 124e6 + 12 * 12 * 768 * 512
+    assert inputs["flops_per_step"] == pytest.approx(4096 * per_token)
+    assert mfu["value"] == pytest.approx(inputs["flops_per_step"] / inputs["gpu_step_s"] / 989.4e12, abs=1e-4)
+    shown = f"{100 * mfu['value']:.1f}%"
+    assert problem(json.loads(json.dumps(report))) is None
+    assert shown in render_report(report)
+    assert shown in HtmlRenderer().render(report)
+    assert any(shown in line for line in summary_lines(report, tmp_path))
+    low = _rules(report)["low_mfu"]  # busy, and far under what bf16 reaches
+    # a 2x batch fits (30 of 80 GiB): the workload model's AdamW step (28 bytes per parameter at
+    # 70% of 3350 GB/s) is paid once per step, so per token half of it goes
+    optimizer_s = 124e6 * 28 / (3350e9 * 0.7)
+    batch = low["data"]["levers"][0]
+    assert batch["lever"].startswith("a 2x batch")
+    assert batch["busy_per_token_removed"] == pytest.approx(optimizer_s / 2 / inputs["gpu_step_s"], abs=1e-4)
+    assert [lv["busy_per_token_removed"] for lv in low["data"]["levers"][1:]] == [None, None]  # not measured
+
+
+def test_mfu_is_null_with_a_reason_on_a_cpu_run(tmp_path: Path) -> None:
+    b = RecordingBuilder(tmp_path / "cpu")
+    rows = b.process()
+    b.training_loop(rows, start_s=5, steps=50, compute_s=0.5, wait_s=0.1, fetch_s=0.1)
+    report = build_report(load_recording(b.write()))
+    assert report["mfu"]["value"] is None and "CUDA events" in report["mfu"]["reason"]
+    assert report["gpu_timeline"] is None
+    assert "unavailable" in render_report(report) and "MFU" in render_report(report)
+    assert any("MFU unavailable" in line for line in summary_lines(report, tmp_path))
+
+
+def test_nvml_disagreeing_with_the_events_is_said_and_the_events_trusted(tmp_path: Path) -> None:
+    played = replay("stall", tmp_path / "stall")
+    gpu_file = played.root / "samples" / "gpu.jsonl"
+    rows = [json.loads(line) for line in gpu_file.read_text().splitlines()]
+    for r in rows:  # another process keeps the GPU busy: NVML says 100%
+        r["gpus"][0]["util_pct"] = 100.0
+    gpu_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = build_report(load_recording(played.root))
+    g = report["gpu_timeline"]
+    assert g["nvml_windows"] and not all(w["agree"] for w in g["nvml_windows"])
+    assert "trusts the CUDA events" in g["nvml_verdict"]
+    assert any("trusts the CUDA events" in n for n in report["notes"])
+    assert "data_stall" in _rules(report)  # the idle is still the events'
+
+
+def test_nvml_agreeing_with_the_events_is_not_flagged(tmp_path: Path) -> None:
+    report, _ = _report("sync", tmp_path)
+    assert report["gpu_timeline"]["nvml_windows"]
+    assert report["gpu_timeline"]["nvml_verdict"] is None
+
+
+class _Immediate:
+    """A device clock whose events complete at once (host time): the hooks' wiring, not timing."""
+
+    def __init__(self) -> None:
+        self.gpu = FakeGpu()
+        self.clock = FakeClock(self.gpu)
+
+    def record(self) -> Any:
+        self.gpu.now += 1e-6
+        return self.clock.record()
+
+    def query(self, handle: Any) -> bool:
+        return self.clock.query(handle)
+
+    def elapsed_ms(self, a: Any, b: Any) -> float:
+        return self.clock.elapsed_ms(a, b)
+
+
+def test_the_hooks_mark_each_wait_step_and_sync_of_a_real_loop(tmp_path: Path) -> None:
+    """A real CPU loop, the fake clock in place of CUDA: one gpu_wait per batch, one gpu_step per
+    step, one sync per ``.item()``; on a CPU run without it nothing GPU is written."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    def loop(gpu_clock: bool) -> list[dict[str, Any]]:
+        folder = tmp_path / ("gpu" if gpu_clock else "cpu")
+        old = os.environ.get("GPUDOCTOR_PROFILE_WINDOW")
+        os.environ["GPUDOCTOR_PROFILE_WINDOW"] = "off"
+        try:
+            hooks.install(folder)
+            if gpu_clock:
+                th = hooks.active_torch_hooks()
+                assert th is not None
+                th.start_gpu_clock("cpu", _Immediate())
+            torch.manual_seed(0)
+            data = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+            model = torch.nn.Linear(8, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.01)
+            for x, y in DataLoader(data, batch_size=8):
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                loss.item()
+        finally:
+            hooks.uninstall()
+            if old is None:
+                os.environ.pop("GPUDOCTOR_PROFILE_WINDOW", None)
+            else:
+                os.environ["GPUDOCTOR_PROFILE_WINDOW"] = old
+        return [json.loads(line) for f in (folder / "events").glob("*.jsonl") for line in f.read_text().splitlines()]
+
+    events = loop(gpu_clock=True)
+    kinds = [e["k"] for e in events]
+    steps = [e for e in events if e["k"] == "gpu_step"]
+    assert kinds.count("step") == 8 and len(steps) == 8
+    assert kinds.count("gpu_wait") == 9  # 8 batches and the wait that ended the epoch
+    # the .item() after step n is seen in step n+1 (the sync comes after the step's end); the
+    # first step also holds what torch itself read back while setting up (counted here on CPU)
+    assert [s["syncs"] for s in steps[1:]] == [1] * 7
+    assert steps[0]["gpu_s"] is None and all(isinstance(s["gpu_s"], float) for s in steps[1:])
+    assert kinds.count("gpu_clock") == 1
+    plain = loop(gpu_clock=False)
+    assert not [e for e in plain if str(e["k"]).startswith("gpu_")]
+
+
+def test_only_copies_onto_the_gpu_are_timed_not_casts() -> None:
+    """``.to(dtype)`` and host copies are everywhere in a model: they must not cost an event."""
+    import torch
+
+    from gpudoctor.hooks.cuda_clock import _to_device
+
+    assert _to_device(("cuda",), {}, "cuda") and _to_device(("cuda:1",), {}, "cuda")
+    assert _to_device((torch.device("cuda", 0),), {}, "cuda")
+    assert _to_device((), {"dtype": torch.float16, "device": torch.device("cuda")}, "cuda")
+    assert not _to_device((torch.float16,), {}, "cuda")
+    assert not _to_device(("cpu",), {}, "cuda")
+    assert not _to_device((torch.zeros(1),), {}, "cuda")
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU (none on CI)")
+def test_cuda_events_time_a_wait_the_gpu_spent_busy() -> None:
+    """On a real GPU: a host wait behind a long kernel is ~0 GPU idle; one after it drained is idle."""
+    import time
+
+    import torch
+
+    from gpudoctor.samplers.device_clock import CudaClock
+
+    out: list[dict[str, Any]] = []
+    marks = GpuMarks(CudaClock(torch), out.append)
+    x = torch.randn(8192, 8192, device="cuda")
+    for n in range(1, 4):
+        for _ in range(20):
+            x = (x @ x).clamp_(-1, 1)  # queue well over 50 ms of work
+        marks.wait_start()
+        time.sleep(0.005)  # the host "waits" while the GPU is busy
+        marks.wait_end()
+        marks.step_end(n)
+    torch.cuda.synchronize()
+    marks.wait_start()
+    time.sleep(0.05)  # now the GPU is idle through the wait
+    marks.wait_end()
+    marks.step_end(4)
+    torch.cuda.synchronize()
+    marks.poll()
+    waits = [e["idle_s"] for e in out if e["k"] == "gpu_wait"]
+    assert len(waits) == 4 and max(waits[:3]) < 0.002 and waits[3] > 0.04
+
+
+def test_no_event_is_recorded_while_a_cuda_graph_is_captured() -> None:
+    """A timing event on a capturing stream would break the training's graph: such marks are left
+    out, and the step after is timed from the next step end, not across the gap."""
+
+    class Capturing(FakeClock):
+        capturing = False
+
+        def record(self) -> Any:
+            return None if self.capturing else super().record()
+
+    gpu = FakeGpu()
+    clock = Capturing(gpu)
+    out: list[dict[str, Any]] = []
+    marks = GpuMarks(clock, out.append, now=lambda: gpu.now)
+    for n in range(1, 7):
+        clock.capturing = n in (3, 4)
+        marks.wait_start(gpu.now)
+        gpu.host(0.01)
+        marks.wait_end()
+        gpu.launch(0.05)
+        marks.step_end(n)
+    gpu.sync()
+    marks.poll()
+    steps = [e for e in out if e["k"] == "gpu_step"]
+    assert [s["n"] for s in steps] == [1, 2, 5, 6]
+    assert [s["gpu_s"] is None for s in steps] == [True, False, True, False]
+    assert len([e for e in out if e["k"] == "gpu_wait"]) == 4
