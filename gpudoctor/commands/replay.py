@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.common import safefs
+from gpudoctor.common import childpy, safefs
 from gpudoctor.common.errors import UserError
 from gpudoctor.launch import launcher as launch
 from gpudoctor.launch.recorder import default_out
@@ -42,7 +42,8 @@ def main(args: Any) -> int:
     target = args.target or config.hardware.target
     if target:
         lookup(target)  # unknown GPU: list the known ones before any work is done
-    worker = [sys.executable, "-m", "gpudoctor.replay.worker", str(config_path)]
+    # The doctor's own interpreter, isolated (-I): nothing of the current folder's is imported (childpy)
+    worker = childpy.isolated("gpudoctor.replay.worker", str(config_path))
     # Build the data/tokenizer cache first, unprofiled: it is this tool's setup, not the config's startup.
     prep = subprocess.run([*worker, "--prepare-only"], capture_output=True, text=True)
     if prep.returncode != 0:
