@@ -128,6 +128,25 @@ def test_every_python_the_doctor_starts_for_itself_goes_through_childpy():
                                                                      "gpudoctor.replay.worker"]
 
 
+def test_py_spy_and_gdb_are_never_found_in_the_current_folder(tmp_path, monkeypatch):
+    """An empty or relative PATH entry means the current folder: py-spy and gdb run as root."""
+    from gpudoctor.attach.stacks import pyspy_path
+
+    here = tmp_path / "theirs"
+    here.mkdir()
+    for name in ("py-spy", "gdb"):
+        (here / name).write_text("#!/bin/sh\ntouch ran\n")
+        (here / name).chmod(0o755)
+    monkeypatch.chdir(here)
+    monkeypatch.setenv("PATH", os.pathsep.join(["", ".", "bin", "/nonexistent-gd"]))
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))  # no py-spy beside it
+    assert shutil.which("py-spy") is not None  # what a plain lookup finds: ./py-spy
+    assert pyspy_path() is None
+    from gpudoctor.common.childpy import which  # gdb's lookup (attach/inject.py)
+
+    assert which("gdb") is None
+
+
 def _protocol():
     from gpudoctor.sweep.protocol import Protocol
 

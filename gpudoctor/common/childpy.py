@@ -15,6 +15,8 @@ never changed.
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -46,8 +48,6 @@ def isolated(module: str, *args: str) -> list[str]:
 
 def boot_hooks() -> None:
     """In an isolated child under ``run``'s machinery: install the hooks, as ``_inject/sitecustomize`` does."""
-    import os
-
     run_dir = os.environ.get("GPUDOCTOR_RUN_DIR")
     if not run_dir or os.environ.get("GPUDOCTOR_HOOKS") == "0":
         return
@@ -57,3 +57,10 @@ def boot_hooks() -> None:
         hooks.install(run_dir)
     except Exception as exc:  # as sitecustomize: never stop the worker from starting
         print(f"gpudoctor: in-process hooks not loaded ({exc!r}); host-level figures only", file=sys.stderr)
+
+
+def which(program: str) -> str | None:
+    """``shutil.which`` over the absolute ``PATH`` entries only: an empty or relative entry (``.``,
+    ``bin``) means the current folder, which may be another user's (py-spy and gdb run as root)."""
+    entries = [p for p in os.environ.get("PATH", os.defpath).split(os.pathsep) if os.path.isabs(p)]
+    return shutil.which(program, path=os.pathsep.join(entries)) if entries else None
