@@ -37,19 +37,21 @@ def workflow() -> dict[str, Any]:
 
 
 def _steps() -> list[dict[str, Any]]:
+    """Every job's steps, in the order the jobs run (``profile``, then ``comment``, which needs it)."""
     jobs = workflow()["jobs"]
-    assert len(jobs) == 1
-    return next(iter(jobs.values()))["steps"]
+    assert list(jobs) == ["profile", "comment"] and jobs["comment"]["needs"] == "profile"
+    return [step for job in jobs.values() for step in job["steps"]]
 
 
 def test_the_workflow_is_a_pull_request_job_that_may_comment() -> None:
     wf = workflow()
     on = wf.get("on", wf.get(True))  # YAML 1.1 reads a bare `on` key as true
     assert "pull_request" in on
-    assert wf["permissions"]["pull-requests"] == "write"
+    assert wf["permissions"] == {}  # nothing by default: each job says what it needs
     steps = _steps()
     uses = [s["uses"] for s in steps if "uses" in s]
-    assert all(re.fullmatch(r"actions/(checkout|setup-python|upload-artifact)@v\d+", u) for u in uses)
+    assert all(re.fullmatch(r"actions/(checkout|setup-python|upload-artifact|download-artifact)@v\d+", u)
+               for u in uses)
     checkout = next(s for s in steps if s.get("uses", "").startswith("actions/checkout"))
     assert checkout["with"]["fetch-depth"] == 0  # the base commit must be there
     names = [s.get("name") for s in steps]
@@ -57,6 +59,25 @@ def test_the_workflow_is_a_pull_request_job_that_may_comment() -> None:
     assert comment < check  # a failing check still leaves its comment
     assert next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact"))["if"] == "always()"
     assert all(set(s) <= {"name", "run", "uses", "with", "env", "if"} for s in steps)
+
+
+def test_the_job_that_runs_the_pull_requests_code_holds_no_write_token() -> None:
+    """Issue 26, finding 10: profile with a read-only token left nowhere on disk; post from a job that
+    runs none of the pull request's code; and say the gate is no security boundary."""
+    jobs = workflow()["jobs"]
+    profile, comment = jobs["profile"], jobs["comment"]
+    assert profile["permissions"] == {"contents": "read"}
+    checkout = next(s for s in profile["steps"] if s.get("uses", "").startswith("actions/checkout"))
+    assert checkout["with"]["persist-credentials"] is False
+    runs = " ".join(s.get("run", "") for s in profile["steps"])
+    assert "TRAIN_CMD" in runs and "github.token" not in yaml.safe_dump(profile) and "gh " not in runs
+    assert comment["permissions"] == {"pull-requests": "write"}
+    assert not any(s.get("uses", "").startswith("actions/checkout") for s in comment["steps"])
+    comment_runs = " ".join(s.get("run", "") for s in comment["steps"])
+    assert "TRAIN_CMD" not in comment_runs and "gpudoctor run" not in comment_runs and "train.py" not in comment_runs
+    assert any(s.get("uses", "").startswith("actions/download-artifact") for s in comment["steps"])
+    text = " ".join(DOC.read_text().split())
+    assert "Not a security boundary" in text and "workflow_run" in text
 
 
 def _stand_ins(folder: Path, log: Path) -> None:
@@ -140,7 +161,7 @@ def test_the_workflow_steps_profile_both_commits_comment_the_diff_and_gate(tmp_p
                 assert proc.returncode == 0, f"{step['name']}: {proc.stderr[-2000:]}"
 
     calls = [json.loads(line) for line in log.read_text().splitlines()]
-    assert [c["tool"] for c in calls] == ["pip", "pip", "gh"]
+    assert [c["tool"] for c in calls] == ["pip", "pip", "pip", "gh"]  # profile's two, comment's one
     gh = calls[-1]
     assert gh["args"][:2] == ["pr", "comment"] and gh["args"][2] == "7"
     assert {"--edit-last", "--create-if-none"} <= set(gh["args"]) and "octo/trainer" in gh["args"]

@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -43,7 +42,7 @@ import psutil
 
 import gpudoctor
 from gpudoctor.attach import scratch, symbols
-from gpudoctor.common import safefs
+from gpudoctor.common import childpy, safefs
 from gpudoctor.common.errors import UserError
 from gpudoctor.launch import priority
 
@@ -255,7 +254,7 @@ def gdb_script(mmap_addr: int, pending_addr: int, run_addr: int, source: bytes) 
 
 def _gdb(pid: int, image: symbols.ElfImage, bootstrap: Path, timeout_s: float,
          before_stop: Callable[[], None] | None = None) -> Injection:
-    gdb = shutil.which("gdb")
+    gdb = childpy.which("gdb")
     if gdb is None:
         raise InjectError("gdb is not installed (apt-get install gdb), so the in-process hooks cannot be loaded")
     try:

@@ -43,6 +43,7 @@ from gpudoctor.analysis.sampled import Code
 from gpudoctor.attach import scratch, targets
 from gpudoctor.attach.classify import Frame, classify
 from gpudoctor.attach.lock import pid_alive
+from gpudoctor.common import childpy
 from gpudoctor.common.errors import UserError
 from gpudoctor.launch import priority
 from gpudoctor.launch.proctree import ProcTree
@@ -56,7 +57,7 @@ MAX_SAME_ERROR = 3
 def pyspy_path() -> str | None:
     """py-spy next to this interpreter (a venv's bin/), else on PATH."""
     here = Path(sys.executable).with_name("py-spy")
-    return str(here) if here.exists() else shutil.which("py-spy")
+    return str(here) if here.exists() else childpy.which("py-spy")
 
 
 class StackSampler:

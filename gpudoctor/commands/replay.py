@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpudoctor.commands import flags
-from gpudoctor.common import safefs
+from gpudoctor.common import childpy, safefs
 from gpudoctor.common.errors import UserError
 
 if TYPE_CHECKING:
@@ -72,7 +72,8 @@ def main(args: argparse.Namespace) -> int:
     target = args.target or config.hardware.target
     if target:
         lookup(target)  # unknown GPU: list the known ones before any work is done
-    worker = [sys.executable, "-m", "gpudoctor.replay.worker", str(config_path)]
+    # The doctor's own interpreter, isolated (-I): nothing of the current folder's is imported (childpy)
+    worker = childpy.isolated("gpudoctor.replay.worker", str(config_path))
     # Build the data/tokenizer cache first, unprofiled: it is this tool's setup, not the config's startup.
     prep = subprocess.run([*worker, "--prepare-only"], capture_output=True, text=True)
     if prep.returncode != 0:

@@ -17,46 +17,9 @@ from torch.utils.data import DataLoader
 from gpudoctor.replay.checks import MASKED_ARCHS
 from gpudoctor.replay.config import ReplayConfig
 from gpudoctor.replay.data import Collator, LoopWork, ReplayDataset, Stages, TextOps, pack
+from gpudoctor.replay.size import tiny_defaults
 
 Batch = dict[str, list[Any]]
-
-# A tiny size per architecture family when model.config gives none (CPU replay).
-_DECODER = {
-    "num_hidden_layers": 2,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 2,
-}
-TINY: dict[str, dict[str, Any]] = {
-    "gpt2": {"n_layer": 2, "n_embd": 64, "n_head": 2},
-    "opt": {
-        "num_hidden_layers": 2,
-        "hidden_size": 64,
-        "ffn_dim": 128,
-        "num_attention_heads": 2,
-        "word_embed_proj_dim": 64,
-    },
-    "gpt_neox": {
-        "num_hidden_layers": 2,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_attention_heads": 2,
-    },
-    "bert": {
-        "num_hidden_layers": 2,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_attention_heads": 2,
-    },
-    "roberta": {
-        "num_hidden_layers": 2,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_attention_heads": 2,
-    },
-}
-
 
 @dataclass
 class Pipeline:
@@ -148,10 +111,7 @@ def model_config(cfg: ReplayConfig, tokenizer: Any) -> Any:
         config = AutoConfig.from_pretrained(str(cfg.resolve(cfg.model.path)), local_files_only=True)
     else:
         arch = cfg.model.arch
-        defaults = dict(TINY.get(arch, _DECODER))
-        if "num_attention_heads" in cfg.model.config:
-            defaults.pop("num_key_value_heads", None)
-        overrides = {**defaults, **cfg.model.config}
+        overrides = {**tiny_defaults(arch, cfg.model.config), **cfg.model.config}
         try:
             config = AutoConfig.for_model(arch, **overrides)
         except (TypeError, ValueError) as exc:

@@ -148,8 +148,30 @@ def _check_model(cfg: ReplayConfig) -> None:
         raise cfg.error(
             "model.arch", f"{model.arch!r} is not one the replay builds; known: {', '.join(ARCHS)}"
         )
+    if model.path is None:
+        _check_model_fits(cfg)
     if cfg.padding == "packing" and model.path is None and model.arch in MASKED_ARCHS:
         raise cfg.error("padding", f"packing is for causal language models, not {model.arch}")
+
+
+def _check_model_fits(cfg: ReplayConfig) -> None:
+    """Refuse a ``model.config`` this machine cannot train: computed from its sizes, never taken
+    from a recorded parameter count (``params_b`` is what is predicted, not what is built)."""
+    import psutil
+
+    from gpudoctor.replay.size import TRAIN_BYTES_PER_PARAM, config_params
+
+    params = config_params(cfg.model.arch, cfg.model.config)
+    need = params * TRAIN_BYTES_PER_PARAM
+    have = psutil.virtual_memory().total
+    if need > have:
+        raise cfg.error(
+            "model.config",
+            f"builds a {cfg.model.arch} of about {params:.3g} parameters, which needs about "
+            f"{need / 2**30:,.0f} GiB to train here (weights, gradients, Adam) and this machine has "
+            f"{have / 2**30:,.0f} GiB; shrink model.config and keep the real size in model.params_b, "
+            "n_layers and hidden_size, which the prediction uses",
+        )
 
 
 def _check_training(cfg: ReplayConfig) -> None:

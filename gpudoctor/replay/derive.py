@@ -19,6 +19,7 @@ from typing import Any
 from gpudoctor.replay.checks import ARCHS
 from gpudoctor.replay.config import TrainingSection
 from gpudoctor.replay.facts import RunFacts
+from gpudoctor.replay.size import config_params
 
 SECTIONS = ("dataset", "text", "tokenizer", "max_length", "padding", "loop", "model", "training",
             "hardware", "full_run", "replay")
@@ -195,7 +196,9 @@ def _model(d: Derived, f: RunFacts) -> None:
         d.put("model.hidden_size", hidden, src)
     if arch == model_type and params and params <= FULL_SIZE_REPLAY_PARAMS:
         sizes = {k: cfg[k] for k in SIZE_KEYS if _is_int(cfg.get(k))}
-        if sizes:
+        # The size the replay would build is the config's, whatever the recording's params say
+        built = config_params(arch, sizes) if sizes else None
+        if built is not None and built <= FULL_SIZE_REPLAY_PARAMS:
             d.put("model.config", sizes, src, "small enough to replay at its own shape")
             return
     d.put("model.config", {}, DEFAULT, f"the replay's tiny {arch} (2 layers x 64) runs here; the real size "

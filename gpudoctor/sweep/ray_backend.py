@@ -13,16 +13,33 @@ version as the driver): the task imports this module by name.
 
 Without ``--ray-address`` a local Ray instance is started for the sweep and stopped
 after it; with ``auto`` or ``HOST:PORT`` the driver joins a running cluster.
+
+What a local instance opens (SECURITY.md says it too): Ray's GCS, raylet, workers and the
+driver (this process) listen on TCP ports of every interface, which Ray 2.x cannot be told to
+bind to loopback (``_node_ip_address=127.0.0.1`` is turned into the node's address). So the
+instance requires Ray's token authentication, with a fresh random token that lives only in the
+environment of this process and its Ray children (never ``~/.ray/auth_token``), unless
+``RAY_AUTH_MODE`` is set already; the dashboard is off, and what would listen on a host of our
+choosing is given ``127.0.0.1``. Ray's files (session, logs, sockets; Ray makes them 0777) go to
+``ray-<pid>/`` in the doctor's private state folder (0700, :func:`gpudoctor.attach.scratch.state_dir`),
+never ``/tmp/ray``, and are removed when the sweep ends. ``ray.init`` runs from that folder, as Ray
+puts the driver's current folder on its workers' ``sys.path``: a ``gpudoctor/`` planted in the
+folder the sweep was started from is never imported by a trial.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import secrets
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.attach.scratch import state_dir
+from gpudoctor.common import safefs
 from gpudoctor.common.errors import UserError
 from gpudoctor.samplers.tree import open_nvml
 from gpudoctor.sweep.backend import TrialJob
@@ -31,6 +48,7 @@ from gpudoctor.sweep.results import available_cores
 from gpudoctor.sweep.trial import LOG, TrialRun, prepare, run_trial
 
 LOCAL_OBJECT_STORE_BYTES = 100 * 2**20  # trials return a few kB: keep a local instance small
+LOOPBACK = "127.0.0.1"
 LOG_TAIL_BYTES = 16_000
 MEASURE = "replay_measure.json"
 
@@ -47,7 +65,8 @@ def _import_ray() -> Any:
 
 def ray_trial(payload: dict[str, Any]) -> dict[str, Any]:
     """The Ray task: prepare and run one trial in a scratch folder of its node; plain data back."""
-    scratch = Path(tempfile.mkdtemp(prefix="gpudoctor-trial-"))
+    # In the node's private state folder (0700), not /tmp: a fresh name, made O_EXCL by mkdtemp
+    scratch = Path(tempfile.mkdtemp(prefix="trial-", dir=state_dir()))
     try:
         config_yaml = scratch / "config.yaml"
         config_yaml.write_text(payload["yaml_text"], encoding="utf-8")
@@ -78,19 +97,18 @@ class RayBackend:
     name = "ray"
 
     def __init__(self, address: str | None) -> None:
+        if not address:  # before Ray is imported: its token loader reads the environment once
+            token_auth(os.environ)
         self.ray = ray = _import_ray()
-        kwargs: dict[str, Any] = {
-            "log_to_driver": False,  # the trials' output is in each run's worker.log
-            "logging_level": "ERROR",
-            "include_dashboard": False,
-        }
-        if address:
-            kwargs["address"] = address
-        else:  # a local instance for this sweep only
-            kwargs.update(num_cpus=available_cores(), object_store_memory=LOCAL_OBJECT_STORE_BYTES)
+        if not address:
+            _reload_auth()
+        self._private = private_folder()
+        kwargs = init_kwargs(address, self._private)
         try:
-            ray.init(**kwargs)
+            with inside(self._private):  # Ray adds the driver's current folder to its workers' sys.path
+                ray.init(**kwargs)
         except (ConnectionError, RuntimeError, ValueError) as exc:
+            shutil.rmtree(self._private, ignore_errors=True)
             where = f"the Ray cluster at {address}" if address else "a local Ray instance"
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise UserError(
@@ -139,6 +157,57 @@ class RayBackend:
             self.ray.cancel(ref, force=True)
         self._refs.clear()
         self.ray.shutdown()
+        shutil.rmtree(self._private, ignore_errors=True)
+
+
+def private_folder() -> Path:
+    """``ray-<pid>/`` in the doctor's private state folder: 0700, the doctor's user's alone."""
+    return safefs.private_dir(state_dir() / f"ray-{os.getpid()}", "the Ray folder")
+
+
+def init_kwargs(address: str | None, private: Path) -> dict[str, Any]:
+    """``ray.init``'s arguments: join ``address``, else a small local instance kept in ``private``."""
+    kwargs: dict[str, Any] = {
+        "log_to_driver": False,  # the trials' output is in each run's worker.log
+        "logging_level": "ERROR",
+        "include_dashboard": False,
+        "dashboard_host": LOOPBACK,
+    }
+    if address:
+        kwargs["address"] = address
+    else:  # a local instance for this sweep only; Ray makes its temp root 0777: one level below ours
+        kwargs.update(num_cpus=available_cores(), object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+                      _temp_dir=str(private / "r"))
+    return kwargs
+
+
+def token_auth(env: MutableMapping[str, str]) -> None:
+    """Ray's token authentication on, with a fresh token kept in the environment only; a
+    ``RAY_AUTH_MODE`` the user set is theirs to keep."""
+    if "RAY_AUTH_MODE" not in env:
+        env["RAY_AUTH_MODE"] = "token"
+        env["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+
+
+def _reload_auth() -> None:
+    """Ray imported earlier in this process (a test) has read its auth settings: read them again."""
+    with contextlib.suppress(Exception):  # private API of Ray's: absent in another version, nothing to do
+        from ray._raylet import AuthenticationTokenLoader, Config
+
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+
+
+@contextlib.contextmanager
+def inside(folder: Path) -> Iterator[None]:
+    """Run the block with ``folder`` as the current folder, then come back (by descriptor)."""
+    back = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.chdir(folder)
+        yield
+    finally:
+        os.fchdir(back)
+        os.close(back)
 
 
 def _land(job: TrialJob, out: dict[str, Any]) -> TrialRun:

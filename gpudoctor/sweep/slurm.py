@@ -6,17 +6,21 @@ into ``DIR/shards/I``, with the same trial cache, so a point measured before is 
 measured again; ``merge.sbatch`` joins the shards that finished (``--merge``) into
 ``DIR/merged``. ``submit.sh`` submits both, the merge after the array (``afterany``:
 a failed task leaves its point missing, named in the merged notes, not the whole sweep).
-Every path in the scripts is absolute, so they run from anywhere.
+Every path in the scripts is absolute, so they run from anywhere. Every value in them is quoted
+with :func:`shlex.quote` (a ``$(...)`` in DIR stays text), a value holding a control character
+(a newline would start a new ``#SBATCH`` line or command) is refused in one line, and each task's
+Python runs isolated (:mod:`gpudoctor.common.childpy`): the job's folder is never on its path.
 """
 
 from __future__ import annotations
 
 import math
 import shlex
-import sys
+import unicodedata
 from pathlib import Path
 
-from gpudoctor.common import safefs
+from gpudoctor.common import childpy, safefs
+from gpudoctor.common.errors import UserError
 from gpudoctor.sweep.axes import WORKERS
 from gpudoctor.sweep.options import SweepOptions
 from gpudoctor.sweep.plan import Plan
@@ -55,14 +59,18 @@ def shard_args(opts: SweepOptions) -> list[str]:
 def write_scripts(opts: SweepOptions, plan: Plan, folder: Path, gpu: bool) -> list[Path]:
     """``sweep.sbatch``, ``merge.sbatch`` and ``submit.sh`` in ``folder``; their paths."""
     folder = folder.resolve()
+    shard = shard_args(opts)
+    python = childpy.isolated("gpudoctor", "sweep")
+    for value in (str(folder), *shard, *python):
+        _refuse_control(value)
     (folder / "logs").mkdir(parents=True, exist_ok=True)
     (folder / "shards").mkdir(exist_ok=True)
     n = len(plan.points)
     workers = max(int(p.params.get(WORKERS, plan.baseline.get(WORKERS, 0)) or 0) for p in plan.points)
     workers = max(workers, int(plan.fixed.get(WORKERS, 0) or 0))
     minutes = MARGIN_MIN + math.ceil(opts.trial_timeout_s * (1 + opts.repeats) / 60)
-    python = shlex.quote(sys.executable)
     q = shlex.quote
+    sweep = " ".join(q(a) for a in python)
     shards = folder / "shards"
     array = _header(
         "gpudoctor-sweep",
@@ -80,7 +88,7 @@ def write_scripts(opts: SweepOptions, plan: Plan, folder: Path, gpu: bool) -> li
         "%A_%a",
     ) + (
         f': "${{SLURM_ARRAY_TASK_ID:?run under sbatch --array (or set SLURM_ARRAY_TASK_ID)}}"\n'
-        f"exec {python} -m gpudoctor sweep {' '.join(q(a) for a in shard_args(opts))} \\\n"
+        f"exec {sweep} {' '.join(q(a) for a in shard)} \\\n"
         f'    --shard "$SLURM_ARRAY_TASK_ID/{n}" --out {q(str(shards))}/"$SLURM_ARRAY_TASK_ID" '
         "--yes\n"
     )
@@ -91,14 +99,14 @@ def write_scripts(opts: SweepOptions, plan: Plan, folder: Path, gpu: bool) -> li
         "done\n"
         'if [ "${#done[@]}" -eq 0 ]; then echo "gpudoctor: no shard finished; see '
         f'{q(str(folder / "logs"))}" >&2; exit 1; fi\n'
-        f'exec {python} -m gpudoctor sweep --merge "${{done[@]}}" --out {q(str(folder / "merged"))}\n'
+        f'exec {sweep} --merge "${{done[@]}}" --out {q(str(folder / "merged"))}\n'
     )
     submit = (
         "#!/bin/bash\n# Submit the array, then the merge once every array task has ended.\n"
         "set -euo pipefail\n"
         f"jid=$(sbatch --parsable {q(str(folder / ARRAY))})\n"
         f'sbatch --dependency=afterany:"${{jid%%;*}}" {q(str(folder / MERGE))}\n'
-        f'echo "gpudoctor sweep: array job $jid ({n} tasks); merged result in {folder / "merged"}"\n'
+        f'echo "gpudoctor sweep: array job $jid ({n} tasks); merged result in "{q(str(folder / "merged"))}\n'
     )
     paths = []
     for name, text in ((ARRAY, array), (MERGE, merge), (SUBMIT, submit)):
@@ -112,12 +120,20 @@ def _header(name: str, folder: Path, lines: list[str], log: str) -> str:
     return "\n".join(
         [
             "#!/bin/bash",
-            f"# gpudoctor sweep, written by --emit-slurm; submit both with {folder / SUBMIT}",
+            f"# gpudoctor sweep, written by --emit-slurm; submit both with {shlex.quote(str(folder / SUBMIT))}",
             f"#SBATCH --job-name={name}",
             "#SBATCH --ntasks=1",
             *lines,
-            f"#SBATCH --output={folder / 'logs'}/{log}.out",
+            f"#SBATCH --output={shlex.quote(str(folder / 'logs') + f'/{log}.out')}",
             "set -euo pipefail",
             "",
         ]
     )
+
+
+def _refuse_control(value: str) -> None:
+    """A newline or other control character would end a ``#SBATCH`` line or a command: refused."""
+    bad = next((c for c in value if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
+    if bad is not None:
+        raise UserError(f"--emit-slurm: {value!r} holds the control character {bad!r}, which a batch script "
+                        "cannot carry safely; rename it (or choose another folder)")

@@ -12,13 +12,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.common import childpy
 from gpudoctor.common.wording import plural
 from gpudoctor.launch.pids import ExitWaiter
 from gpudoctor.launch.recorder import child_env
@@ -57,16 +57,16 @@ class TrialRun:
 
 
 def command(config_yaml: Path, run_dir: Path, protocol: Protocol) -> list[str]:
-    return [
-        sys.executable, "-m", "gpudoctor.replay.worker", str(config_yaml),
+    return childpy.isolated(
+        "gpudoctor.replay.worker", str(config_yaml),
         "--max-steps", str(MAX_STEPS), "--max-seconds", f"{protocol.train_s:g}",
         "--measure-out", str(run_dir),
-    ]  # fmt: skip
+    )  # fmt: skip
 
 
 def prepare(config_yaml: Path, timeout_s: float) -> str | None:
     """Build the replay's data cache (unmeasured, as ``gpudoctor replay`` does); the error if it fails."""
-    cmd = [sys.executable, "-m", "gpudoctor.replay.worker", str(config_yaml), "--prepare-only"]
+    cmd = childpy.isolated("gpudoctor.replay.worker", str(config_yaml), "--prepare-only")
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
