@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -276,7 +276,7 @@ def _data_reader(fh: IO[bytes]) -> Reader:
     return read
 
 
-def iter_chunks(path: Path, issues: ReadIssues | None = None) -> Iterator[list[Any]]:
+def iter_chunks(path: Path, issues: ReadIssues | None = None) -> Generator[list[Any], None, None]:
     """The lines of ``path`` parsed, a block at a time (``_BAD`` for unreadable lines).
 
     A missing file is empty; one that cannot be read (a folder, an I/O error) is one bad line,
