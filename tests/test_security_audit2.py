@@ -340,3 +340,20 @@ def test_the_hook_writes_a_bounded_sample_of_a_large_batchs_lengths():
     assert event["rows"] == rows and event["lengths_max"] == seq
     assert event["pad"] == rows * seq - int(lengths.sum())
     assert len(json.dumps(event)) < 16_000
+
+
+def test_a_downsampled_sample_file_holds_a_bounded_number_of_bytes(tmp_path, monkeypatch):
+    """2,000 sampled lines each just under the 4 MiB line cap would be 8 GB held at once."""
+    from gpudoctor.recording.read import read_samples
+    from gpudoctor.recording.validate import clean_host_row
+
+    monkeypatch.setattr(read, "FULL_READ_BYTES", 64 * 2**10, raising=False)
+    monkeypatch.setattr(read, "MAX_SAMPLE_BYTES", 32 * 2**10, raising=False)
+    path = tmp_path / "samples" / "host.jsonl"
+    path.parent.mkdir()
+    pad = "x" * 900
+    path.write_text("".join(json.dumps({"t": T0 + i, "cpu_total_pct": 5.0, "pad": pad}) + "\n" for i in range(400)))
+    notes: list[str] = []
+    rows, _ = read_samples(path, clean_host_row, max_rows=200, notes=notes)
+    assert 0 < len(rows) < 60  # ~32 KiB of ~1 kB rows (+ the last row), not 200
+    assert any("samples/host.jsonl: read only up to 32 KiB of sampled lines" in n for n in notes), notes

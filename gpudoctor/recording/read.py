@@ -66,6 +66,7 @@ MAX_EVENTS_PER_FILE = 4_000_000
 MAX_FOLDER_EVENT_BYTES = 2 * 2**30
 MAX_FOLDER_EVENTS = 12_000_000
 MAX_FOLDER_LENGTHS = 2_000_000  # batch lengths kept in all (beyond: exact rows and longest only)
+MAX_SAMPLE_BYTES = 64 * 2**20  # of one sample file's lines held at once (2,000 real rows: a few MB)
 
 
 @dataclass
@@ -320,6 +321,7 @@ def _sampled_lines(fh: IO[bytes], size: int, n: int, issues: ReadIssues) -> list
     lines: list[bytes] = []
     last_start = -1
     reached = 0  # a line start: where the last line read (or skipped) ended
+    held = 0
     for i in range(n):
         offset = i * size // n
         if offset <= reached:  # inside what was read already: a long line is never scanned twice
@@ -336,6 +338,10 @@ def _sampled_lines(fh: IO[bytes], size: int, n: int, issues: ReadIssues) -> list
             _skip_line(fh, cap)
             last_start = start
         elif line.endswith(b"\n"):
+            held += len(line)
+            if held > MAX_SAMPLE_BYTES:  # 2,000 lines just under the line cap would be 8 GB
+                issues.cut = f"{_size(MAX_SAMPLE_BYTES)} of sampled lines (the byte budget)"
+                break
             lines.append(line)
             last_start = start
         reached = fh.tell()
@@ -389,6 +395,7 @@ def _sample_objs(fh: IO[bytes], max_rows: int, issues: ReadIssues) -> Iterator[A
     try:
         size = os.fstat(fh.fileno()).st_size
         if size <= FULL_READ_BYTES or issues.holey is not None:  # a sparse one: its data, by blocks
+            issues.max_bytes = FULL_READ_BYTES  # what a full read takes at most
             for lines in _line_blocks(fh, issues):
                 yield from parse_lines(lines)
         else:
