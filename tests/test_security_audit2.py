@@ -357,3 +357,14 @@ def test_a_downsampled_sample_file_holds_a_bounded_number_of_bytes(tmp_path, mon
     rows, _ = read_samples(path, clean_host_row, max_rows=200, notes=notes)
     assert 0 < len(rows) < 60  # ~32 KiB of ~1 kB rows (+ the last row), not 200
     assert any("samples/host.jsonl: read only up to 32 KiB of sampled lines" in n for n in notes), notes
+
+
+def test_an_error_about_a_folder_read_through_its_descriptor_names_the_folder(tmp_path):
+    from gpudoctor.common.errors import UserError
+    from gpudoctor.report.load import load_report
+
+    run = _run(tmp_path / "run", steps=5)
+    (run / "meta.json").write_text(json.dumps({"schema": "gpudoctor.run/0"}))
+    with pytest.raises(UserError) as err:
+        load_report(run)
+    assert str(run / "meta.json") in str(err.value) and "/proc/self/fd" not in str(err.value)

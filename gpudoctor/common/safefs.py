@@ -188,6 +188,8 @@ def pinned_folder(path: os.PathLike[str] | str, what: str = "folder") -> Iterato
         return
     try:
         yield fd_path(fd)
+    except UserError as exc:  # said with the folder's own name, not /proc/self/fd/N
+        raise UserError(str(exc).replace(str(fd_path(fd)), os.fspath(path)), exc.exit_code) from None
     finally:
         os.close(fd)
 

@@ -208,12 +208,12 @@ def load_recording(root: Path) -> Recording:
     with safefs.pinned_folder(Path(root), "run folder") as pinned:
         if not pinned.is_dir():
             raise UserError(f"no run folder at {root}; pass a folder written by 'gpudoctor run'")
-        rec = _load(RunFolder(pinned))
+        rec = _load(RunFolder(pinned), Path(root) / "meta.json")
     rec.root = Path(root)
     return rec
 
 
-def _load(folder: RunFolder) -> Recording:
+def _load(folder: RunFolder, meta_shown: Path) -> Recording:
     """The recording of ``folder`` (one open descriptor, :func:`safefs.pinned_folder`)."""
     meta = folder.read_meta()
     rec = Recording(root=folder.root, meta=meta)
@@ -224,7 +224,7 @@ def _load(folder: RunFolder) -> Recording:
         rec.meta = {}
     elif meta.get("schema") != META_SCHEMA:
         raise UserError(
-            f"{folder.meta_path} has schema {str(meta.get('schema'))[:80]!r}, expected {META_SCHEMA!r}; "
+            f"{meta_shown} has schema {str(meta.get('schema'))[:80]!r}, expected {META_SCHEMA!r}; "
             "re-record the run with this version of gpudoctor"
         )
     fixed = clean_meta(rec.meta)
