@@ -13,7 +13,10 @@ only way the doctor opens such paths:
   ``rename``, which replaces a planted link instead of following it.
 
 Only the last path component is protected: callers keep the folders above it
-owned by the doctor's user (see :func:`private_dir`).
+owned by the doctor's user (see :func:`private_dir`), or hold the folder itself
+open: :func:`pinned_folder` opens a folder once (``O_NOFOLLOW | O_DIRECTORY``) and
+gives ``/proc/self/fd/N``, through which every later read and write resolves, so a
+folder renamed and replaced by a link meanwhile redirects nothing.
 """
 
 from __future__ import annotations
