@@ -30,6 +30,6 @@ def finish(folder: Path, options: ReportOptions, *, extra: dict[str, Any] | None
     if extra:
         report.update(extra)
     write_all(report, folder)
-    if trackers and add_to_trackers(report, folder, recording.events):
+    if trackers and add_to_trackers(report, folder, recording.events, recording.event_owners):
         write_all(report, folder)  # now saying where its figures went
     return report

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from gpudoctor.analysis import gpu_timeline
 from gpudoctor.analysis import timeline as tl
+from gpudoctor.common import batchlengths
 from gpudoctor.recording.read import LoopData
 from gpudoctor.report.schema import BREAKDOWN_KEYS
 
@@ -256,12 +257,12 @@ def dynamic_padding_tokens(batches: list[dict[str, Any]], multiple: int = 64) ->
     now = sum(int(b["tokens"]) for b in batches)
     after = 0
     for b in batches:
-        lengths = b.get("lengths") or []
-        if not lengths:
+        top = batchlengths.longest(b)  # exact, and the exact row count, even when lengths is a sample
+        if top is None:
             after += int(b["tokens"])
             continue
-        longest = -(-max(lengths) // multiple) * multiple
-        after += len(lengths) * min(longest, int(b["seq_len"]))
+        longest = -(-top // multiple) * multiple
+        after += batchlengths.rows(b) * min(longest, int(b["seq_len"]))
     return now, after
 
 

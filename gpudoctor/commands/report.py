@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from gpudoctor.commands import flags
 from gpudoctor.common.errors import UserError
+from gpudoctor.common.safefs import pinned_folder
 
 HELP = "render a saved run (.html, .md or .json by OUT's extension)"
 DESCRIPTION = ("Re-render a saved run: a run folder is analysed again from its recording (with this gpudoctor's "
@@ -30,15 +32,19 @@ def main(args: argparse.Namespace) -> int:
     from gpudoctor.render.nodes import terminal_lines
 
     inputs: list[Path] = args.input if isinstance(args.input, list) else [args.input]
-    if len(inputs) > 1:
-        if args.output is None:
-            raise UserError("merging several nodes' run folders needs -o OUT (.html, .md or .json) for the "
-                            "job's report, e.g. -o merged.html")
-        report = load_job(inputs, args.price_per_gpu_hour, args.gpus)
-    else:
-        report = load_report(inputs[0], args.price_per_gpu_hour, args.gpus)
-    with malformed_report_guard(*inputs):
-        _write(report, inputs[0], args.output)
+    if len(inputs) > 1 and args.output is None:
+        raise UserError("merging several nodes' run folders needs -o OUT (.html, .md or .json) for the "
+                        "job's report, e.g. -o merged.html")
+    with ExitStack() as stack:
+        # Each folder opened once (O_NOFOLLOW): read and written through that descriptor, so one
+        # renamed and replaced by a link meanwhile redirects nothing (SECURITY.md).
+        pinned = [stack.enter_context(pinned_folder(p)) for p in inputs]
+        if len(inputs) > 1:
+            report = load_job(pinned, args.price_per_gpu_hour, args.gpus)
+        else:
+            report = load_report(pinned[0], args.price_per_gpu_hour, args.gpus)
+        with malformed_report_guard(*inputs):
+            _write(report, inputs[0], pinned[0], args.output)
     if len(inputs) > 1:
         print("\n".join(terminal_lines(report)), file=sys.stderr)
     if args.json:
@@ -46,17 +52,18 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write(report: dict[str, Any], source: Path, output: Path | None) -> None:
+def _write(report: dict[str, Any], source: Path, pinned: Path, output: Path | None) -> None:
     from gpudoctor.render import renderer_for, write_all
     from gpudoctor.render.output import write_output
 
     if output is None:
-        folder = source if source.is_dir() else source.parent
+        shown = source if pinned.is_dir() else source.parent
         try:
-            paths = write_all(report, folder)
+            with pinned_folder(pinned if pinned.is_dir() else source.parent) as folder:
+                names = [p.name for p in write_all(report, folder)]
         except OSError as exc:
-            raise UserError(f"cannot write the report into {folder}: {exc.strerror or exc}; pass -o OUT") from None
-        print("\n".join(str(p) for p in paths), file=sys.stderr)
+            raise UserError(f"cannot write the report into {shown}: {exc.strerror or exc}; pass -o OUT") from None
+        print("\n".join(str(shown / name) for name in names), file=sys.stderr)
     else:
         write_output(output, renderer_for(output).render(report))
         print(str(output), file=sys.stderr)

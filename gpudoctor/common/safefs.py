@@ -13,15 +13,20 @@ only way the doctor opens such paths:
   ``rename``, which replaces a planted link instead of following it.
 
 Only the last path component is protected: callers keep the folders above it
-owned by the doctor's user (see :func:`private_dir`).
+owned by the doctor's user (see :func:`private_dir`), or hold the folder itself
+open: :func:`pinned_folder` opens a folder once (``O_NOFOLLOW | O_DIRECTORY``) and
+gives ``/proc/self/fd/N``, through which every later read and write resolves, so a
+folder renamed and replaced by a link meanwhile redirects nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -29,6 +34,8 @@ from gpudoctor.common.errors import UserError
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FD_FOLDER = Path("/proc/self/fd")
 
 
 class UnsafeFile(OSError):
@@ -133,6 +140,81 @@ def replace_file(path: os.PathLike[str] | str, data: bytes | str, mode: int = 0o
 def open_dir(path: os.PathLike[str] | str) -> int:
     """A descriptor of folder ``path``, to create files in it by name (``dir_fd``); caller closes it."""
     return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+def open_folder(path: os.PathLike[str] | str, *, dir_fd: int | None = None) -> int:
+    """Folder ``path`` opened once, never through a link in its last component; caller closes it.
+
+    Raises :class:`UnsafeFile` for a link or a non-folder, ``FileNotFoundError`` as usual. Check
+    its owner on the descriptor (``os.fstat``), never on the path, which can change after.
+    """
+    try:
+        return os.open(path, _FOLDER_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafeFile(f"{path} is a symbolic link") from None
+        if exc.errno == errno.ENOTDIR:
+            try:
+                link = stat.S_ISLNK(os.lstat(path, dir_fd=dir_fd).st_mode)
+            except OSError:
+                link = False
+            raise UnsafeFile(f"{path} is {'a symbolic link' if link else 'not a folder'}") from None
+        raise
+
+
+def fd_path(fd: int) -> Path:
+    """A path that reaches exactly the folder ``fd`` holds, whatever is renamed or linked after.
+
+    ``/proc/self/fd/N``: every path below it resolves from that descriptor, so a folder swapped
+    for a link while the doctor reads or writes it cannot redirect one file.
+    """
+    return _FD_FOLDER / str(fd)
+
+
+def is_pinned(path: os.PathLike[str] | str) -> bool:
+    """Whether ``path`` is already a descriptor's folder (:func:`fd_path`)."""
+    return Path(path).parent == _FD_FOLDER
+
+
+@contextlib.contextmanager
+def pinned_folder(path: os.PathLike[str] | str, what: str = "folder") -> Iterator[Path]:
+    """``path``, when it is a folder, as :func:`fd_path` of one ``O_NOFOLLOW | O_DIRECTORY`` descriptor.
+
+    Everything read or written below the result goes through that one descriptor (the folder
+    renamed and replaced by a link meanwhile changes nothing). A path that is not a folder (a
+    report.json, a missing path) is given back as it is; a link to a folder is refused in one line,
+    like a linked report.json, since another user may have planted it.
+    """
+    fd = None if is_pinned(path) or not _FD_FOLDER.is_dir() else _folder_or_none(path, what)
+    if fd is None:
+        yield Path(path)
+        return
+    try:
+        yield fd_path(fd)
+    except UserError as exc:  # said with the folder's own name, not /proc/self/fd/N
+        raise UserError(str(exc).replace(str(fd_path(fd)), os.fspath(path)), exc.exit_code) from None
+    finally:
+        os.close(fd)
+
+
+def _folder_or_none(path: os.PathLike[str] | str, what: str) -> int | None:
+    try:
+        return open_folder(path)
+    except UnsafeFile as exc:
+        if "not a folder" in str(exc):
+            return None
+        raise UserError(f"refusing {what} {path}: it is a symbolic link, which gpudoctor never reads or "
+                        "writes through; pass the folder it points to") from None
+    except OSError:  # missing, unreadable: the caller says so in its own words
+        return None
+
+
+def is_holey(st: os.stat_result, slack: int = 2**20) -> bool:
+    """Whether a file claims far more bytes than it holds on disk (a sparse file).
+
+    Reading it would mean gigabytes of zeros for a few blocks; gpudoctor never writes one.
+    """
+    return st.st_size > slack and st.st_blocks * 512 + slack < st.st_size // 2
 
 
 def private_dir(path: os.PathLike[str] | str, what: str = "--out") -> Path:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
+from gpudoctor.common import batchlengths
 from gpudoctor.common.redact import redact_mapping, redact_value
 from gpudoctor.hooks import patch
 from gpudoctor.hooks.guard import guarded
@@ -364,8 +365,9 @@ def padding_event(batch: Any, pad_token_id: int | None) -> dict[str, Any] | None
         return None
     rows, seq_len = mask.shape
     tokens = rows * seq_len
-    return {"k": "batch", "t": time.time(), "tokens": tokens, "pad": tokens - sum(lengths), "seq_len": int(seq_len),
-            "lengths": lengths}
+    event = {"k": "batch", "t": time.time(), "tokens": tokens, "pad": tokens - sum(lengths), "seq_len": int(seq_len),
+             "lengths": lengths}
+    return batchlengths.bound(event)  # a 1 M-row batch: a sample of lengths, exact rows/max/sum, not a 2 MB line
 
 
 def _countable(torch: ModuleType, t: Any) -> bool:

@@ -29,7 +29,9 @@ In-process events (key ``k``):
               pin_memory, prefetch_factor, persistent_workers, dataset``,
               ``params`` (the installed DataLoader's argument names).
 ``batch``     padding seen in a training batch: ``t, tokens, pad, seq_len``,
-              ``lengths`` (non-pad length of each row).
+              ``lengths`` (non-pad length of each row; at most 1,024 evenly spaced rows, then
+              ``rows`` and ``lengths_max`` give the exact count and longest, see
+              :mod:`gpudoctor.common.batchlengths`).
 ``counter``   periodic totals since the previous counter line: ``t``, ``name``
               (``tokenize`` | ``fetch`` | ``eval_forwards``: forward passes inside
               ``eval_loop`` regions), ``calls``, ``s`` (seconds). Written every

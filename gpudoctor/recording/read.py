@@ -15,6 +15,15 @@ and ``gpudoctor report`` must still answer in seconds and a few hundred MB
   all the analysis reads), and steps and spans, most of a long run, are kept as
   plain times and intervals (:class:`LoopData`) rather than dicts.
 
+Every reader has a budget (:class:`Budget`): an events file is read up to
+:data:`MAX_EVENT_FILE_BYTES` and :data:`MAX_EVENTS_PER_FILE` lines, a folder's
+events files together up to :data:`MAX_FOLDER_EVENT_BYTES` and
+:data:`MAX_FOLDER_EVENTS`; a sparse (holey) file, which claims gigabytes it does
+not hold, is read by its data only (its holes are seeks, not zeros); a ``batch`` line keeps at most
+:data:`~gpudoctor.common.batchlengths.MAX_BATCH_LENGTHS` lengths (exact count and
+longest beside them), and a folder at most :data:`MAX_FOLDER_LENGTHS` in all.
+What a budget cut is said in a note, and the report is built from the rest.
+
 Every reader tolerates truncated, garbled or binary lines: they are counted,
 never raised. A run folder may come from anyone (``attach`` lets the patient's user
 write ``events/``; ``report`` reads folders handed to it), so files are opened
@@ -29,12 +38,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from gpudoctor.common.safefs import open_read
+from gpudoctor.common import batchlengths
+from gpudoctor.common.safefs import is_holey, is_pinned, open_read
 from gpudoctor.common.wording import plural
 from gpudoctor.recording.validate import clean_event, fast_counter, fast_span, fast_step, is_time
 
@@ -49,6 +59,31 @@ _BLOCK_BYTES = 8 * 2**20
 MAX_LINE_BYTES = 4 * 2**20  # a hook's longest line (argv, settings) is a few kB
 _CHUNK_LINES = 2_000
 _BAD = object()
+# Budgets (read when a reader starts, so a test can lower them): a day-long run of 8 ranks
+# writes ~400k event lines (~40 MB) per rank; these are several times that.
+MAX_EVENT_FILE_BYTES = 512 * 2**20
+MAX_EVENTS_PER_FILE = 4_000_000
+MAX_FOLDER_EVENT_BYTES = 2 * 2**30
+MAX_FOLDER_EVENTS = 12_000_000
+MAX_FOLDER_LENGTHS = 2_000_000  # batch lengths kept in all (beyond: exact rows and longest only)
+MAX_SAMPLE_BYTES = 64 * 2**20  # of one sample file's lines held at once (2,000 real rows: a few MB)
+
+
+@dataclass
+class Budget:
+    """What a folder's readers may still take: bytes and lines of events, batch lengths."""
+
+    bytes_left: int = -1  # -1: the module's folder cap, read when the budget is made
+    events_left: int = -1
+    lengths_left: int = -1
+
+    def __post_init__(self) -> None:
+        if self.bytes_left < 0:
+            self.bytes_left = MAX_FOLDER_EVENT_BYTES
+        if self.events_left < 0:
+            self.events_left = MAX_FOLDER_EVENTS
+        if self.lengths_left < 0:
+            self.lengths_left = MAX_FOLDER_LENGTHS
 
 
 def _parse_one(line: bytes) -> Any:
@@ -86,19 +121,31 @@ class ReadIssues:
 
     name: str = ""
     unsafe: str | None = None  # why the file was not read (a link, a FIFO, a stranger's file)
+    holey: str | None = None  # a sparse file: what it claims and what it holds (read by its data only)
     long_lines: int = 0
+    holes: int = 0  # lines broken by a hole shorter than the line cap
     max_line: int = MAX_LINE_BYTES
+    max_bytes: int | None = None  # read no further than this (the budget's share of this file)
+    bytes_read: int = 0
+    cut: str | None = None  # the budget that stopped the reader, said in a note
+    owner: int | None = None  # the file's owner, from its descriptor
 
     @property
     def bad(self) -> int:
         """Counted with the unreadable lines: a refused file as one, each skipped line as one."""
-        return (self.unsafe is not None) + self.long_lines
+        return (self.unsafe is not None) + self.long_lines + self.holes
 
     @property
     def notes(self) -> list[str]:
         out = []
         if self.unsafe is not None:
             out.append(f"{self.name} skipped: {self.unsafe}; gpudoctor writes only regular files of its own")
+        if self.holes:
+            out.append(f"{self.name}: {plural(self.holes, 'line')} broken by a hole of a sparse file skipped "
+                       f"({self.holey}; gpudoctor never writes one)")
+        if self.cut is not None:
+            out.append(f"{self.name}: read only up to {self.cut}; the rest of it was skipped, and this report "
+                       "covers what was read")
         if self.long_lines:
             out.append(f"{self.name}: {plural(self.long_lines, 'line')} over the {self.max_line // 2**20} MiB line cap "
                        "skipped (gpudoctor never writes one; the file is damaged or not gpudoctor's)")
@@ -118,14 +165,35 @@ def open_recording_file(path: Path, issues: ReadIssues) -> IO[bytes] | None:
 
     A missing file is None with nothing noted; a link, FIFO, device or stranger's file is noted.
     """
-    issues.name = issues.name or f"{path.parent.name}/{path.name}"
+    issues.name = issues.name or f"{_folder_name(path.parent)}/{path.name}"
     try:
-        return open_read(path, owner=folder_owner(path))
+        fh = open_read(path, owner=folder_owner(path))
     except FileNotFoundError:
         return None
     except OSError as exc:
         issues.unsafe = _reason(path, exc)
         return None
+    st = os.fstat(fh.fileno())
+    issues.owner = st.st_uid
+    if is_holey(st):  # read by its data only (_data_reader), never gigabytes of zeros
+        issues.holey = f"{_size(st.st_size)} long, {_size(st.st_blocks * 512)} on disk"
+    return fh
+
+
+def _folder_name(folder: Path) -> str:
+    """``events``, also for a folder held open (``/proc/self/fd/N``, :func:`safefs.fd_path`)."""
+    if is_pinned(folder):
+        try:
+            return Path(os.readlink(folder)).name
+        except OSError:
+            pass
+    return folder.name
+
+
+def _size(n: int) -> str:
+    if n >= 2**30:
+        return f"{n / 2**30:.1f} GiB"
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB"
 
 
 def _reason(path: Path, exc: OSError) -> str:
@@ -134,13 +202,34 @@ def _reason(path: Path, exc: OSError) -> str:
 
 
 def _line_blocks(fh: IO[bytes], issues: ReadIssues) -> Iterator[list[bytes]]:
-    """Whole lines, a block at a time; a line over ``issues.max_line`` is dropped as it streams."""
+    """Whole lines, a block at a time; a line over ``issues.max_line`` is dropped as it streams.
+
+    A sparse file is read by its data only: each hole (a run of NULs no writer of ours leaves)
+    is skipped with a seek, and the line it falls in is dropped and counted.
+    """
     rest = b""
     skipping = False  # inside an over-long line: drop bytes until its newline
+    read = _data_reader(fh) if issues.holey is not None else _plain_reader(fh)
     while True:
-        data = fh.read(_BLOCK_BYTES)
+        want = _BLOCK_BYTES
+        if issues.max_bytes is not None:
+            want = min(want, issues.max_bytes - issues.bytes_read)
+            if want <= 0:
+                if read(1)[0]:  # more than the budget: said, and the partial last line dropped
+                    issues.cut = f"{_size(issues.max_bytes)} (the byte budget)"
+                    rest = b""
+                break
+        data, hole = read(want)
+        if hole:  # the line the hole is in is damaged: dropped up to its newline
+            if not skipping:
+                if hole + len(rest) > issues.max_line:
+                    issues.long_lines += 1
+                else:
+                    issues.holes += 1
+            rest, skipping = b"", True
         if not data:
             break
+        issues.bytes_read += len(data)
         if skipping:
             cut = data.find(b"\n")
             if cut < 0:
@@ -160,7 +249,35 @@ def _line_blocks(fh: IO[bytes], issues: ReadIssues) -> Iterator[list[bytes]]:
         yield [rest]
 
 
-def iter_chunks(path: Path, issues: ReadIssues | None = None) -> Iterator[list[Any]]:
+Reader = Callable[[int], tuple[bytes, int]]  # at most n bytes -> (data, length of a hole skipped before it)
+
+
+def _plain_reader(fh: IO[bytes]) -> Reader:
+    return lambda n: (fh.read(n), 0)
+
+
+def _data_reader(fh: IO[bytes]) -> Reader:
+    """Reads of a sparse file's data only (``SEEK_DATA``/``SEEK_HOLE``): its holes cost a seek,
+    not a read of zeros, so a 1 TiB file of a few blocks is read in microseconds."""
+    fd = fh.fileno()
+    pos = 0
+
+    def read(n: int) -> tuple[bytes, int]:
+        nonlocal pos
+        try:
+            start = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError:  # ENXIO: no data after pos
+            return b"", 0
+        hole, pos = start - pos, start
+        end = os.lseek(fd, start, os.SEEK_HOLE)
+        data = os.pread(fd, max(0, min(n, end - start)), start)
+        pos += len(data)
+        return data, hole
+
+    return read
+
+
+def iter_chunks(path: Path, issues: ReadIssues | None = None) -> Generator[list[Any], None, None]:
     """The lines of ``path`` parsed, a block at a time (``_BAD`` for unreadable lines).
 
     A missing file is empty; one that cannot be read (a folder, an I/O error) is one bad line,
@@ -204,6 +321,7 @@ def _sampled_lines(fh: IO[bytes], size: int, n: int, issues: ReadIssues) -> list
     lines: list[bytes] = []
     last_start = -1
     reached = 0  # a line start: where the last line read (or skipped) ended
+    held = 0
     for i in range(n):
         offset = i * size // n
         if offset <= reached:  # inside what was read already: a long line is never scanned twice
@@ -220,6 +338,10 @@ def _sampled_lines(fh: IO[bytes], size: int, n: int, issues: ReadIssues) -> list
             _skip_line(fh, cap)
             last_start = start
         elif line.endswith(b"\n"):
+            held += len(line)
+            if held > MAX_SAMPLE_BYTES:  # 2,000 lines just under the line cap would be 8 GB
+                issues.cut = f"{_size(MAX_SAMPLE_BYTES)} of sampled lines (the byte budget)"
+                break
             lines.append(line)
             last_start = start
         reached = fh.tell()
@@ -272,7 +394,8 @@ def read_samples(
 def _sample_objs(fh: IO[bytes], max_rows: int, issues: ReadIssues) -> Iterator[Any]:
     try:
         size = os.fstat(fh.fileno()).st_size
-        if size <= FULL_READ_BYTES:
+        if size <= FULL_READ_BYTES or issues.holey is not None:  # a sparse one: its data, by blocks
+            issues.max_bytes = FULL_READ_BYTES  # what a full read takes at most
             for lines in _line_blocks(fh, issues):
                 yield from parse_lines(lines)
         else:
@@ -303,16 +426,29 @@ class EventLoad:
     t_min: float | None = None
     t_max: float | None = None
     notes: list[str] = field(default_factory=list)  # a refused file, over-long lines (ReadIssues)
+    owner: int | None = None  # the file's owner (from its descriptor): whose process wrote it
 
 
-def read_events(path: Path, max_line: int = MAX_LINE_BYTES) -> EventLoad:
-    """Load ``events/<pid>.jsonl``: valid events kept, bad ones counted, counters summed."""
+def read_events(path: Path, max_line: int = MAX_LINE_BYTES, budget: Budget | None = None) -> EventLoad:
+    """Load ``events/<pid>.jsonl``: valid events kept, bad ones counted, counters summed.
+
+    Within ``budget`` (the folder's, shared by its files; a fresh one when None) and the
+    per-file caps: what is beyond them is skipped and said in ``notes``.
+    """
     out = EventLoad()
-    issues = ReadIssues(max_line=max_line)
+    budget = budget if budget is not None else Budget()
+    issues = ReadIssues(max_line=max_line, max_bytes=max(0, min(MAX_EVENT_FILE_BYTES, budget.bytes_left)))
+    lines_left = max(0, min(MAX_EVENTS_PER_FILE, budget.events_left))
+    lines = 0
     steps, spans, span_s = out.loop.steps, out.loop.spans, out.loop.span_s
     events: list[dict[str, Any]] = []
     times: list[float] = []
-    for objs in iter_chunks(path, issues):
+    chunks = iter_chunks(path, issues)
+    for objs in chunks:
+        if lines + len(objs) > lines_left:
+            objs = objs[: lines_left - lines]
+            issues.cut = f"{lines_left:,} lines (the line budget)"
+        lines += len(objs)
         for e in objs:
             # The kinds that make most of a long run: validate's fast checks, then the generic one.
             if type(e) is dict:
@@ -337,6 +473,8 @@ def read_events(path: Path, max_line: int = MAX_LINE_BYTES) -> EventLoad:
                     times.append(e["t"])
                     events.append(e)
                     continue
+                elif k == "batch":
+                    _bound_batch(e, budget)
             e = clean_event(e) if e is not _BAD else None
             if e is None:
                 out.bad += 1
@@ -347,6 +485,12 @@ def read_events(path: Path, max_line: int = MAX_LINE_BYTES) -> EventLoad:
                 _add_to_loop(out.loop, e)
             else:
                 events.append(e)
+        if issues.cut is not None:
+            chunks.close()  # the file is closed now: nothing more is read
+            break
+    budget.bytes_left -= issues.bytes_read
+    budget.events_left -= lines
+    out.owner = issues.owner
     if steps:
         times += [min(steps), max(steps)]
     times += [min(iv)[0] for iv in spans.values() if iv]
@@ -359,6 +503,18 @@ def read_events(path: Path, max_line: int = MAX_LINE_BYTES) -> EventLoad:
 
 
 _COUNTER = sys.intern("counter")
+
+
+def _bound_batch(e: dict[str, Any], budget: Budget) -> None:
+    """A ``batch`` line's lengths sampled down (exact rows and longest kept), within the folder's
+    budget of lengths; beyond it only the exact figures stay."""
+    lengths = e.get("lengths")
+    if type(lengths) is not list:
+        return
+    batchlengths.bound(e, max(0, min(batchlengths.MAX_BATCH_LENGTHS, budget.lengths_left)))
+    if not e["lengths"] and lengths:
+        e.pop("lengths")  # no lengths left in the budget: rows and lengths_max still say the batch
+    budget.lengths_left -= len(e.get("lengths") or ())
 
 
 def _add_to_loop(loop: LoopData, e: dict[str, Any]) -> None:

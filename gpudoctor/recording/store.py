@@ -17,6 +17,7 @@ import secrets
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,13 @@ from gpudoctor.common import safefs
 from gpudoctor.common.errors import UserError
 from gpudoctor.common.wording import plural
 from gpudoctor.recording import claim
-from gpudoctor.recording.read import LoopData, read_events, read_jsonl, read_samples  # noqa: F401 - read_jsonl re-exported
+from gpudoctor.recording.read import (  # noqa: F401 - read_jsonl re-exported
+    Budget,
+    LoopData,
+    read_events,
+    read_jsonl,
+    read_samples,
+)
 from gpudoctor.recording.validate import clean_gpu_row, clean_host_row, clean_meta
 
 META_SCHEMA = "gpudoctor.run/1"
@@ -180,6 +187,7 @@ class Recording:
     events: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     loops: dict[int, LoopData] = field(default_factory=dict)  # steps and spans, per pid (see read.py)
     notes: list[str] = field(default_factory=list)
+    event_owners: dict[int, int] = field(default_factory=dict)  # pid -> uid owning its events file
 
     @property
     def start_time(self) -> float | None:
@@ -197,9 +205,16 @@ def load_recording(root: Path) -> Recording:
     fail :mod:`gpudoctor.recording.validate` are dropped and counted. Large
     sample files are evenly downsampled (see :mod:`gpudoctor.recording.read`).
     """
-    folder = RunFolder(Path(root))
-    if not folder.root.is_dir():
-        raise UserError(f"no run folder at {root}; pass a folder written by 'gpudoctor run'")
+    with safefs.pinned_folder(Path(root), "run folder") as pinned:
+        if not pinned.is_dir():
+            raise UserError(f"no run folder at {root}; pass a folder written by 'gpudoctor run'")
+        rec = _load(RunFolder(pinned), Path(root) / "meta.json")
+    rec.root = Path(root)
+    return rec
+
+
+def _load(folder: RunFolder, meta_shown: Path) -> Recording:
+    """The recording of ``folder`` (one open descriptor, :func:`safefs.pinned_folder`)."""
     meta = folder.read_meta()
     rec = Recording(root=folder.root, meta=meta)
     if not meta:
@@ -209,29 +224,36 @@ def load_recording(root: Path) -> Recording:
         rec.meta = {}
     elif meta.get("schema") != META_SCHEMA:
         raise UserError(
-            f"{folder.meta_path} has schema {str(meta.get('schema'))[:80]!r}, expected {META_SCHEMA!r}; "
+            f"{meta_shown} has schema {str(meta.get('schema'))[:80]!r}, expected {META_SCHEMA!r}; "
             "re-record the run with this version of gpudoctor"
         )
     fixed = clean_meta(rec.meta)
     if fixed:
         rec.notes.append(f"meta.json had unexpected values for {', '.join(fixed)}; they were ignored")
-    rec.host, bad_host = read_samples(folder.samples_dir / "host.jsonl", clean_host_row, notes=rec.notes)
-    rec.gpu, bad_gpu = read_samples(folder.samples_dir / "gpu.jsonl", clean_gpu_row, notes=rec.notes)
+    with _subfolder(folder.root, "samples", rec.notes) as samples:
+        rec.host, bad_host = read_samples(samples / "host.jsonl", clean_host_row, notes=rec.notes) \
+            if samples else ([], 0)
+        rec.gpu, bad_gpu = read_samples(samples / "gpu.jsonl", clean_gpu_row, notes=rec.notes) \
+            if samples else ([], 0)
     bad_events = 0
     extents: list[float] = [r["t"] for rows in (rec.host, rec.gpu) for r in (rows[:1] + rows[-1:])]
-    for path in sorted(folder.events_dir.glob("*.jsonl")) if folder.events_dir.is_dir() else []:
-        try:
-            pid = int(path.stem)
-        except ValueError:
-            continue
-        loaded = read_events(path)
-        bad_events += loaded.bad
-        rec.notes += loaded.notes  # a refused file (link, FIFO, stranger's), over-long lines
-        if loaded.events or loaded.loop:
-            rec.events[pid] = loaded.events
-        if loaded.loop:
-            rec.loops[pid] = loaded.loop
-        extents += [t for t in (loaded.t_min, loaded.t_max) if t is not None]
+    budget = Budget()  # the folder's, shared by its events files
+    with _subfolder(folder.root, "events", rec.notes) as events_dir:
+        for path in sorted(events_dir.glob("*.jsonl")) if events_dir else []:
+            try:
+                pid = int(path.stem)
+            except ValueError:
+                continue
+            loaded = read_events(path, budget=budget)
+            bad_events += loaded.bad
+            rec.notes += loaded.notes  # a refused file (link, FIFO, stranger's), over-long lines, a cut budget
+            if loaded.owner is not None:
+                rec.event_owners[pid] = loaded.owner
+            if loaded.events or loaded.loop:
+                rec.events[pid] = loaded.events
+            if loaded.loop:
+                rec.loops[pid] = loaded.loop
+            extents += [t for t in (loaded.t_min, loaded.t_max) if t is not None]
     if bad_host + bad_gpu:
         rec.notes.append(f"{plural(bad_host + bad_gpu, 'truncated, unreadable or invalid sample line')} skipped")
     if bad_events:
@@ -240,6 +262,34 @@ def load_recording(root: Path) -> Recording:
         rec.notes.append("the recording did not finish (doctor killed?); this report is partial")
     _fill_missing_times(rec, extents)
     return rec
+
+
+@contextlib.contextmanager
+def _subfolder(root: Path, name: str, notes: list[str]) -> Iterator[Path | None]:
+    """``root/name`` opened once, never through a link (a note says so); None when it is absent."""
+    fd: int | None = None
+    try:
+        fd = _open_sub(root, name)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        why = "it is a symbolic link" if "symbolic link" in str(exc) else (exc.strerror or str(exc))[:160]
+        notes.append(f"{name}/ skipped: {why}; gpudoctor reads only real folders, never through a link")
+    if fd is None:
+        yield None
+        return
+    try:
+        yield safefs.fd_path(fd) if safefs.fd_path(fd).is_dir() else root / name
+    finally:
+        os.close(fd)
+
+
+def _open_sub(root: Path, name: str) -> int:
+    parent = safefs.open_dir(root)
+    try:
+        return safefs.open_folder(name, dir_fd=parent)
+    finally:
+        os.close(parent)
 
 
 def _fill_missing_times(rec: Recording, times: list[float]) -> None:

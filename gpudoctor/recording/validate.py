@@ -83,7 +83,7 @@ EVENT_FIELDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
     "counter": ({"t": is_time, "name": is_str, "calls": is_count, "s": is_duration}, {}),
     "batch": (
         {"tokens": is_count, "pad": is_count, "seq_len": is_count},
-        {"t": is_time, "lengths": is_count_list},
+        {"t": is_time, "lengths": is_count_list, "rows": is_count, "lengths_max": is_count},
     ),
     "proc": (
         {},

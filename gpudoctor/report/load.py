@@ -55,13 +55,18 @@ def holds_recording(path: Path) -> bool:
 
 
 def load_report(path: Path, price: float | None = None, gpus: int | None = None) -> dict[str, Any]:
-    """The report of a run folder (re-analysed from its recording) or of a saved report.json."""
-    if holds_recording(path):
-        # only a run folder needs the analysis: report/diff/check of a report.json stay light
-        from gpudoctor.recording.store import load_recording
+    """The report of a run folder (re-analysed from its recording) or of a saved report.json.
 
-        return report_of_recording(load_recording(path), price, gpus)
-    return read_report(path)
+    A folder is opened once (``O_NOFOLLOW``) and read through that descriptor
+    (:func:`gpudoctor.common.safefs.pinned_folder`): one swapped for a link meanwhile changes nothing.
+    """
+    with safefs.pinned_folder(path) as pinned:
+        if holds_recording(pinned):
+            # only a run folder needs the analysis: report/diff/check of a report.json stay light
+            from gpudoctor.recording.store import load_recording
+
+            return report_of_recording(load_recording(pinned), price, gpus)
+        return read_report(pinned)
 
 
 def report_of_recording(rec: Recording, price: float | None = None, gpus: int | None = None) -> dict[str, Any]:

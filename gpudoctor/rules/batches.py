@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.process import dynamic_padding_tokens
+from gpudoctor.common import batchlengths
 from gpudoctor.rules.account import Claim
 from gpudoctor.rules.base import Finding, Fix, Rule, Table, pct
 from gpudoctor.rules.names import names_for
@@ -100,10 +101,10 @@ def _attention_saving(batches: list[dict], multiple: int) -> float:
     """Share of attention work (quadratic in row length) that per-batch padding removes."""
     now = after = 0
     for b in batches:
-        lengths = b.get("lengths") or []
+        top = batchlengths.longest(b)  # exact row count and longest, even when lengths is a sample
         seq = int(b["seq_len"])
-        rows = len(lengths) or 1
-        longest = min(seq, -(-max(lengths) // multiple) * multiple) if lengths else seq
+        rows = batchlengths.rows(b) or 1
+        longest = min(seq, -(-top // multiple) * multiple) if top is not None else seq
         now += rows * seq * seq
         after += rows * longest * longest
     return 1.0 - after / now if now else 0.0

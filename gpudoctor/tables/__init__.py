@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.analysis import analyze
+from gpudoctor.common.safefs import pinned_folder
 from gpudoctor.recording.store import load_recording
 from gpudoctor.report.load import holds_recording, read_report, report_of_recording
 from gpudoctor.tables import rows as R
@@ -67,13 +68,17 @@ def load(path: str | Path, *, price_per_gpu_hour: float | None = None, gpus: int
     Bad input raises :class:`gpudoctor.common.errors.UserError` with one line naming the fix.
     """
     pandas()  # before any work: one line if it is missing
-    path = Path(path)
+    with pinned_folder(Path(path)) as pinned:  # one descriptor for every read (SECURITY.md)
+        return _load(pinned, Path(path), price_per_gpu_hour, gpus)
+
+
+def _load(path: Path, shown: Path, price_per_gpu_hour: float | None, gpus: int | None) -> RunTables:
     if not holds_recording(path):
         report = read_report(path)
         where = path if path.is_dir() else path.parent
-        note = (f"{path} holds a report.json only: the {', '.join(TABLES[:-1])} and {TABLES[-1]} tables need "
+        note = (f"{shown} holds a report.json only: the {', '.join(TABLES[:-1])} and {TABLES[-1]} tables need "
                 "the run folder's recording (meta.json, samples/, events/), so they are empty")
-        return _tables(where.resolve().name, path, report, R.empty_rows(), [note])
+        return _tables(where.resolve().name, shown, report, R.empty_rows(), [note])
     rec = load_recording(path)
     report = report_of_recording(rec, price_per_gpu_hour, gpus)
     a = analyze(rec)
@@ -83,7 +88,7 @@ def load(path: str | Path, *, price_per_gpu_hour: float | None = None, gpus: int
     notes = R.sample_notes(path)
     if not a.procs:
         notes.append("no training process was measured from inside: the steps and breakdown tables are empty")
-    return _tables(name, path, report, rows, notes)
+    return _tables(name, shown, report, rows, notes)
 
 
 def _tables(name: str, path: Path, report: dict[str, Any], rows: dict[str, R.Rows], notes: list[str]) -> RunTables:

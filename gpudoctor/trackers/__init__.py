@@ -11,6 +11,7 @@ never fails the report.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -30,9 +31,16 @@ SINKS: dict[str, Callable[[TrackerRun, Figures, Path], Outcome]] = {
 NAMES = {"mlflow": "MLflow", "wandb": "W&B", "tensorboard": "TensorBoard"}
 
 
-def add_to_trackers(report: dict[str, Any], folder: Path, events: dict[int, list[dict[str, Any]]]) -> bool:
+def add_to_trackers(report: dict[str, Any], folder: Path, events: dict[int, list[dict[str, Any]]],
+                    owners: dict[int, int] | None = None) -> bool:
     """Add to each tracker run the recording names; the report gains ``trackers`` and a note per
-    run. Returns whether there was any (the caller then writes the report again)."""
+    run. Returns whether there was any (the caller then writes the report again).
+
+    ``owners``: pid -> uid owning that pid's events file (:attr:`Recording.event_owners`). A run
+    named in a file of another user (the patient of a root ``attach``) is skipped with the reason:
+    its tracker store is that user's choice, and the doctor writes nothing where another user
+    pointed it. None: every event is the doctor's user's own (a caller that built them itself).
+    """
     runs = tracker_runs(events)
     if not runs:
         return False
@@ -40,7 +48,7 @@ def add_to_trackers(report: dict[str, Any], folder: Path, events: dict[int, list
     html = Path(folder) / "report.html"
     entries = []
     for run in runs:
-        outcome = _add(run, figures, html)
+        outcome = _foreign(run, owners) or _add(run, figures, html)
         entries.append({"kind": run.kind, "status": outcome.status, "target": outcome.target,
                         "detail": outcome.detail})
         line = note(entries[-1])
@@ -48,6 +56,20 @@ def add_to_trackers(report: dict[str, Any], folder: Path, events: dict[int, list
         print(f"gpudoctor: {line}", file=sys.stderr)
     report["trackers"] = entries
     return True
+
+
+def _foreign(run: TrackerRun, owners: dict[int, int] | None) -> Outcome | None:
+    """Skipped when another user's process named this run: the doctor must not write where a less
+    privileged user chose (``sqlite:////root/x.db``, a W&B ``root_dir`` in ``/etc``)."""
+    me = os.geteuid()
+    owner = None if owners is None else owners.get(run.pid if run.pid is not None else -1, -1)
+    if owner is None or owner == me:
+        return None
+    who = f"uid {owner}" if owner >= 0 else "an unknown user"
+    return Outcome.skipped(f"{NAMES[run.kind]} run {run.key}",
+                           f"named by a process of {who}, not of the doctor's user (uid {me}): the doctor writes "
+                           "nothing into a tracker store another user chose; add the figures from inside the "
+                           "training (gpudoctor.profile() / the callback) or run the doctor as that user")
 
 
 def _add(run: TrackerRun, figures: Figures, html: Path) -> Outcome:

@@ -80,7 +80,7 @@ def local_store(uri: str | None, cwd: str | None) -> tuple[str, str, str | None]
         return "the training's tracking URI was not recorded"
     if uri.startswith("sqlite:///"):
         rest = uri[len("sqlite:///"):].split("?")[0]
-        db = os.path.realpath(rest if rest.startswith("/") else os.path.join(cwd or "", rest))
+        db = os.path.normpath(rest if rest.startswith("/") else os.path.join(cwd or "", rest))  # links: folders.py
         return f"sqlite:///{db}", os.path.dirname(db), db
     path = None if uri.split(":", 1)[0] in SERVER_NAMES else local_path(uri, cwd)
     if path is None:
@@ -101,12 +101,13 @@ def local_path(uri: str | None, cwd: str | None) -> str | None:
         path = uri
     else:
         return None
-    return os.path.realpath(path if os.path.isabs(path) else os.path.join(cwd or "", path))
+    # Not resolved here: a link is followed only by folders.open_checked, when nobody else could plant it.
+    return os.path.normpath(path if os.path.isabs(path) else os.path.join(cwd or "/", path))
 
 
 def _existing(path: str) -> str:
     """The nearest folder of ``path`` that exists (MLflow creates the rest, as the doctor's user)."""
     p = Path(path)
-    while not p.exists() and p != p.parent:
+    while not os.path.lexists(p) and p != p.parent:
         p = p.parent
     return str(p)

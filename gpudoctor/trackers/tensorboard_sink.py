@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from gpudoctor.common.safefs import fd_path
 from gpudoctor.trackers import folders
 from gpudoctor.trackers.figures import PREFIX, Figures
 from gpudoctor.trackers.found import TrackerRun
@@ -21,21 +22,26 @@ def add(run: TrackerRun, figures: Figures, html: Path) -> Outcome:
     target = f"TensorBoard log dir {log_dir}"
     if "://" in log_dir:
         return Outcome.skipped(target, "a remote log dir, and gpudoctor makes no network call")
-    real = os.path.realpath(log_dir)
-    why = folders.problem(real)
-    if why:
-        return Outcome.skipped(target, why)
+    path = log_dir if os.path.isabs(log_dir) else os.path.join(run.get("cwd") or "/", log_dir)
+    checked = folders.open_checked(os.path.normpath(path))  # never resolved first: see folders.py
+    if isinstance(checked, str):
+        return Outcome.skipped(target, checked)
+    fd, _ = checked
     try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        return Outcome.skipped(target, "tensorboard is not installed where the doctor runs (pip install tensorboard)")
-    writer = SummaryWriter(log_dir=real)
-    try:
-        for name, value in figures.metrics.items():
-            writer.add_scalar(name, value, figures.step)
-        writer.add_text(f"{PREFIX}/findings", figures.markdown(), figures.step)
-        writer.add_text(f"{PREFIX}/report", f"report: `{html}`", figures.step)
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            return Outcome.skipped(target, "tensorboard is not installed where the doctor runs "
+                                           "(pip install tensorboard)")
+        writer = SummaryWriter(log_dir=str(fd_path(fd)))  # the folder checked, whatever is renamed since
+        try:
+            for name, value in figures.metrics.items():
+                writer.add_scalar(name, value, figures.step)
+            writer.add_text(f"{PREFIX}/findings", figures.markdown(), figures.step)
+            writer.add_text(f"{PREFIX}/report", f"report: `{html}`", figures.step)
+        finally:
+            writer.close()
     finally:
-        writer.close()
+        os.close(fd)
     return Outcome.added(target, f"{len(figures.metrics)} scalars at step {figures.step}, "
                                  f"{PREFIX}/findings and {PREFIX}/report as text")

@@ -34,7 +34,7 @@ def add(run: TrackerRun, figures: Figures, html: Path) -> Outcome:
         return Outcome.skipped(target, "an online run that has ended: adding to it would be a network call, "
                                        "which gpudoctor never makes; use gpudoctor.profile() or the callback "
                                        "(they add to the live run) or WANDB_MODE=offline")
-    root = os.path.realpath(run.get("root_dir") or "")
+    root = os.path.normpath(run.get("root_dir") or "/")  # links: only those folders.problem trusts
     why = folders.problem(root, ("wandb",)) if run.get("root_dir") else "the run's folder was not recorded"
     if why:
         return Outcome.skipped(target, why)
