@@ -180,12 +180,12 @@ def _swap_after_meta(monkeypatch, folder: Path, target: Path, user: Any) -> None
 
 
 def test_report_of_a_folder_swapped_for_a_link_reads_and_writes_only_the_folder_it_opened(swap_pair, monkeypatch):
-    from gpudoctor.commands import render_cmd
+    from gpudoctor.commands import report as report_command
 
     theirs, root_only, user = swap_pair
     _swap_after_meta(monkeypatch, theirs, root_only, user)
     args = argparse.Namespace(input=theirs, output=None, price_per_gpu_hour=None, gpus=None, json=False)
-    assert render_cmd.main(args) == 0
+    assert report_command.main(args) == 0
     assert (root_only / "report.md").read_text() == VICTIM_TEXT  # before: replaced by the report
     assert not (root_only / "report.json").exists() and not (root_only / "report.html").exists()
     moved = theirs.parent / "run.moved"
