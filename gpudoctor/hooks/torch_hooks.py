@@ -18,6 +18,7 @@ from gpudoctor.hooks import patch
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.profiler_windows import ProfilerWindows
 from gpudoctor.hooks.writer import EventWriter
+from gpudoctor.recording.events import SIDE_FILE
 
 # Padding is counted on every batch up to this many, then on every 10th.
 _PAD_EVERY_BATCH_UNTIL = 5000
@@ -219,7 +220,6 @@ class TorchHooks:
         _emit_model(self.writer, module)
 
 
-SIDE_FILE = "save_side"
 _WALK_MAX = 10_000  # objects looked at before calling a save a checkpoint anyway
 
 

@@ -73,3 +73,8 @@ Sampler lines (no ``k``): see :mod:`gpudoctor.samplers.host` and
 """
 
 from __future__ import annotations
+
+# Names the analysis reads and the hooks write (the hooks import them from here, not back).
+SIDE_FILE = "save_side"  # span category: a torch.save of an object without tensors
+EVAL_LOOP = "eval_loop"  # span category: a hand-written loop's eval region
+EVAL_FORWARDS = "eval_forwards"  # counter: forward passes inside eval_loop regions

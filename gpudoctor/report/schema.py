@@ -21,15 +21,20 @@ consult. ``sweep`` and ``merge`` are not report sections: ``gpudoctor sweep`` wr
 ``sweep.json`` (``gpudoctor.sweep/1``) and ``--merge`` joins those.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from annotated_types import Ge, Le, Len
 from typing_extensions import NotRequired, TypedDict
 
+from gpudoctor.common.numbers import num
+
 SCHEMA = "gpudoctor.report/1"
 BREAKDOWN_KEYS = ("startup", "data_wait", "compute", "checkpoint", "eval", "other")
 SEVERITIES = ("high", "medium", "low", "info")
+# What happened to a finding between two reports (``gpudoctor diff``; gpudoctor/report/diff.py).
+DIFF_STATUSES = ("resolved", "partial", "moved", "gone", "new", "still_present")
 
 MAX_USD = 1e9  # per hour or per run: beyond it the figure is forged or corrupt
 MAX_SECONDS = 1e8  # ~3 years of wall time
@@ -497,3 +502,10 @@ SECTIONS: tuple[Section, ...] = (
     Section("nodes", "nodes and clock alignment", "gpudoctor report NODE_DIR NODE_DIR ...", kept=False),
 )
 KEPT_ON_RERENDER = tuple(s.key for s in SECTIONS if s.kept)
+
+
+def breakdown_items(breakdown: Mapping[str, Any] | None) -> list[tuple[str, float | None]]:
+    """The six slices in SPEC order (then any extra ones), as ``(name, fraction)``."""
+    breakdown = breakdown or {}
+    keys = list(BREAKDOWN_KEYS) + [k for k in breakdown if k not in BREAKDOWN_KEYS]
+    return [(k, num(breakdown.get(k))) for k in keys]
