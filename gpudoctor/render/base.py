@@ -169,8 +169,8 @@ def host_text(host: Any) -> str:
         v = host[k]
         if k == "hostname":
             parts.append(str(v))
-        elif k == "memory_total_mib" and num(v) is not None:
-            parts.append(f"{num(v) / 1024:.0f} GiB RAM")
+        elif k == "memory_total_mib" and (mib := num(v)) is not None:
+            parts.append(f"{mib / 1024:.0f} GiB RAM")
         elif k == "cpu_count":
             parts.append(f"{v} CPUs")
         else:

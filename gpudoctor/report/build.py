@@ -127,7 +127,7 @@ def _projected_run_s(a: Analysis) -> float | None:
     done = len(p.step_times)
     if not isinstance(max_steps, int) or max_steps <= 0 or not p50:
         return None
-    return a.duration_s + max(0, max_steps - done) * p50
+    return float(a.duration_s + max(0, max_steps - done) * p50)
 
 
 def _info_findings(a: Analysis, price: Price) -> list[Finding]:

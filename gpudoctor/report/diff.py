@@ -340,7 +340,7 @@ def diff_reports(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any
     rb, ra = RunSeconds(before), RunSeconds(after)
     noise = Noise(rb, ra)
     b_cost, a_cost = before.get("cost") or {}, after.get("cost") or {}
-    step = change(rb.p50_s, ra.p50_s)
+    step: dict[str, Any] = {**change(rb.p50_s, ra.p50_s)}
     step["verdict"] = verdict(step["delta"], noise.per_step)
     rate: dict[str, Any] = throughput(before, after)
     rate["verdict"] = step["verdict"]
@@ -349,7 +349,7 @@ def diff_reports(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any
     for key in keys:
         c = change(rb.bucket_s(key), ra.bucket_s(key))
         seconds[key] = {"unit": unit_of(key), **c, "verdict": verdict(c["delta"], noise.of(key))}
-    d = {
+    d: dict[str, Any] = {
         "schema": DIFF_SCHEMA,
         "before": _side(before),
         "after": _side(after),

@@ -25,7 +25,7 @@ FORMATS = ("parquet", "csv")
 def table_bytes(df: Any, fmt: str) -> bytes:
     """One table as the bytes of a ``fmt`` file."""
     if fmt == "csv":
-        return df.to_csv(index=False, lineterminator="\n").encode("utf-8")
+        return bytes(df.to_csv(index=False, lineterminator="\n").encode("utf-8"))
     try:
         import pyarrow  # noqa: F401 - pandas' parquet engine, optional like pandas
     except ImportError:
