@@ -74,7 +74,300 @@ Sampler lines (no ``k``): see :mod:`gpudoctor.samplers.host` and
 
 from __future__ import annotations
 
+from typing import Annotated, Any, Literal, TypedDict
+
 # Names the analysis reads and the hooks write (the hooks import them from here, not back).
 SIDE_FILE = "save_side"  # span category: a torch.save of an object without tensors
 EVAL_LOOP = "eval_loop"  # span category: a hand-written loop's eval region
 EVAL_FORWARDS = "eval_forwards"  # counter: forward passes inside eval_loop regions
+
+
+# ---- the vocabulary as types -----------------------------------------------------------------
+# Stdlib only: the injected hooks import this module inside the patient. Each kind is a TypedDict:
+# its required keys are the ones the analysis needs (a line without one is dropped), the optional
+# ones may be absent or, where ``| None``, null. The ``Annotated`` marks say what a number is, and
+# gpudoctor/recording/validate.py derives its checks (EVENT_FIELDS) from them.
+
+Time = Annotated[float, "time"]  # epoch seconds, time.time()
+Seconds = Annotated[float, "duration"]  # a duration, time.perf_counter() differences
+Count = Annotated[int, "count"]  # a non-negative whole number
+Int = Annotated[int, "int"]  # a whole number, maybe negative (a pid, a rank, -1 steps)
+Number = Annotated[float, "number"]  # any finite number
+Counts = Annotated[list[int], "count_list"]
+Libs = Annotated[dict[str, str | None], "libs"]  # {package: version or None}
+Unchecked = Annotated[Any, "unchecked"]  # written, read by some, never checked on load
+
+
+class CliOption(TypedDict, total=False):
+    dest: str
+    flags: list[str]
+    default: Any
+    value: Any
+    takes_value: bool
+    const: Any
+
+
+Options = Annotated[list[CliOption], "options"]
+
+
+class _Span(TypedDict):
+    k: Literal["span"]
+    c: str
+    t0: Time
+    dt: Seconds
+
+
+class SpanEvent(_Span, total=False):
+    name: str
+
+
+class _Step(TypedDict):
+    k: Literal["step"]
+    t: Time
+
+
+class StepEvent(_Step, total=False):
+    n: Count
+    dt: Seconds | None
+
+
+class FirstStepEvent(TypedDict):
+    k: Literal["first_step"]
+    t: Time
+
+
+class _Exit(TypedDict):
+    k: Literal["exit"]
+    t: Time
+
+
+class ExitEvent(_Exit, total=False):
+    writer_cpu_s: Unchecked  # what recording cost this process beside its hooks (bench/ reads it)
+    events_written: Unchecked
+
+
+class _Detach(TypedDict):
+    k: Literal["detach"]
+    t: Time
+
+
+class DetachEvent(_Detach, total=False):
+    writer_cpu_s: Unchecked  # what recording cost this process beside its hooks (bench/ reads it)
+    events_written: Unchecked
+
+
+class MapCacheEvent(TypedDict):
+    k: Literal["map_cache"]
+    t: Time
+    state: str
+
+
+class _HookError(TypedDict):
+    k: Literal["hook_error"]
+    t: Time
+    where: str
+
+
+class HookErrorEvent(_HookError, total=False):
+    vital: bool | None
+    error: str | None
+    message: str | None
+
+
+class CounterEvent(TypedDict):
+    k: Literal["counter"]
+    t: Time
+    name: str
+    calls: Count
+    s: Seconds
+
+
+class _Batch(TypedDict):
+    k: Literal["batch"]
+    tokens: Count
+    pad: Count
+    seq_len: Count
+
+
+class BatchEvent(_Batch, total=False):
+    t: Time
+    lengths: Counts
+
+
+class _Proc(TypedDict):
+    k: Literal["proc"]
+
+
+class ProcEvent(_Proc, total=False):
+    t: Time
+    pid: Int
+    ppid: Int | None
+    rank: Int | None
+    local_rank: Int | None
+    world_size: Int | None
+    argv: list[str]
+    create_time: Time | None
+    is_worker: bool | None
+    libs: Libs
+    python: str | None
+
+
+class _Loader(TypedDict):
+    k: Literal["loader"]
+
+
+class LoaderEvent(_Loader, total=False):
+    t: Time
+    id: Int | None
+    num_workers: Count | None
+    batch_size: Count | None
+    pin_memory: bool | None
+    prefetch_factor: Count | None
+    persistent_workers: bool | None
+    dataset: str | None
+    collate_fn: str | None
+    params: list[str]
+    pid: Int | None
+
+
+class _TorchCfg(TypedDict):
+    k: Literal["torch_cfg"]
+
+
+class TorchCfgEvent(_TorchCfg, total=False):
+    t: Time
+    cuda: bool | None
+    device: str | None
+    device_name: str | None
+    device_capability: Counts | None
+    matmul_precision: str | None
+    allow_tf32: bool | None
+    cudnn_allow_tf32: bool | None
+    param_dtype: str | None
+    autocast: bool | None
+    autocast_dtype: str | None
+    module: str | None
+    libs: Libs
+
+
+class _Trainer(TypedDict):
+    k: Literal["trainer"]
+
+
+class TrainerEvent(_Trainer, total=False):
+    t: Time
+    args: dict[str, Any]
+    max_steps: Int | None
+    num_train_epochs: Number | None
+    version: str | None
+
+
+# ``class`` is a keyword: the optional part is spelt the functional way.
+_ModelOptional = TypedDict("_ModelOptional", {"t": Time, "class": str | None, "params": Count | None},
+                           total=False)
+
+
+class ModelEvent(_ModelOptional):
+    k: Literal["model"]
+    config: dict[str, Any]
+
+
+class _Plan(TypedDict):
+    k: Literal["plan", "hf_plan"]  # ``hf_plan``: the same, as older recordings name it
+
+
+class PlanEvent(_Plan, total=False):
+    t: Time
+    max_steps: Int | None
+    num_train_epochs: Unchecked
+    global_step: Unchecked
+
+
+class _Cli(TypedDict):
+    k: Literal["cli"]
+    options: Options
+
+
+class CliEvent(_Cli, total=False):
+    t: Time
+    style: str
+    parser: str | None
+    from_argv: bool
+    args: list[str] | None
+
+
+class _Profiler(TypedDict):
+    k: Literal["profiler"]
+    t0: Time
+    dt: Seconds
+
+
+class ProfilerEvent(_Profiler, total=False):
+    steps: Count
+    dataloader_s: Seconds | None
+    cuda_kernel_s: Seconds | None
+
+
+# Kinds written for tools beside the analysis; kept as they are on load, never checked.
+class AppliedEvent(TypedDict):
+    k: Literal["applied"]
+    t: float
+    rule: str
+    call: str
+    values: dict[str, Any]
+    was: dict[str, Any]
+    skipped: dict[str, str]
+    pid: int
+
+
+class _Tracker(TypedDict):
+    k: Literal["tracker"]
+    t: float
+    kind: str
+    pid: int
+
+
+class TrackerEvent(_Tracker, total=False):
+    run_id: str | None
+    experiment_id: str | None
+    project: str | None
+    name: str | None
+    url: str | None
+    tracking_uri: str | None
+    log_dir: str | None
+
+
+class HfProgressEvent(TypedDict):
+    k: Literal["hf_step", "hf_end"]
+    t: float
+    global_step: Any
+
+
+# The kinds the loader checks (validate.EVENT_FIELDS is derived from these), by ``k``.
+CHECKED: dict[str, type] = {
+    "span": SpanEvent,
+    "step": StepEvent,
+    "first_step": FirstStepEvent,
+    "exit": ExitEvent,
+    "detach": DetachEvent,
+    "map_cache": MapCacheEvent,
+    "hook_error": HookErrorEvent,
+    "counter": CounterEvent,
+    "batch": BatchEvent,
+    "proc": ProcEvent,
+    "loader": LoaderEvent,
+    "torch_cfg": TorchCfgEvent,
+    "trainer": TrainerEvent,
+    "model": ModelEvent,
+    "plan": PlanEvent,
+    "hf_plan": PlanEvent,
+    "cli": CliEvent,
+    "profiler": ProfilerEvent,
+}
+
+Event = (
+    SpanEvent | StepEvent | FirstStepEvent | ExitEvent | DetachEvent | MapCacheEvent | HookErrorEvent
+    | CounterEvent | BatchEvent | ProcEvent | LoaderEvent | TorchCfgEvent | TrainerEvent | ModelEvent
+    | PlanEvent | CliEvent | ProfilerEvent | AppliedEvent | TrackerEvent | HfProgressEvent
+)
+"""One line of ``events/<pid>.jsonl``, as the hooks write it (:meth:`EventWriter.emit`)."""
