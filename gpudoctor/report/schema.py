@@ -23,14 +23,14 @@ consult. ``sweep`` and ``merge`` are not report sections: ``gpudoctor sweep`` wr
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from annotated_types import Ge, Le, Len
 from typing_extensions import NotRequired, TypedDict
 
 from gpudoctor.common.numbers import num
 
-SCHEMA = "gpudoctor.report/1"
+SCHEMA: Literal["gpudoctor.report/1"] = "gpudoctor.report/1"
 BREAKDOWN_KEYS = ("startup", "data_wait", "compute", "checkpoint", "eval", "other")
 SEVERITIES = ("high", "medium", "low", "info")
 # What happened to a finding between two reports (``gpudoctor diff``; gpudoctor/report/diff.py).
@@ -91,6 +91,7 @@ class Run(TypedDict):
     exit_code: NotRequired[int | None]
     status: NotRequired[str]
     gpudoctor_version: NotRequired[str]
+    doctor_priority: NotRequired[dict[str, str] | None]  # how the doctor kept out of the way; null: in-process
 
 
 # --- what the time went to ---------------------------------------------------------------------
@@ -433,7 +434,8 @@ class Sections(TypedDict, total=False):
     against this before it is kept."""
 
     # Every TypedDict inside inherits it: no coercion, no NaN/inf, unknown keys allowed.
-    __pydantic_config__ = _CONFIG  # type: ignore[misc]
+    if not TYPE_CHECKING:  # type: ignore[misc]  # pydantic reads it; to a type checker it would be a key
+        __pydantic_config__ = _CONFIG
     saves: Saves | None
     profiler: list[ProfilerWindow]
     attach: Attach
@@ -461,7 +463,8 @@ class Report(Sections):
     report.json alone (``gpudoctor report report.json -o x.html`` needs no raw samples), plus
     the optional :class:`Sections`."""
 
-    __pydantic_config__ = _CONFIG  # type: ignore[misc]
+    if not TYPE_CHECKING:  # type: ignore[misc]  # pydantic reads it; to a type checker it would be a key
+        __pydantic_config__ = _CONFIG
     schema: Literal["gpudoctor.report/1"]
     run: Run
     breakdown: Breakdown
