@@ -10,6 +10,9 @@ is what breaks it).
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "gpudoctor"
@@ -146,3 +149,13 @@ def test_analysis_imports_neither_render_nor_hooks():
 
 def test_the_finder_sees_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_hooks_load_only_the_event_vocabulary_of_the_recording():
+    """Importing the hooks (as the patient does) loads ``recording/events.py`` alone: not the
+    store, the reader or orjson (``gpudoctor.recording`` loads its store lazily)."""
+    code = ("import sys, gpudoctor.hooks, gpudoctor.hooks.torch_hooks, gpudoctor.hooks.eval_regions; "
+            "print(sorted(m for m in sys.modules if m.startswith(('gpudoctor.recording', 'orjson'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=PACKAGE.parent, env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})
+    assert out.stdout.split("\n")[0] == "['gpudoctor.recording', 'gpudoctor.recording.events']"
