@@ -70,6 +70,10 @@ In-process events (key ``k``):
 
 Sampler lines (no ``k``): see :mod:`gpudoctor.samplers.host` and
 :mod:`gpudoctor.samplers.nvml` for the fields.
+
+The TypedDicts at the end of this module are the format itself: :meth:`EventWriter.emit` takes an
+:data:`Event`, and the loader's checks (``validate.EVENT_FIELDS``) are derived from them. A new
+kind or field is added there (the list above says what it means).
 """
 
 from __future__ import annotations
