@@ -9,7 +9,7 @@ and ``gpudoctor report FOLDER`` later give the same report.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from gpudoctor.recording.store import load_recording
 from gpudoctor.render import write_all
@@ -26,7 +26,8 @@ def finish(folder: Path, options: ReportOptions, *, extra: dict[str, Any] | None
     (``run``, ``attach`` and the in-process API; docs/trackers.md).
     """
     recording = load_recording(folder)
-    report = build_report(recording, options)
+    # typed up to here (schema.Report); the renderers and the commands still take a plain dict
+    report = cast(dict[str, Any], build_report(recording, options))
     if extra:
         report.update(extra)
     write_all(report, folder)

@@ -2,13 +2,17 @@
 
 A function-level import hides a cycle from Python, not from a reader: the layers
 (recording -> analysis -> rules -> report -> render; hooks below integrations; commands on
-top, imported by nothing) must stay one-way. ``if TYPE_CHECKING:`` imports never run and
-are left out.
+top, imported by nothing) must stay one-way. ``if TYPE_CHECKING:`` imports count too: they
+never run, but a type that needs the other module is the same two-way tie (a small ``Protocol``
+is what breaks it).
 """
 
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "gpudoctor"
@@ -24,21 +28,8 @@ def _modules() -> dict[str, Path]:
 
 
 def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
-    """Every import statement, outside ``if TYPE_CHECKING:`` blocks."""
-    found: list[ast.Import | ast.ImportFrom] = []
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for child in node.orelse:
-                visit(child)
-            return
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            found.append(node)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(tree)
-    return found
+    """Every import statement: module level, function level and ``if TYPE_CHECKING:`` alike."""
+    return [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
 
 
 def _targets(module: str, node: ast.Import | ast.ImportFrom, mods: dict[str, Path]) -> set[str]:
@@ -116,5 +107,55 @@ def test_nothing_below_the_commands_imports_them():
     assert upward == []
 
 
+def _edges(graph: dict[str, set[str]], source: tuple[str, ...], target: tuple[str, ...]) -> list[str]:
+    return sorted(f"{m} -> {t}" for m, targets in graph.items() for t in targets
+                  if m.startswith(source) and t.startswith(target))
+
+
+# The modes: where a recording comes from and what is done with it (one each on the command line).
+MODES = ("gpudoctor.attach", "gpudoctor.launch", "gpudoctor.replay", "gpudoctor.sweep",
+         "gpudoctor.tryfix", "gpudoctor.report.diff", "gpudoctor.pipeline")
+
+
+def test_renderers_know_no_mode():
+    """A renderer words figures it is handed: it never reaches into a mode (nor a mode into it,
+    for the diff: report/diff.py computes, render/ words)."""
+    graph = _graph()
+    assert _edges(graph, ("gpudoctor.render",), (*MODES, "gpudoctor.commands", "gpudoctor.cli")) == []
+    assert _edges(graph, ("gpudoctor.report.diff",), ("gpudoctor.render",)) == []
+
+
+def test_nothing_imports_the_command_line():
+    assert _edges(_graph(), ("gpudoctor.",), ("gpudoctor.cli",)) == ["gpudoctor.__main__ -> gpudoctor.cli"]
+
+
+def test_injected_hooks_know_no_mode_and_import_the_stdlib_only_beside_the_package():
+    """The hooks run inside the patient's interpreter: they import no mode, no analysis, no render,
+    and of the recording only its event vocabulary (stdlib-only ``recording/events.py``)."""
+    graph = _graph()
+    banned = (*MODES, "gpudoctor.analysis", "gpudoctor.rules", "gpudoctor.render", "gpudoctor.report",
+              "gpudoctor.samplers", "gpudoctor.commands", "gpudoctor.cli")
+    assert _edges(graph, ("gpudoctor.hooks",), banned) == []
+    recording = {t for t in _edges(graph, ("gpudoctor.hooks",), ("gpudoctor.recording",))}
+    assert {e.split(" -> ")[1] for e in recording} <= {"gpudoctor.recording.events"}
+    events = ast.parse((PACKAGE / "recording" / "events.py").read_text())
+    assert [n for n in _imports(events) if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("gpudoctor")] == []
+
+
+def test_analysis_imports_neither_render_nor_hooks():
+    graph = _graph()
+    assert _edges(graph, ("gpudoctor.analysis", "gpudoctor.rules"), ("gpudoctor.render", "gpudoctor.hooks")) == []
+
+
 def test_the_finder_sees_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_hooks_load_only_the_event_vocabulary_of_the_recording():
+    """Importing the hooks (as the patient does) loads ``recording/events.py`` alone: not the
+    store, the reader or orjson (``gpudoctor.recording`` loads its store lazily)."""
+    code = ("import sys, gpudoctor.hooks, gpudoctor.hooks.torch_hooks, gpudoctor.hooks.eval_regions; "
+            "print(sorted(m for m in sys.modules if m.startswith(('gpudoctor.recording', 'orjson'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=PACKAGE.parent, env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})
+    assert out.stdout.split("\n")[0] == "['gpudoctor.recording', 'gpudoctor.recording.events']"

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from gpudoctor.analysis import timeline as tl
 from gpudoctor.analysis.process import ProcessView
-from gpudoctor.hooks.torch_hooks import SIDE_FILE  # the span category of a save without tensors
+from gpudoctor.recording.events import SIDE_FILE  # the span category of a save without tensors
 
 
 @dataclass

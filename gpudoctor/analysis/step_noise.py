@@ -25,7 +25,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gpudoctor.render.base import num
+from gpudoctor.common.numbers import num
 
 MAD_TO_SIGMA = 1.4826  # median absolute deviation -> standard deviation, normal jitter
 MEDIAN_SE = 1.2533  # standard error of a median / (sigma / sqrt(n)), normal jitter

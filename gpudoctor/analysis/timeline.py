@@ -91,7 +91,7 @@ def _keep_gaps(intervals: Sequence[Interval], minus: Sequence[Interval]) -> list
 
 
 def total(intervals: Iterable[Interval]) -> float:
-    return -sum(starmap(sub, intervals))  # sum of (end - start), at C speed
+    return float(-sum(starmap(sub, intervals)))  # sum of (end - start), at C speed
 
 
 def total_after(intervals: Sequence[Interval], t: float) -> float:

@@ -30,6 +30,7 @@ from gpudoctor.common.redact import (
 from gpudoctor.hooks import patch
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.writer import EventWriter
+from gpudoctor.recording.events import CliEvent, CliOption
 
 MAX_OPTIONS = 1000
 MAX_TEXT = 300
@@ -79,12 +80,12 @@ def _record_parse(writer: EventWriter, parser: Any, args: Any, result: Any) -> N
     writer.emit(parser_event(parser, namespace, args))
 
 
-def parser_event(parser: Any, namespace: Any, args: Any = None) -> dict[str, Any]:
+def parser_event(parser: Any, namespace: Any, args: Any = None) -> CliEvent:
     """One ``cli`` event for a parse: every option's flags, default and the value it got."""
     argv = list(sys.argv[1:])
     explicit = list(args) if isinstance(args, (list, tuple)) else None
     from_argv = explicit is None or explicit == argv or (bool(argv) and explicit[-len(argv):] == argv)
-    options = []
+    options: list[CliOption] = []
     for action in list(getattr(parser, "_actions", []))[:MAX_OPTIONS]:
         entry = _option(action, namespace)
         if entry is not None:
@@ -100,7 +101,7 @@ def parser_event(parser: Any, namespace: Any, args: Any = None) -> dict[str, Any
     }
 
 
-def _option(action: Any, namespace: Any) -> dict[str, Any] | None:
+def _option(action: Any, namespace: Any) -> CliOption | None:
     dest = getattr(action, "dest", None)
     kind = type(action).__name__
     if not isinstance(dest, str) or dest == "==SUPPRESS==" or kind in ("_HelpAction", "_VersionAction",
@@ -213,7 +214,7 @@ def record_script_globals(writer: EventWriter) -> None:
         writer.emit(event)
 
 
-def globals_event(argv: list[str]) -> dict[str, Any] | None:
+def globals_event(argv: list[str]) -> CliEvent | None:
     """A ``cli`` event of style ``globals`` for ``argv[0]``'s literal settings, or None.
 
     The settings are the top-level ``NAME = literal`` lines before the script's first
@@ -237,7 +238,7 @@ def globals_event(argv: list[str]) -> dict[str, Any] | None:
                 values[key] = _literal(text if eq else args[i + 1])
         elif not arg.startswith("-") and (text := _read_source(arg)) is not None:
             values.update({k: v for k, v in _assignments(text) if k in values})
-    options = []
+    options: list[CliOption] = []
     for name, default in list(settings.items())[:MAX_OPTIONS]:
         secret = is_secret_name(name)
         options.append({"dest": name, "flags": [f"--{name}"], "default": _plain(default, secret),

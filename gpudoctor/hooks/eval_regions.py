@@ -43,9 +43,10 @@ from gpudoctor.hooks import patch
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.torch_hooks import TorchHooks, safe_attr
 from gpudoctor.hooks.writer import EventWriter
+from gpudoctor.recording.events import EVAL_FORWARDS, EVAL_LOOP
 
-SPAN = "eval_loop"
-FORWARDS = "eval_forwards"  # counter: forward passes inside eval regions
+SPAN = EVAL_LOOP
+FORWARDS = EVAL_FORWARDS  # counter: forward passes inside eval regions
 _Stamp = tuple[float, float]  # (time.time(), time.perf_counter())
 
 

@@ -24,12 +24,19 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from gpudoctor.common.redact import redact_value
 
-if TYPE_CHECKING:  # the writer's flush is itself guarded: a runtime import would be a cycle
-    from gpudoctor.hooks.writer import EventWriter
+
+class Sink(Protocol):
+    """Where a failed hook's ``hook_error`` goes: the event writer (its flush is itself guarded,
+    so guard names only what it calls, never the writer's module)."""
+
+    def emit(self, event: Any) -> None: ...
+
+    def last_words(self, event: Any) -> None: ...
+
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -48,7 +55,7 @@ class _Site:
 
 _sites: dict[str, _Site] = {}
 _lock = threading.Lock()
-_sink: EventWriter | None = None
+_sink: Sink | None = None
 
 
 def guarded(where: str, *, vital: bool = False, default: Any = None) -> Callable[[F], F]:
@@ -76,7 +83,7 @@ def guarded(where: str, *, vital: bool = False, default: Any = None) -> Callable
     return decorate
 
 
-def arm(writer: EventWriter) -> None:
+def arm(writer: Sink) -> None:
     """A fresh install (run, attach, re-attach): every hook on, failures go to ``writer``."""
     global _sink
     with _lock:

@@ -15,6 +15,7 @@ from transformers import TrainerCallback
 
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.writer import EventWriter
+from gpudoctor.recording.events import Event
 
 # Every method runs inside the user's training: one guard, see gpudoctor.hooks.guard.
 _guard = guarded("Trainer callback")
@@ -38,6 +39,6 @@ class EventsCallback(TrainerCallback):
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._emit({"k": "hf_end", "t": time.time(), "global_step": state.global_step})
 
-    def _emit(self, event: dict[str, Any]) -> None:
+    def _emit(self, event: Event) -> None:
         if self._writer is not None:
             self._writer.emit(event)

@@ -13,6 +13,7 @@ from gpudoctor.hooks import apply, patch
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.torch_hooks import TorchHooks, safe_attr
 from gpudoctor.hooks.writer import EventWriter
+from gpudoctor.recording.events import TrainerEvent
 
 
 def install_tokenizers(writer: EventWriter, torch_hooks: TorchHooks, mod: ModuleType) -> None:
@@ -81,7 +82,7 @@ def _adopt_trainer(writer: EventWriter, trainer: Any) -> None:
         trainer.add_callback(EventsCallback(writer))
 
 
-def trainer_event(trainer: Any) -> dict[str, Any]:
+def trainer_event(trainer: Any) -> TrainerEvent:
     """The Trainer's arguments, redacted; never raises (``attach`` calls it on live Trainers)."""
     args = safe_attr(trainer, "args")
     try:
@@ -93,7 +94,7 @@ def trainer_event(trainer: Any) -> dict[str, Any]:
         "k": "trainer",
         "t": time.time(),
         "args": redact_mapping(arg_dict) if isinstance(arg_dict, dict) else {},
-        "max_steps": _number(safe_attr(args, "max_steps")),
+        "max_steps": _whole(safe_attr(args, "max_steps")),
         "num_train_epochs": _number(safe_attr(args, "num_train_epochs")),
         "version": _version(transformers),
     }
@@ -106,6 +107,11 @@ def _version(module: Any) -> str | None:
 
 def _number(value: Any) -> int | float | None:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _whole(value: Any) -> int | None:
+    """An int, or None: the loader drops a trainer event whose max_steps is another number."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def install_datasets(writer: EventWriter, mod: ModuleType) -> None:

@@ -19,6 +19,7 @@ from gpudoctor.hooks import patch
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.profiler_windows import ProfilerWindows
 from gpudoctor.hooks.writer import EventWriter
+from gpudoctor.recording.events import SIDE_FILE, BatchEvent, LoaderEvent, TorchCfgEvent
 from gpudoctor.samplers.device_clock import DeviceClock, GpuMarks
 
 # Padding is counted on every batch up to this many, then on every 10th.
@@ -268,7 +269,6 @@ def _start_gpu_clock(writer: EventWriter, device: str, clock: DeviceClock | None
     return cuda_clock.start(writer, device, clock)
 
 
-SIDE_FILE = "save_side"
 _WALK_MAX = 10_000  # objects looked at before calling a save a checkpoint anyway
 
 
@@ -297,7 +297,7 @@ def safe_attr(obj: Any, name: str) -> Any:
         return None
 
 
-def _loader_event(loader: Any) -> dict[str, Any]:
+def _loader_event(loader: Any) -> LoaderEvent:
     """The loader's settings; never raises (``attach`` calls it on live loaders)."""
     import inspect
 
@@ -345,7 +345,7 @@ def _emit_model(writer: EventWriter, module: Any) -> None:
                  "params": int(params), "config": redact_mapping(dict(list(sizes.items())[:_MODEL_CONFIG_KEYS]))})
 
 
-def padding_event(batch: Any, pad_token_id: int | None) -> dict[str, Any] | None:
+def padding_event(batch: Any, pad_token_id: int | None) -> BatchEvent | None:
     """Count pad tokens from the batch itself: attention mask, else pad id in input_ids.
 
     Only plain (strided) 2-D CPU tensors are counted: sparse, mkldnn, nested,
@@ -375,7 +375,7 @@ def _countable(torch: ModuleType, t: Any) -> bool:
             and not t.is_nested and t.dim() == 2 and t.device.type == "cpu")
 
 
-def torch_cfg_event(torch: ModuleType, module: Any) -> dict[str, Any]:
+def torch_cfg_event(torch: ModuleType, module: Any) -> TorchCfgEvent:
     cuda = bool(torch.cuda.is_available())
     param = next(module.parameters(), None) if hasattr(module, "parameters") else None
     device_type = param.device.type if param is not None else ("cuda" if cuda else "cpu")

@@ -19,13 +19,14 @@ import os
 import sys
 import time
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 from gpudoctor.common.redact import redact_value
 from gpudoctor.hooks import imports, patch
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.torch_hooks import safe_attr
 from gpudoctor.hooks.writer import EventWriter
+from gpudoctor.recording.events import TrackerEvent
 
 _writer: EventWriter | None = None
 _seen: set[tuple[str, str]] = set()
@@ -47,7 +48,7 @@ def _emit(kind: str, key: str, fields: dict[str, Any]) -> None:
         return
     _seen.add((kind, key))
     clean = {k: redact_value(v) if isinstance(v, str) else v for k, v in fields.items()}
-    w.emit({"k": "tracker", "t": time.time(), "kind": kind, "pid": os.getpid(), **clean})
+    w.emit(cast(TrackerEvent, {"k": "tracker", "t": time.time(), "kind": kind, "pid": os.getpid(), **clean}))
 
 
 def _text(value: Any) -> str | None:

@@ -30,12 +30,14 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from gpudoctor.common import safefs
 from gpudoctor.common.redact import redact_argv, redact_mapping
 from gpudoctor.hooks.guard import guarded
+from gpudoctor.recording.events import Event
 
 COUNTER_MAX_PERIOD_S = 10.0
 
@@ -54,7 +56,7 @@ class EventWriter:
         # Re-entrant: a detach runs on the main thread wherever it is (attach's pending call, a signal),
         # inside cut_counters too, and its final flush takes this lock again: a plain Lock would hang training.
         self._lock = threading.RLock()
-        self._buf: list[dict[str, Any]] = []
+        self._buf: list[Mapping[str, Any]] = []
         self._counters: dict[str, list[float]] = {}
         self._fh: Any = None
         self._thread: threading.Thread | None = None
@@ -69,7 +71,7 @@ class EventWriter:
         self._written = 0  # events written
 
     # -- hot path -----------------------------------------------------------
-    def emit(self, event: dict[str, Any]) -> None:
+    def emit(self, event: Event) -> None:
         if not self.enabled:
             return
         if not self._announced:
@@ -147,7 +149,7 @@ class EventWriter:
     def flush(self, final: bool = False) -> None:
         self._flush(final)
 
-    def last_words(self, event: dict[str, Any]) -> None:
+    def last_words(self, event: Mapping[str, Any]) -> None:
         """Write ``event`` now and stop recording (a vital hook failed); never raises."""
         self._buf.append(event)
         with contextlib.suppress(Exception):  # the failure itself is already said on stderr
@@ -189,8 +191,9 @@ class EventWriter:
             return
         if self._announced:
             # what recording cost this process beside its hooks: the flush thread's CPU (bench/ reads it)
-            self.emit({"k": "exit" if exiting else "detach", "t": time.time(),
-                       "writer_cpu_s": round(self._cpu_s, 4), "events_written": self._written})
+            t, cpu_s = time.time(), round(self._cpu_s, 4)
+            self.emit({"k": "exit", "t": t, "writer_cpu_s": cpu_s, "events_written": self._written} if exiting
+                      else {"k": "detach", "t": t, "writer_cpu_s": cpu_s, "events_written": self._written})
         self._stop.set()
         self._wake.set()
         self.flush(final=True)

@@ -11,6 +11,17 @@ Folder layout (all appended as they come, so a crash loses at most ~1 s)::
 See :mod:`gpudoctor.recording.events` for the event kinds.
 """
 
-from gpudoctor.recording.store import JsonlAppender, Recording, RunFolder, load_recording
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpudoctor.recording.store import JsonlAppender, Recording, RunFolder, load_recording
 
 __all__ = ["JsonlAppender", "Recording", "RunFolder", "load_recording"]
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: the injected hooks import recording.events, stdlib only
+    if name in __all__:
+        from gpudoctor.recording import store
+
+        return getattr(store, name)
+    raise AttributeError(name)

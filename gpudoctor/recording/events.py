@@ -86,42 +86,352 @@ others on the host:
 
 Sampler lines (no ``k``): see :mod:`gpudoctor.samplers.host` and
 :mod:`gpudoctor.samplers.nvml` for the fields.
+
+The TypedDicts at the end of this module are the format itself: :meth:`EventWriter.emit` takes an
+:data:`Event`, and the loader's checks (``validate.EVENT_FIELDS``) are derived from them. A new
+kind or field is added there (the list above says what it means).
 """
 
 from __future__ import annotations
 
-from typing import Literal, TypedDict
+from typing import Annotated, Any, Literal, TypedDict
 
-from typing_extensions import NotRequired
+# Names the analysis reads and the hooks write (the hooks import them from here, not back).
+SIDE_FILE = "save_side"  # span category: a torch.save of an object without tensors
+EVAL_LOOP = "eval_loop"  # span category: a hand-written loop's eval region
+EVAL_FORWARDS = "eval_forwards"  # counter: forward passes inside eval_loop regions
 
-# --- GPU clock (samplers/device_clock.py): a block of its own --------------------------------
+
+# ---- the vocabulary as types -----------------------------------------------------------------
+# Stdlib only: the injected hooks import this module inside the patient. Each kind is a TypedDict:
+# its required keys are the ones the analysis needs (a line without one is dropped), the optional
+# ones may be absent or, where ``| None``, null. The ``Annotated`` marks say what a number is, and
+# gpudoctor/recording/validate.py derives its checks (EVENT_FIELDS) from them.
+
+Time = Annotated[float, "time"]  # epoch seconds, time.time()
+Seconds = Annotated[float, "duration"]  # a duration, time.perf_counter() differences
+Count = Annotated[int, "count"]  # a non-negative whole number
+Int = Annotated[int, "int"]  # a whole number, maybe negative (a pid, a rank, -1 steps)
+Number = Annotated[float, "number"]  # any finite number
+Counts = Annotated[list[int], "count_list"]
+Libs = Annotated[dict[str, str | None], "libs"]  # {package: version or None}
+Unchecked = Annotated[Any, "unchecked"]  # written, read by some, never checked on load
 
 
-class GpuClockEvent(TypedDict):
-    k: Literal["gpu_clock"]
+class CliOption(TypedDict, total=False):
+    dest: str
+    flags: list[str]
+    default: Any
+    value: Any
+    takes_value: bool
+    const: Any
+
+
+Options = Annotated[list[CliOption], "options"]
+
+
+class _Span(TypedDict):
+    k: Literal["span"]
+    c: str
+    t0: Time
+    dt: Seconds
+
+
+class SpanEvent(_Span, total=False):
+    name: str
+
+
+class _Step(TypedDict):
+    k: Literal["step"]
+    t: Time
+
+
+class StepEvent(_Step, total=False):
+    n: Count
+    dt: Seconds | None
+
+
+class FirstStepEvent(TypedDict):
+    k: Literal["first_step"]
+    t: Time
+
+
+class _Exit(TypedDict):
+    k: Literal["exit"]
+    t: Time
+
+
+class ExitEvent(_Exit, total=False):
+    writer_cpu_s: Unchecked  # what recording cost this process beside its hooks (bench/ reads it)
+    events_written: Unchecked
+
+
+class _Detach(TypedDict):
+    k: Literal["detach"]
+    t: Time
+
+
+class DetachEvent(_Detach, total=False):
+    writer_cpu_s: Unchecked  # what recording cost this process beside its hooks (bench/ reads it)
+    events_written: Unchecked
+
+
+class MapCacheEvent(TypedDict):
+    k: Literal["map_cache"]
+    t: Time
+    state: str
+
+
+class _HookError(TypedDict):
+    k: Literal["hook_error"]
+    t: Time
+    where: str
+
+
+class HookErrorEvent(_HookError, total=False):
+    vital: bool | None
+    error: str | None
+    message: str | None
+
+
+class CounterEvent(TypedDict):
+    k: Literal["counter"]
+    t: Time
+    name: str
+    calls: Count
+    s: Seconds
+
+
+class _Batch(TypedDict):
+    k: Literal["batch"]
+    tokens: Count
+    pad: Count
+    seq_len: Count
+
+
+class BatchEvent(_Batch, total=False):
+    t: Time
+    lengths: Counts  # at most 1,024 sampled rows (common/batchlengths.py)
+    rows: Count  # the batch's exact row count when lengths is a sample
+    lengths_max: Count  # its exact longest row
+
+
+class _Proc(TypedDict):
+    k: Literal["proc"]
+
+
+class ProcEvent(_Proc, total=False):
+    t: Time
+    pid: Int
+    ppid: Int | None
+    rank: Int | None
+    local_rank: Int | None
+    world_size: Int | None
+    argv: list[str]
+    create_time: Time | None
+    is_worker: bool | None
+    libs: Libs
+    python: str | None
+
+
+class _Loader(TypedDict):
+    k: Literal["loader"]
+
+
+class LoaderEvent(_Loader, total=False):
+    t: Time
+    id: Int | None
+    num_workers: Count | None
+    batch_size: Count | None
+    pin_memory: bool | None
+    prefetch_factor: Count | None
+    persistent_workers: bool | None
+    dataset: str | None
+    collate_fn: str | None
+    params: list[str]
+    pid: Int | None
+
+
+class _TorchCfg(TypedDict):
+    k: Literal["torch_cfg"]
+
+
+class TorchCfgEvent(_TorchCfg, total=False):
+    t: Time
+    cuda: bool | None
+    device: str | None
+    device_name: str | None
+    device_capability: Counts | None
+    matmul_precision: str | None
+    allow_tf32: bool | None
+    cudnn_allow_tf32: bool | None
+    param_dtype: str | None
+    autocast: bool | None
+    autocast_dtype: str | None
+    module: str | None
+    libs: Libs
+
+
+class _Trainer(TypedDict):
+    k: Literal["trainer"]
+
+
+class TrainerEvent(_Trainer, total=False):
+    t: Time
+    args: dict[str, Any]
+    max_steps: Int | None
+    num_train_epochs: Number | None
+    version: str | None
+
+
+# ``class`` is a keyword: the optional part is spelt the functional way.
+_ModelOptional = TypedDict("_ModelOptional", {"t": Time, "class": str | None, "params": Count | None},
+                           total=False)
+
+
+class ModelEvent(_ModelOptional):
+    k: Literal["model"]
+    config: dict[str, Any]
+
+
+class _Plan(TypedDict):
+    k: Literal["plan", "hf_plan"]  # ``hf_plan``: the same, as older recordings name it
+
+
+class PlanEvent(_Plan, total=False):
+    t: Time
+    max_steps: Int | None
+    num_train_epochs: Unchecked
+    global_step: Unchecked
+
+
+class _Cli(TypedDict):
+    k: Literal["cli"]
+    options: Options
+
+
+class CliEvent(_Cli, total=False):
+    t: Time
+    style: str
+    parser: str | None
+    from_argv: bool
+    args: list[str] | None
+
+
+class _Profiler(TypedDict):
+    k: Literal["profiler"]
+    t0: Time
+    dt: Seconds
+
+
+class ProfilerEvent(_Profiler, total=False):
+    steps: Count
+    dataloader_s: Seconds | None
+    cuda_kernel_s: Seconds | None
+
+
+# Kinds written for tools beside the analysis; kept as they are on load, never checked.
+class AppliedEvent(TypedDict):
+    k: Literal["applied"]
     t: float
-    device: str
-    source: str  # "cuda_events", or the fake clock's class name in tests
+    rule: str
+    call: str
+    values: dict[str, Any]
+    was: dict[str, Any]
+    skipped: dict[str, str]
+    pid: int
+
+
+class _Tracker(TypedDict):
+    k: Literal["tracker"]
+    t: float
+    kind: str
+    pid: int
+
+
+class TrackerEvent(_Tracker, total=False):
+    run_id: str | None
+    experiment_id: str | None
+    project: str | None
+    name: str | None
+    url: str | None
+    tracking_uri: str | None
+    log_dir: str | None
+
+
+class HfProgressEvent(TypedDict):
+    k: Literal["hf_step", "hf_end"]
+    t: float
+    global_step: Any
+
+
+
+# GPU clock (samplers/device_clock.py): CUDA runs only.
+class _GpuClock(TypedDict):
+    k: Literal["gpu_clock"]
+    t: Time
+
+
+class GpuClockEvent(_GpuClock, total=False):
+    device: str | None
+    source: str | None  # "cuda_events", or the fake clock's class name in tests
 
 
 class GpuWaitEvent(TypedDict):
     k: Literal["gpu_wait"]
-    t0: float  # the host wait span's own start
-    dt: float  # host seconds
-    idle_s: float  # GPU seconds idle inside it
+    t0: Time  # the host wait span's own start
+    dt: Seconds  # host seconds
+    idle_s: Seconds  # GPU seconds idle inside it
 
 
-class GpuStepEvent(TypedDict):
+class _GpuStep(TypedDict):
     k: Literal["gpu_step"]
-    t: float
-    n: int
-    gpu_s: float | None  # GPU seconds since the previous step end; None for the first
-    waits: int
-    wait_idle_s: float
-    syncs: int
-    sync_block_s: float
-    sync_idle_s: float  # at most
-    h2d: int
-    h2d_s: float
-    h2d_block_s: float
-    dropped: NotRequired[int]
+    t: Time
+    gpu_s: Seconds | None  # GPU seconds since the previous step end; None for the first
+
+
+class GpuStepEvent(_GpuStep, total=False):
+    n: Count
+    waits: Count
+    wait_idle_s: Seconds
+    syncs: Count
+    sync_block_s: Seconds
+    sync_idle_s: Seconds  # at most
+    h2d: Count
+    h2d_s: Seconds
+    h2d_block_s: Seconds
+    dropped: Count
+
+
+# The kinds the loader checks (validate.EVENT_FIELDS is derived from these), by ``k``.
+CHECKED: dict[str, type] = {
+    "span": SpanEvent,
+    "step": StepEvent,
+    "first_step": FirstStepEvent,
+    "exit": ExitEvent,
+    "detach": DetachEvent,
+    "map_cache": MapCacheEvent,
+    "hook_error": HookErrorEvent,
+    "counter": CounterEvent,
+    "batch": BatchEvent,
+    "proc": ProcEvent,
+    "loader": LoaderEvent,
+    "torch_cfg": TorchCfgEvent,
+    "trainer": TrainerEvent,
+    "model": ModelEvent,
+    "plan": PlanEvent,
+    "hf_plan": PlanEvent,
+    "cli": CliEvent,
+    "profiler": ProfilerEvent,
+    "gpu_clock": GpuClockEvent,
+    "gpu_wait": GpuWaitEvent,
+    "gpu_step": GpuStepEvent,
+}
+
+Event = (
+    SpanEvent | StepEvent | FirstStepEvent | ExitEvent | DetachEvent | MapCacheEvent | HookErrorEvent
+    | CounterEvent | BatchEvent | ProcEvent | LoaderEvent | TorchCfgEvent | TrainerEvent | ModelEvent
+    | PlanEvent | CliEvent | ProfilerEvent | AppliedEvent | TrackerEvent | HfProgressEvent
+    | GpuClockEvent | GpuWaitEvent | GpuStepEvent
+)
+"""One line of ``events/<pid>.jsonl``, as the hooks write it (:meth:`EventWriter.emit`)."""

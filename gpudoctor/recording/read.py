@@ -51,7 +51,7 @@ from gpudoctor.recording.validate import clean_event, fast_counter, fast_span, f
 try:  # ~3x faster than the json module on these lines; what it rejects (NaN) falls back to json
     from orjson import loads as _fast_loads
 except ImportError:  # pragma: no cover - orjson is a dependency, but stay usable without it
-    _fast_loads = json.loads
+    _fast_loads = json.loads  # type: ignore[assignment]  # the same call, a wider signature
 
 FULL_READ_BYTES = 16 * 2**20
 MAX_SAMPLE_ROWS = 1_999  # + the last row: 2,000, what the timeline draws

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
+
+from gpudoctor.recording import events
 
 Check = Callable[[Any], bool]
 
@@ -71,64 +74,53 @@ def opt(check: Check) -> Check:
     return lambda v: v is None or check(v)
 
 
-# kind -> (required fields, optional fields); a present optional field must pass too.
+def is_options(v: Any) -> bool:
+    return type(v) is list and all(type(o) is dict and is_str(o.get("dest")) for o in v)
+
+
+# What each mark of gpudoctor/recording/events.py's types means on load.
+_MARKS: dict[str, Check] = {
+    "time": is_time,
+    "duration": is_duration,
+    "count": is_count,
+    "int": is_int,
+    "number": is_number,
+    "count_list": is_count_list,
+    "libs": is_libs,
+    "options": is_options,
+}
+
+
+def _check_of(hint: Any) -> Check | None:
+    """The check a field's type asks for (None: not checked)."""
+    if get_origin(hint) in (Union, UnionType):
+        parts = [a for a in get_args(hint) if a is not type(None)]
+        inner = _check_of(parts[0]) if len(parts) == 1 else None
+        return None if inner is None else opt(inner) if len(parts) < len(get_args(hint)) else inner
+    if get_origin(hint) is Annotated:
+        return _MARKS.get(hint.__metadata__[0])
+    if hint is str:
+        return is_str
+    if hint is bool:
+        return is_bool
+    if hint is dict or get_origin(hint) is dict:
+        return is_dict
+    if get_origin(hint) is list and get_args(hint) == (str,):
+        return is_str_list
+    return None
+
+
+def _fields(kind: type) -> tuple[dict[str, Check], dict[str, Check]]:
+    hints = get_type_hints(kind, include_extras=True)
+    checks = {name: check for name, hint in hints.items() if name != "k" and (check := _check_of(hint))}
+    required = kind.__required_keys__  # type: ignore[attr-defined]  # every TypedDict has them
+    return ({n: c for n, c in checks.items() if n in required}, {n: c for n, c in checks.items() if n not in required})
+
+
+# kind -> (required fields, optional fields); a present optional field must pass too. Derived from
+# the event types, so the format is declared once (gpudoctor/recording/events.py).
 EVENT_FIELDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
-    "span": ({"c": is_str, "t0": is_time, "dt": is_duration}, {"name": is_str}),
-    "step": ({"t": is_time}, {"n": is_count, "dt": opt(is_duration)}),
-    "first_step": ({"t": is_time}, {}),
-    "exit": ({"t": is_time}, {}),
-    "detach": ({"t": is_time}, {}),
-    "map_cache": ({"t": is_time, "state": is_str}, {}),
-    "hook_error": ({"t": is_time, "where": is_str}, {"vital": opt(is_bool), "error": opt(is_str), "message": opt(is_str)}),
-    "counter": ({"t": is_time, "name": is_str, "calls": is_count, "s": is_duration}, {}),
-    "batch": (
-        {"tokens": is_count, "pad": is_count, "seq_len": is_count},
-        {"t": is_time, "lengths": is_count_list, "rows": is_count, "lengths_max": is_count},
-    ),
-    "proc": (
-        {},
-        {"t": is_time, "pid": is_int, "ppid": opt(is_int), "rank": opt(is_int), "local_rank": opt(is_int),
-         "world_size": opt(is_int), "argv": is_str_list, "create_time": opt(is_time), "is_worker": opt(is_bool),
-         "libs": is_libs, "python": opt(is_str)},
-    ),
-    "loader": (
-        {},
-        {"t": is_time, "id": opt(is_int), "num_workers": opt(is_count), "batch_size": opt(is_count),
-         "pin_memory": opt(is_bool), "prefetch_factor": opt(is_count), "persistent_workers": opt(is_bool),
-         "dataset": opt(is_str), "collate_fn": opt(is_str), "params": is_str_list, "pid": opt(is_int)},
-    ),
-    "torch_cfg": (
-        {},
-        {"t": is_time, "cuda": opt(is_bool), "device": opt(is_str), "device_name": opt(is_str),
-         "device_capability": opt(is_count_list), "matmul_precision": opt(is_str), "allow_tf32": opt(is_bool),
-         "cudnn_allow_tf32": opt(is_bool), "param_dtype": opt(is_str), "autocast": opt(is_bool),
-         "autocast_dtype": opt(is_str), "module": opt(is_str), "libs": is_libs},
-    ),
-    "trainer": (
-        {},
-        {"t": is_time, "args": is_dict, "max_steps": opt(is_int), "num_train_epochs": opt(is_number),
-         "version": opt(is_str)},
-    ),
-    "model": ({"config": is_dict}, {"t": is_time, "class": opt(is_str), "params": opt(is_count)}),
-    "plan": ({}, {"t": is_time, "max_steps": opt(is_int)}),
-    "hf_plan": ({}, {"t": is_time, "max_steps": opt(is_int)}),  # the same, as older recordings name it
-    "cli": (
-        {"options": lambda v: type(v) is list and all(type(o) is dict and is_str(o.get("dest")) for o in v)},
-        {"t": is_time, "style": is_str, "parser": opt(is_str), "from_argv": is_bool, "args": opt(is_str_list)},
-    ),
-    "profiler": (
-        {"t0": is_time, "dt": is_duration},
-        {"steps": is_count, "dataloader_s": opt(is_duration), "cuda_kernel_s": opt(is_duration)},
-    ),
-    # GPU clock (samplers/device_clock.py): a block of its own
-    "gpu_clock": ({"t": is_time}, {"device": opt(is_str), "source": opt(is_str)}),
-    "gpu_wait": ({"t0": is_time, "dt": is_duration, "idle_s": is_duration}, {}),
-    "gpu_step": (
-        {"t": is_time, "gpu_s": opt(is_duration)},
-        {"n": is_count, "waits": is_count, "wait_idle_s": is_duration, "syncs": is_count,
-         "sync_block_s": is_duration, "sync_idle_s": is_duration, "h2d": is_count, "h2d_s": is_duration,
-         "h2d_block_s": is_duration, "dropped": is_count},
-    ),
+    kind: _fields(cls) for kind, cls in events.CHECKED.items()
 }
 
 # TrainingArguments fields the rules compute with: a value of another type is nulled.

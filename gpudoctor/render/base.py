@@ -11,26 +11,23 @@ from __future__ import annotations
 import datetime as dt
 import json
 import keyword
-import math
 import shlex
 import signal
 from typing import Any
 
-from gpudoctor.common.wording import plural as plural  # the renderers import it from here too
-from gpudoctor.report.schema import BREAKDOWN_KEYS
-
-UNAVAILABLE = "unavailable"
-NO_PRICE = "no price: pass --price-per-gpu-hour"
-NO_GPU = "no GPU on this machine"
-
-SLICE_LABELS = {
-    "startup": "startup",
-    "data_wait": "data wait",
-    "compute": "compute",
-    "checkpoint": "checkpoint",
-    "eval": "eval",
-    "other": "other",
-}
+# Figures and words below the renderers (the diff says them too); the renderers import them from here.
+from gpudoctor.common.numbers import num  # noqa: F401
+from gpudoctor.common.wording import (  # noqa: F401
+    NO_GPU,
+    NO_PRICE,
+    SLICE_LABELS,
+    UNAVAILABLE,
+    command_text,
+    fmt_usd,
+    gpus_text,
+    plural,
+)
+from gpudoctor.report.schema import breakdown_items  # noqa: F401
 
 # One colour per slice / span kind, used by the bar, the timeline and the legend
 # (Okabe-Ito based, readable for colour-blind users).
@@ -58,28 +55,10 @@ class Renderer:
         raise NotImplementedError
 
 
-def num(value: Any) -> float | None:
-    """``value`` as a finite float, or None (missing, NaN, inf, not a number)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
 def fmt_pct(fraction: Any, digits: int = 1) -> str:
     """``0.412`` -> ``"41.2%"``; None -> ``"unavailable"``."""
     f = num(fraction)
     return UNAVAILABLE if f is None else f"{f * 100:.{digits}f}%"
-
-
-def fmt_usd(usd: Any, missing: str = NO_PRICE) -> str:
-    """``3.8`` -> ``"$3.80"``; tiny amounts keep a significant digit."""
-    v = num(usd)
-    if v is None:
-        return missing
-    if 0 < abs(v) < 0.01:
-        return f"${v:.4f}"
-    return f"${v:,.2f}"
 
 
 def fmt_duration(seconds: Any) -> str:
@@ -177,36 +156,6 @@ def cpu_text(fraction: Any, run: dict[str, Any]) -> str:
     return fmt_pct(fraction) + (f" of all {n} cores" if n and num(fraction) is not None else "")
 
 
-def breakdown_items(breakdown: dict[str, Any] | None) -> list[tuple[str, float | None]]:
-    """The six slices in SPEC order (then any extra ones), as ``(name, fraction)``."""
-    breakdown = breakdown or {}
-    keys = list(BREAKDOWN_KEYS) + [k for k in breakdown if k not in BREAKDOWN_KEYS]
-    return [(k, num(breakdown.get(k))) for k in keys]
-
-
-def command_text(command: Any) -> str:
-    """The command line as one shell-like string."""
-    if isinstance(command, (list, tuple)):
-        return " ".join(str(a) for a in command)
-    return "" if command is None else str(command)
-
-
-def gpus_text(run: dict[str, Any]) -> str:
-    """``"2 × NVIDIA H100 80GB HBM3 (80 GiB)"``, or ``"no GPU seen"``."""
-    gpus = run.get("gpus") or []
-    if not gpus and run.get("mode") == "replay":  # its GPU figures are the target's, predicted
-        return "none here: the replay ran on the CPU; the target GPU is predicted, not measured"
-    if not gpus:
-        count = run.get("gpu_count") or 0
-        return plural(count, "GPU") if count else NO_GPU
-    names: dict[str, int] = {}
-    for gpu in gpus:
-        mib = num(gpu.get("memory_total_mib"))
-        label = str(gpu.get("name") or "GPU") + (f" ({mib / 1024:.0f} GiB)" if mib else "")
-        names[label] = names.get(label, 0) + 1
-    return ", ".join(f"{n} × {label}" for label, n in names.items())
-
-
 def host_text(host: Any) -> str:
     """A one-line host description from whatever keys ``run.host`` has."""
     if not isinstance(host, dict):
@@ -220,8 +169,8 @@ def host_text(host: Any) -> str:
         v = host[k]
         if k == "hostname":
             parts.append(str(v))
-        elif k == "memory_total_mib" and num(v) is not None:
-            parts.append(f"{num(v) / 1024:.0f} GiB RAM")
+        elif k == "memory_total_mib" and (mib := num(v)) is not None:
+            parts.append(f"{mib / 1024:.0f} GiB RAM")
         elif k == "cpu_count":
             parts.append(f"{v} CPUs")
         else:

@@ -14,9 +14,9 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from gpudoctor.common.wording import SPAN_LABELS
 from gpudoctor.render.base import (
     SLICE_COLORS,
-    SLICE_LABELS,
     breakdown_items,
     downsample,
     fmt_pct,
@@ -31,7 +31,6 @@ PANEL_H, PANEL_GAP = 70, 26
 BIN_PX = 2
 MAX_POINTS = min(2000, PLOT_W)
 SPAN_LANES = ("startup", "format", "data_wait", "checkpoint", "eval")
-SPAN_LABELS = {**SLICE_LABELS, "format": "dataset map", "model_load": "model load"}
 INK, GRID, MUTED = "#1f2328", "#e3e6ea", "#667085"
 NICE_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpudoctor.common.wording import bucket_text, fmt_seconds
 from gpudoctor.render import charts
 from gpudoctor.render.base import (
     SEVERITY_COLORS,
@@ -33,7 +34,7 @@ from gpudoctor.render.markdown import (
     md_text,
     table,
 )
-from gpudoctor.report.diff import STATUSES, bucket_text, fmt_seconds
+from gpudoctor.report.schema import DIFF_STATUSES as STATUSES
 
 FINDINGS_SHOWN = 8  # more findings fold their list into <details>
 

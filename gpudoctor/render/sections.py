@@ -76,7 +76,7 @@ def saves_view(section: Any, report: Any) -> dict[str, Any] | None:
     """Each save counted once, by kind; nothing when the run saved nothing."""
     if not isinstance(section, dict):
         return None
-    rows = [(label, str(int(n)), fmt_duration(section.get(f"{key}_s")))
+    rows = [(label, str(int(n or 0)), fmt_duration(section.get(f"{key}_s")))
             for label, key, n in (("periodic checkpoints", "checkpoint", section.get("checkpoints")),
                                   ("final save", "final", section.get("final")),
                                   ("side files (no tensors)", "side_files", section.get("side_files")))

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import re
 import string
-from typing import TYPE_CHECKING
 
 from gpudoctor.common.errors import UserError
 from gpudoctor.replay import gpus
-
-if TYPE_CHECKING:
-    from gpudoctor.replay.config import ReplayConfig
+from gpudoctor.replay.sections import ReplayConfig
 
 # Architectures the replay can build from a config with random weights (offline).
 CAUSAL_ARCHS = ("gpt2", "llama", "qwen2", "qwen3", "mistral", "gemma", "gpt_neox", "opt", "phi3")

@@ -10,16 +10,17 @@ import datetime as dt
 import math
 from dataclasses import dataclass
 from operator import itemgetter, sub
-from typing import Any
+from typing import Any, cast
 
 from gpudoctor._version import __version__
 from gpudoctor.analysis import Analysis, analyze, gpu_timeline
 from gpudoctor.analysis.process import quantiles
 from gpudoctor.analysis.saves import split_saves
 from gpudoctor.recording.store import Recording
+from gpudoctor.report import schema
 from gpudoctor.report.attach import attach_section, attach_time, summary_lines, timeline_caption
 from gpudoctor.report.cost import Price, cost_section, resolve_price
-from gpudoctor.report.schema import SCHEMA
+from gpudoctor.report.schema import SCHEMA, Report
 from gpudoctor.rules import Finding, Fix, account, run_rules
 
 MAX_POINTS = 2000
@@ -31,7 +32,7 @@ class ReportOptions:
     gpus: int | None = None
 
 
-def build_report(rec: Recording, options: ReportOptions | None = None) -> dict[str, Any]:
+def build_report(rec: Recording, options: ReportOptions | None = None) -> Report:
     options = options or ReportOptions()
     a = analyze(rec)
     source = rec.meta.get("price_source")  # a replay's price from its config says so; else the option's name
@@ -45,18 +46,18 @@ def build_report(rec: Recording, options: ReportOptions | None = None) -> dict[s
     findings, wasted = run_rules(a)
     infos = _info_findings(a, price)
     finding_dicts = [f.to_dict(price.usd_per_hour) for f in findings]
-    report: dict[str, Any] = {
+    report: Report = {
         "schema": SCHEMA,
         "run": _run_section(rec, a, price),
-        "breakdown": _rounded(a.breakdown()),
-        "shares": _rounded(a.shares()),
-        "padding": _rounded(a.padding()),
-        "startup": _rounded(a.primary.startup_parts()) if a.primary is not None else None,
+        "breakdown": cast(schema.Breakdown, _rounded(a.breakdown())),
+        "shares": cast(schema.Shares, _rounded(a.shares())),
+        "padding": cast(schema.Padding, _rounded(a.padding())),
+        "startup": cast(schema.StartupParts, _rounded(a.primary.startup_parts())) if a.primary is not None else None,
         "steps": _steps(a),
         # each save counted once, by kind (analysis/saves.py); null when no process was hooked
-        "saves": split_saves(a.primary).to_dict() if a.primary is not None else None,
+        "saves": cast(schema.Saves, split_saves(a.primary).to_dict()) if a.primary is not None else None,
         "findings": finding_dicts + [f.to_dict(None) for f in infos],
-        "cost": cost_section(price, wasted, a.duration_s, _projected_run_s(a)),
+        "cost": cast(schema.Cost, cost_section(price, wasted, a.duration_s, _projected_run_s(a))),
         "verdict": _verdict(a, findings, wasted),
         "per_rank": _per_rank(a),
         "timeline": _timeline(a),
@@ -71,7 +72,7 @@ def build_report(rec: Recording, options: ReportOptions | None = None) -> dict[s
         report["notes"].append(verdict)
     attached = attach_section(rec.meta, a.start)
     if attached is not None:  # what was loaded, from when, what is estimated: in every format
-        report["attach"] = attached
+        report["attach"] = cast(schema.Attach, attached)
         report["notes"] = [*summary_lines(attached), *report["notes"]]
     return report
 
@@ -101,7 +102,7 @@ def gpu_timeline_section(a: Analysis) -> dict[str, Any] | None:
     }
 
 
-def _profiler_windows(a: Analysis) -> list[dict[str, Any]]:
+def _profiler_windows(a: Analysis) -> list[schema.ProfilerWindow]:
     """torch.profiler windows: a cross-check of the hooks' data wait, and GPU kernel time."""
     out = []
     for p in a.procs:
@@ -116,10 +117,10 @@ def _profiler_windows(a: Analysis) -> list[dict[str, Any]]:
                 "dataloader_s": round(float(w.get("dataloader_s") or 0.0), 4),
                 "cuda_kernel_busy": round(kernel / dt_s, 4) if kernel is not None and dt_s > 0 else None,
             })
-    return out
+    return cast(list[schema.ProfilerWindow], out)
 
 
-def _run_section(rec: Recording, a: Analysis, price: Price) -> dict[str, Any]:
+def _run_section(rec: Recording, a: Analysis, price: Price) -> schema.Run:
     meta = rec.meta
     started = meta.get("started_at") or dt.datetime.fromtimestamp(a.start, dt.timezone.utc).isoformat()
     return {
@@ -141,12 +142,12 @@ def _run_section(rec: Recording, a: Analysis, price: Price) -> dict[str, Any]:
     }
 
 
-def _steps(a: Analysis) -> dict[str, Any]:
+def _steps(a: Analysis) -> schema.Steps:
     s = a.steps()
     s["step_time_s"] = _rounded(s["step_time_s"])
     if s["first_step_at_s"] is not None:
         s["first_step_at_s"] = round(s["first_step_at_s"], 3)
-    return s
+    return cast(schema.Steps, s)
 
 
 def _projected_run_s(a: Analysis) -> float | None:
@@ -158,7 +159,7 @@ def _projected_run_s(a: Analysis) -> float | None:
     done = len(p.step_times)
     if not isinstance(max_steps, int) or max_steps <= 0 or not p50:
         return None
-    return a.duration_s + max(0, max_steps - done) * p50
+    return float(a.duration_s + max(0, max_steps - done) * p50)
 
 
 def _info_findings(a: Analysis, price: Price) -> list[Finding]:
@@ -202,7 +203,7 @@ def _verdict(a: Analysis, findings: list[Finding], wasted: float) -> str:
     )
 
 
-def _per_rank(a: Analysis) -> list[dict[str, Any]]:
+def _per_rank(a: Analysis) -> list[schema.RankEntry]:
     out = []
     for p in a.procs:
         out.append({
@@ -211,10 +212,10 @@ def _per_rank(a: Analysis) -> list[dict[str, Any]]:
             "breakdown": _rounded(p.breakdown),
             "steps": {"count": len(p.step_times), "step_time_s": _rounded(quantiles(p.step_intervals_s()))},
         })
-    return out
+    return cast(list[schema.RankEntry], out)
 
 
-def _timeline(a: Analysis) -> dict[str, Any]:
+def _timeline(a: Analysis) -> schema.Timeline:
     """Seconds since launch, or since the attach for ``attach`` (what came before is not drawn)."""
     attached = attach_time(a.rec.meta)
     t0 = attached if attached is not None else a.start
@@ -242,7 +243,8 @@ def _timeline(a: Analysis) -> dict[str, Any]:
     steps = [round(t - t0, 3) for t in times[:: max(1, math.ceil(len(times) / MAX_POINTS))]]
     if attached is not None:
         spans = {k: [[max(0.0, x), y] for x, y in v if y > 0] for k, v in spans.items()}
-    return {"duration_s": round(max(a.end - t0, 1e-9), 3), "series": series, "spans": spans, "steps_t_s": steps,
+    return {"duration_s": round(max(a.end - t0, 1e-9), 3), "series": cast(schema.Series, series), "spans": spans,
+            "steps_t_s": steps,
             "origin": "attach" if attached is not None else "launch", "caption": timeline_caption(a.rec.meta)}
 
 

@@ -52,16 +52,16 @@ from __future__ import annotations
 from typing import Any
 
 from gpudoctor.analysis import step_noise
-from gpudoctor.render.base import (
-    UNAVAILABLE,
-    breakdown_items,
+from gpudoctor.common.numbers import num
+from gpudoctor.common.wording import (
+    SPAN_LABELS,
+    bucket_text,
     command_text,
+    fmt_seconds,
     fmt_usd,
     gpus_text,
-    num,
 )
-from gpudoctor.render.charts import SPAN_LABELS
-from gpudoctor.report.schema import SECTIONS
+from gpudoctor.report.schema import DIFF_STATUSES, SECTIONS, breakdown_items
 from gpudoctor.rules.account import BUCKETS, Claim, removed_of_bucket
 
 DIFF_SCHEMA = "gpudoctor.diff/2"
@@ -82,7 +82,7 @@ RULE_BUCKETS = {
     "no_mixed_precision": "compute",
     "straggler_rank": "compute",
 }
-STATUSES = ("resolved", "partial", "moved", "gone", "new", "still_present")
+STATUSES = DIFF_STATUSES
 
 
 def change(before: Any, after: Any) -> dict[str, float | None]:
@@ -340,7 +340,7 @@ def diff_reports(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any
     rb, ra = RunSeconds(before), RunSeconds(after)
     noise = Noise(rb, ra)
     b_cost, a_cost = before.get("cost") or {}, after.get("cost") or {}
-    step = change(rb.p50_s, ra.p50_s)
+    step: dict[str, Any] = {**change(rb.p50_s, ra.p50_s)}
     step["verdict"] = verdict(step["delta"], noise.per_step)
     rate: dict[str, Any] = throughput(before, after)
     rate["verdict"] = step["verdict"]
@@ -349,7 +349,7 @@ def diff_reports(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any
     for key in keys:
         c = change(rb.bucket_s(key), ra.bucket_s(key))
         seconds[key] = {"unit": unit_of(key), **c, "verdict": verdict(c["delta"], noise.of(key))}
-    d = {
+    d: dict[str, Any] = {
         "schema": DIFF_SCHEMA,
         "before": _side(before),
         "after": _side(after),
@@ -455,29 +455,3 @@ def summary_line(d: dict[str, Any]) -> str:
     if usd["before"] is not None and usd["after"] is not None:
         parts.append(f"wasted {fmt_usd(usd['before'])}/h → {fmt_usd(usd['after'])}/h")
     return "; ".join(parts)
-
-
-# ---- words shared by the summary and the pages (gpudoctor/render/diff_page.py) ------------
-
-
-def fmt_number(value: Any) -> str:
-    """Three significant figures, whole numbers from 100 up; None -> ``"unavailable"``."""
-    v = num(value)
-    if v is None:
-        return UNAVAILABLE
-    return f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}" if abs(v) >= 1e-4 or v == 0 else f"{v:.1e}"
-
-
-def fmt_seconds(value: Any, unit: str | None = "s") -> str:
-    """``0.0404`` -> ``"0.0404 s"`` (or ``"0.0404 s/step"`` with that unit)."""
-    text = fmt_number(value)
-    return text if text == UNAVAILABLE else f"{text} {unit or 's'}"
-
-
-def bucket_text(f: dict[str, Any]) -> str:
-    """``"data wait 0.04 → 0.04 s/step"``: the bucket a finding lives in, before and after."""
-    if not f.get("bucket"):
-        return "no breakdown seconds claimed"
-    b = f["bucket_s"]
-    label = SPAN_LABELS.get(f["bucket"], f["bucket"])
-    return f"{label} {fmt_number(b['before'])} → {fmt_seconds(b['after'], f['unit'])}"

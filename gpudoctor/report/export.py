@@ -30,7 +30,7 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet reads as
 def table_bytes(df: Any, fmt: str) -> bytes:
     """One table as the bytes of a ``fmt`` file."""
     if fmt == "csv":
-        return csv_safe(df).to_csv(index=False, lineterminator="\n").encode("utf-8")
+        return bytes(csv_safe(df).to_csv(index=False, lineterminator="\n").encode("utf-8"))
     try:
         import pyarrow  # noqa: F401 - pandas' parquet engine, optional like pandas
     except ImportError:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from gpudoctor.common import safefs
 from gpudoctor.common.errors import UserError
@@ -76,7 +76,8 @@ def report_of_recording(rec: Recording, price: float | None = None, gpus: int | 
         build_report,
     )
 
-    report = build_report(rec, ReportOptions(price_per_gpu_hour=price, gpus=gpus))
+    # typed up to here (schema.Report); the renderers and the commands still take a plain dict
+    report = cast(dict[str, Any], build_report(rec, ReportOptions(price_per_gpu_hour=price, gpus=gpus)))
     saved = rec.root / "report.json"
     if saved.exists():
         report.update(_kept_sections(saved))

@@ -21,15 +21,20 @@ consult. ``sweep`` and ``merge`` are not report sections: ``gpudoctor sweep`` wr
 ``sweep.json`` (``gpudoctor.sweep/1``) and ``--merge`` joins those.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from annotated_types import Ge, Le, Len
 from typing_extensions import NotRequired, TypedDict
 
-SCHEMA = "gpudoctor.report/1"
+from gpudoctor.common.numbers import num
+
+SCHEMA: Literal["gpudoctor.report/1"] = "gpudoctor.report/1"
 BREAKDOWN_KEYS = ("startup", "data_wait", "compute", "checkpoint", "eval", "other")
 SEVERITIES = ("high", "medium", "low", "info")
+# What happened to a finding between two reports (``gpudoctor diff``; gpudoctor/report/diff.py).
+DIFF_STATUSES = ("resolved", "partial", "moved", "gone", "new", "still_present")
 
 MAX_USD = 1e9  # per hour or per run: beyond it the figure is forged or corrupt
 MAX_SECONDS = 1e8  # ~3 years of wall time
@@ -86,6 +91,7 @@ class Run(TypedDict):
     exit_code: NotRequired[int | None]
     status: NotRequired[str]
     gpudoctor_version: NotRequired[str]
+    doctor_priority: NotRequired[dict[str, str] | None]  # how the doctor kept out of the way; null: in-process
 
 
 # --- what the time went to ---------------------------------------------------------------------
@@ -428,7 +434,8 @@ class Sections(TypedDict, total=False):
     against this before it is kept."""
 
     # Every TypedDict inside inherits it: no coercion, no NaN/inf, unknown keys allowed.
-    __pydantic_config__ = _CONFIG  # type: ignore[misc]
+    if not TYPE_CHECKING:  # type: ignore[misc]  # pydantic reads it; to a type checker it would be a key
+        __pydantic_config__ = _CONFIG
     saves: Saves | None
     profiler: list[ProfilerWindow]
     attach: Attach
@@ -494,7 +501,8 @@ class Report(Sections):
     report.json alone (``gpudoctor report report.json -o x.html`` needs no raw samples), plus
     the optional :class:`Sections`."""
 
-    __pydantic_config__ = _CONFIG  # type: ignore[misc]
+    if not TYPE_CHECKING:  # type: ignore[misc]  # pydantic reads it; to a type checker it would be a key
+        __pydantic_config__ = _CONFIG
     schema: Literal["gpudoctor.report/1"]
     run: Run
     breakdown: Breakdown
@@ -537,3 +545,10 @@ SECTIONS: tuple[Section, ...] = (
     Section("nodes", "nodes and clock alignment", "gpudoctor report NODE_DIR NODE_DIR ...", kept=False),
 )
 KEPT_ON_RERENDER = tuple(s.key for s in SECTIONS if s.kept)
+
+
+def breakdown_items(breakdown: Mapping[str, Any] | None) -> list[tuple[str, float | None]]:
+    """The six slices in SPEC order (then any extra ones), as ``(name, fraction)``."""
+    breakdown = breakdown or {}
+    keys = list(BREAKDOWN_KEYS) + [k for k in breakdown if k not in BREAKDOWN_KEYS]
+    return [(k, num(breakdown.get(k))) for k in keys]

@@ -21,6 +21,9 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import cast
+
+from gpudoctor.report import schema
 
 BUCKETS = ("startup", "data_wait", "compute", "checkpoint", "eval", "other")
 WHOLE = ""  # the part name of a claim on the whole bucket
@@ -42,6 +45,11 @@ class Claim:
     part: str = WHOLE
     part_share: float = 1.0
     up_to: float | None = None  # the optimistic figure, when the gain depends on what was not measured
+
+    def to_dict(self) -> schema.Claim:
+        """The report's claim (:class:`gpudoctor.report.schema.Claim`), rounded."""
+        return {"bucket": cast("schema.Bucket", self.bucket), "part": self.part or None,
+                "part_share": round(self.part_share, 4), "fraction": round(self.fraction, 4)}
 
     def optimistic(self) -> Claim:
         return Claim(self.bucket, max(self.fraction, self.up_to or 0.0), self.part, self.part_share)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from gpudoctor.analysis import Analysis
+from gpudoctor.report import schema
 from gpudoctor.rules import account
 from gpudoctor.rules.account import Claim
 
@@ -28,7 +29,7 @@ class Table:
     call: str | None  # how that call is spelled in code ("TrainingArguments", "ds.map"); None: plain settings
     config: dict[str, Any]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> schema.FixTable:
         return {"library": self.library, "call": self.call, "config": self.config}
 
     @staticmethod
@@ -50,6 +51,17 @@ class Fix:
     call: str | None = None
     also: list[Table] = field(default_factory=list)  # other calls the fix changes, one table each
 
+    def to_dict(self) -> schema.Fix:
+        """The report's ``fix`` (:class:`gpudoctor.report.schema.Fix`)."""
+        return {
+            "summary": self.summary,
+            "config": self.config,
+            "snippet": self.snippet,
+            "library": self.library,
+            "call": self.call,
+            "also": [t.to_dict() for t in self.also],
+        }
+
 
 @dataclass
 class Finding:
@@ -58,14 +70,15 @@ class Finding:
     evidence: str
     fix: Fix
     claims: list[Claim] = field(default_factory=list)
-    severity: str = "low"  # settled from the claims; "info" findings claim nothing
+    severity: schema.Severity = "low"  # settled from the claims; "info" findings claim nothing
     waste_fraction: float = 0.0  # share of wall time the claims give back, settled alone
     predicted_speedup: float | None = None  # from the conservative claims: what the fix promises
     speedup_up_to: float | None = None  # the optimistic end, when the gain depends on the unmeasured
     data: dict[str, Any] = field(default_factory=dict)
     per_launch_s: float | None = None  # seconds each launch repeats (priced per launch when priced)
 
-    def to_dict(self, usd_per_hour: float | None) -> dict[str, Any]:
+    def to_dict(self, usd_per_hour: float | None) -> schema.Finding:
+        """The report's finding (:class:`gpudoctor.report.schema.Finding`): the figures settled, rounded."""
         waste_usd = usd_per_hour * self.waste_fraction if usd_per_hour is not None else None
         return {
             "rule": self.rule,
@@ -76,20 +89,12 @@ class Finding:
             "evidence": self.evidence,
             "data": {**self.data, **({"usd_per_launch": round(self.per_launch_s / 3600 * usd_per_hour, 4)}
                                      if self.per_launch_s is not None and usd_per_hour is not None else {})},
-            "fix": {
-                "summary": self.fix.summary,
-                "config": self.fix.config,
-                "snippet": self.fix.snippet,
-                "library": self.fix.library,
-                "call": self.fix.call,
-                "also": [t.to_dict() for t in self.fix.also],
-            },
+            "fix": self.fix.to_dict(),
             "predicted_speedup": round(self.predicted_speedup, 3) if self.predicted_speedup else None,
             "predicted_speedup_range": (
                 [round(self.predicted_speedup or 1.0, 3), round(self.speedup_up_to, 3)]
                 if self.speedup_up_to is not None else None),
-            "claims": [{"bucket": c.bucket, "part": c.part or None, "part_share": round(c.part_share, 4),
-                        "fraction": round(c.fraction, 4)} for c in self.claims],
+            "claims": [c.to_dict() for c in self.claims],
         }
 
 
@@ -102,7 +107,7 @@ class Rule:
         raise NotImplementedError
 
 
-def severity_for(waste_fraction: float) -> str:
+def severity_for(waste_fraction: float) -> schema.Severity:
     if waste_fraction >= 0.2:
         return "high"
     if waste_fraction >= 0.08:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.process import dynamic_padding_tokens
 from gpudoctor.common import batchlengths
@@ -97,7 +99,7 @@ class PaddingWaste(Rule):
         )
 
 
-def _attention_saving(batches: list[dict], multiple: int) -> float:
+def _attention_saving(batches: list[dict[str, Any]], multiple: int) -> float:
     """Share of attention work (quadratic in row length) that per-batch padding removes."""
     now = after = 0
     for b in batches:

@@ -17,7 +17,7 @@ from gpudoctor.analysis import Analysis
 from gpudoctor.analysis import timeline as tl
 from gpudoctor.analysis.process import ProcessView, eval_spans
 from gpudoctor.common.wording import plural
-from gpudoctor.hooks.eval_regions import FORWARDS
+from gpudoctor.recording.events import EVAL_FORWARDS as FORWARDS
 from gpudoctor.rules.account import claim
 from gpudoctor.rules.base import Finding, Fix, Rule, pct
 from gpudoctor.rules.names import names_for

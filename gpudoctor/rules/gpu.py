@@ -7,6 +7,7 @@ CPU box is worse than none.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from gpudoctor.analysis import Analysis, gpu_timeline
 from gpudoctor.rules.account import Claim
@@ -53,7 +54,7 @@ def compute_part(a: Analysis, part: str, fraction: float) -> Claim:
     return Claim("compute", fraction, part, part_s / compute if compute > 0 else 0.0)
 
 
-def _ampere_or_newer(cfg: dict) -> bool:
+def _ampere_or_newer(cfg: dict[str, Any]) -> bool:
     cap = cfg.get("device_capability") or [0, 0]
     return bool(cfg.get("cuda")) and cfg.get("device") == "cuda" and cap[0] >= 8
 

@@ -232,7 +232,7 @@ def _agrees(script_value: Any, current: Any, approximate: bool) -> bool:
         return True
     if _number(script_value) and _number(current):
         if approximate:
-            return abs(script_value - current) <= max(1.0, 0.25 * abs(current))
+            return bool(abs(script_value - current) <= max(1.0, 0.25 * abs(current)))
         return float(script_value) == float(current)
     return str(script_value) == str(current)
 
