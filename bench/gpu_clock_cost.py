@@ -1,7 +1,7 @@
 """What the GPU clock's marks cost per step, on the fake device clock, as a share of a step.
 
 Per training step the hooks record one event at the step end and two around the loader wait
-(``gpudoctor/samplers/device_clock.py``), then read back what the GPU passed with ``query()``.
+(``gpudoctor/hooks/device_clock.py``), then read back what the GPU passed with ``query()``.
 Here :class:`GpuMarks` runs that per-step sequence on ``tests/fake_cuda.FakeClock`` (whose
 ``record`` is a Python call, not a CUDA one), so the figure is gpudoctor's own bookkeeping per
 step; the CUDA part (``cudaEventRecord`` + ``cudaEventQuery``, a few microseconds each) is
@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gpudoctor.samplers.device_clock import CudaClock, DeviceClock, GpuMarks  # noqa: E402
+from gpudoctor.hooks.device_clock import CudaClock, DeviceClock, GpuMarks  # noqa: E402
 from tests.fake_cuda import FakeClock, FakeGpu  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""A fake CUDA device at the :class:`~gpudoctor.samplers.device_clock.DeviceClock` boundary.
+"""A fake CUDA device at the :class:`~gpudoctor.hooks.device_clock.DeviceClock` boundary.
 
 No GPU here, so the GPU's clock is faked where NVML's binding is: a :class:`FakeGpu` is one
 CUDA stream, a queue on a virtual clock. The host's time advances as the scenario says
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.samplers.device_clock import GpuMarks
+from gpudoctor.hooks.device_clock import GpuMarks
 from tests.recording_builder import T0, RecordingBuilder
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from gpudoctor import hooks
 from gpudoctor.analysis import analyze
+from gpudoctor.hooks.device_clock import GpuMarks
 from gpudoctor.recording.store import load_recording
 from gpudoctor.render.html import HtmlRenderer
 from gpudoctor.render.markdown import render_report
@@ -24,7 +25,6 @@ from gpudoctor.render.terminal import summary_lines
 from gpudoctor.report.build import build_report
 from gpudoctor.report.check import problem
 from gpudoctor.rules.data import data_wait, worker_fix
-from gpudoctor.samplers.device_clock import GpuMarks
 from tests.fake_cuda import PATTERNS, FakeClock, FakeGpu, replay
 from tests.recording_builder import RecordingBuilder
 
@@ -258,7 +258,7 @@ def test_cuda_events_time_a_wait_the_gpu_spent_busy() -> None:
 
     import torch
 
-    from gpudoctor.samplers.device_clock import CudaClock
+    from gpudoctor.hooks.device_clock import CudaClock
 
     out: list[dict[str, Any]] = []
     marks = GpuMarks(CudaClock(torch), out.append)

@@ -1,8 +1,8 @@
 """The GPU's timeline from its own clock (CUDA events), NVML beside it, and MFU.
 
 On a CUDA run the hooks write ``gpu_wait`` and ``gpu_step`` lines (see
-:mod:`gpudoctor.samplers.device_clock`). From them a process's breakdown is rebuilt on
-the GPU's seconds (:func:`gpu_wait_intervals`): ``data_wait`` is the part of each loader
+:mod:`gpudoctor.hooks.device_clock`). From them a process's breakdown is rebuilt on
+the GPU's seconds (:func:`gpudoctor.analysis.gpu_clock.gpu_wait_intervals`): ``data_wait`` is the part of each loader
 wait the GPU sat idle, ``compute`` the rest of the loop; the host's own figures stay
 beside them (``ProcessView.host_breakdown``). Without those lines nothing changes.
 """
@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from types import ModuleType, SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from gpudoctor.analysis import timeline as tl
 from gpudoctor.common import hardware
 
 if TYPE_CHECKING:
@@ -56,44 +55,6 @@ def infer_shape(params: float) -> tuple[int, int]:
     """(n_layers, hidden) of a typical decoder with ``params``, as the workload model guesses it."""
     layers, hidden = _workload().infer_shape(params)
     return int(layers), int(hidden)
-
-
-@dataclass
-class ClockView:
-    """One process's GPU-clock lines."""
-
-    steps: list[dict[str, Any]]
-    waits: dict[float, float]  # wait start (host epoch) -> GPU idle seconds inside it
-    device: str | None
-
-    @property
-    def timed(self) -> list[dict[str, Any]]:
-        """Steps with a GPU duration (all but the first)."""
-        return [s for s in self.steps if isinstance(s.get("gpu_s"), float)]
-
-    def busy_s(self, step: dict[str, Any]) -> float:
-        """GPU seconds of a step less what the events saw it idle (waits, after syncs)."""
-        return max(0.0, float(step["gpu_s"]) - float(step.get("wait_idle_s") or 0.0)
-                   - float(step.get("sync_idle_s") or 0.0))
-
-
-def clock_view(events: list[dict[str, Any]]) -> ClockView | None:
-    steps = [e for e in events if e.get("k") == "gpu_step"]
-    waits = {float(e["t0"]): float(e["idle_s"]) for e in events if e.get("k") == "gpu_wait"}
-    if not steps and not waits:
-        return None
-    device = next((e.get("device") for e in events if e.get("k") == "gpu_clock"), None)
-    return ClockView(sorted(steps, key=lambda s: float(s["t"])), waits, device)
-
-
-def gpu_wait_intervals(spans: list[tl.Interval], clock: ClockView) -> list[tl.Interval]:
-    """Each host wait cut to the part the GPU idled: its last ``idle_s`` (the GPU drains its queue,
-    then waits). A wait the events did not cover (before the first CUDA forward) stays whole."""
-    out = []
-    for a, b in spans:
-        idle = clock.waits.get(a)
-        out.append((a, b) if idle is None else (max(a, b - idle), b))
-    return out
 
 
 @dataclass

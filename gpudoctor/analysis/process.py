@@ -9,7 +9,7 @@ from functools import cached_property
 from operator import sub
 from typing import Any, TypeVar
 
-from gpudoctor.analysis import gpu_timeline
+from gpudoctor.analysis import gpu_clock
 from gpudoctor.analysis import timeline as tl
 from gpudoctor.common import batchlengths
 from gpudoctor.recording.read import LoopData
@@ -150,13 +150,13 @@ def build_process_view(
 
 def _on_gpu_clock(view: ProcessView) -> None:
     """A CUDA run's breakdown on the GPU's seconds (waits cut to the GPU's idle), the host's kept."""
-    clock = gpu_timeline.clock_view(view.events)
+    clock = gpu_clock.clock_view(view.events)
     if clock is None:
         return
     view.gpu_clock = clock
     view.host_breakdown = dict(view.breakdown)
     view.host_slice_s = dict(view.slice_s)
-    compute_breakdown(view, waits=gpu_timeline.gpu_wait_intervals(view.spans.get("data_wait", []), clock))
+    compute_breakdown(view, waits=gpu_clock.gpu_wait_intervals(view.spans.get("data_wait", []), clock))
     # A main-process tokenizer costs the GPU only the seconds it idles waiting for the batch: the
     # rest ran while the GPU was busy, and pre-tokenizing gives none of it back.
     view.host_tokenize_in_loop_s = view.tokenize_in_loop_s

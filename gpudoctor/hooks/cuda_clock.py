@@ -3,7 +3,7 @@
 Switched on by :mod:`gpudoctor.hooks.torch_hooks` at the first training forward on a CUDA
 device, never on a CPU run (nothing is patched, nothing recorded). Per step the hot path
 adds one ``Event.record()`` at the step end and two around each loader wait (see
-:mod:`gpudoctor.samplers.device_clock`); a sync or a CPU->GPU copy adds one or two.
+:mod:`gpudoctor.hooks.device_clock`); a sync or a CPU->GPU copy adds one or two.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import time
 from typing import Any
 
 from gpudoctor.hooks import patch
+from gpudoctor.hooks.device_clock import CudaClock, DeviceClock, GpuMarks
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.writer import EventWriter
-from gpudoctor.samplers.device_clock import CudaClock, DeviceClock, GpuMarks
 
 SYNC_METHODS = ("item", "tolist", "cpu")  # Tensor methods that wait for the GPU when the tensor is on it
 

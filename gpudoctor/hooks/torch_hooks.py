@@ -11,16 +11,16 @@ import sys
 import time
 from collections.abc import Mapping
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 from gpudoctor.common import batchlengths
 from gpudoctor.common.redact import redact_mapping, redact_value
 from gpudoctor.hooks import patch
+from gpudoctor.hooks.device_clock import DeviceClock, GpuMarks
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.profiler_windows import ProfilerWindows
 from gpudoctor.hooks.writer import EventWriter
 from gpudoctor.recording.events import SIDE_FILE, BatchEvent, LoaderEvent, TorchCfgEvent
-from gpudoctor.samplers.device_clock import DeviceClock, GpuMarks
 
 # Padding is counted on every batch up to this many, then on every 10th.
 _PAD_EVERY_BATCH_UNTIL = 5000
@@ -365,9 +365,9 @@ def padding_event(batch: Any, pad_token_id: int | None) -> BatchEvent | None:
         return None
     rows, seq_len = mask.shape
     tokens = rows * seq_len
-    event = {"k": "batch", "t": time.time(), "tokens": tokens, "pad": tokens - sum(lengths), "seq_len": int(seq_len),
+    event: BatchEvent = {"k": "batch", "t": time.time(), "tokens": tokens, "pad": tokens - sum(lengths), "seq_len": int(seq_len),
              "lengths": lengths}
-    return batchlengths.bound(event)  # a 1 M-row batch: a sample of lengths, exact rows/max/sum, not a 2 MB line
+    return cast(BatchEvent, batchlengths.bound(dict(event)))  # a 1 M-row batch: a sample of lengths, exact rows/max/sum, not a 2 MB line
 
 
 def _countable(torch: ModuleType, t: Any) -> bool:

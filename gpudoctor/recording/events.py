@@ -70,7 +70,7 @@ In-process events (key ``k``):
               ``where``, ``vital`` (the whole in-process recording stopped), ``error``,
               ``message`` (redacted). The report says so in a ``partial_recording`` note.
 
-GPU clock (in-process, CUDA runs only; see :mod:`gpudoctor.samplers.device_clock`). Seconds
+GPU clock (in-process, CUDA runs only; see :mod:`gpudoctor.hooks.device_clock`). Seconds
 named ``gpu_s``/``idle_s``/``*_idle_s``/``h2d_s`` are measured on the GPU by CUDA events; the
 others on the host:
 
@@ -366,7 +366,7 @@ class HfProgressEvent(TypedDict):
 
 
 
-# GPU clock (samplers/device_clock.py): CUDA runs only.
+# GPU clock (hooks/device_clock.py): CUDA runs only.
 class _GpuClock(TypedDict):
     k: Literal["gpu_clock"]
     t: Time

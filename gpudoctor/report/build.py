@@ -64,8 +64,8 @@ def build_report(rec: Recording, options: ReportOptions | None = None) -> Report
         "profiler": _profiler_windows(a),
         "notes": list(a.notes),
         # the GPU's own clock (CUDA events) and MFU: null, with a reason for MFU, on a CPU run
-        "gpu_timeline": gpu_timeline_section(a),
-        "mfu": gpu_timeline.mfu(a).to_dict(),
+        "gpu_timeline": cast("schema.GpuTimeline | None", gpu_timeline_section(a)),
+        "mfu": cast(schema.MfuSection, gpu_timeline.mfu(a).to_dict()),
     }
     verdict = (report["gpu_timeline"] or {}).get("nvml_verdict")
     if verdict:

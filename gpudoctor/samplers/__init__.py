@@ -2,8 +2,8 @@
 
 They write raw rows to ``samples/gpu.jsonl`` and ``samples/host.jsonl`` of a run
 folder; see :mod:`gpudoctor.samplers.nvml` and :mod:`gpudoctor.samplers.host`
-for the fields. :mod:`gpudoctor.samplers.device_clock` (CUDA events) runs inside the
-training process, so the names here load lazily: importing it never imports psutil there.
+for the fields. The names here load lazily: importing one sampler never imports psutil or
+NVML for another.
 """
 
 from __future__ import annotations

@@ -192,7 +192,7 @@ def token_auth(env: MutableMapping[str, str]) -> None:
 def _reload_auth() -> None:
     """Ray imported earlier in this process (a test) has read its auth settings: read them again."""
     with contextlib.suppress(Exception):  # private API of Ray's: absent in another version, nothing to do
-        from ray._raylet import AuthenticationTokenLoader, Config
+        from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
 
         Config.initialize("")
         AuthenticationTokenLoader.instance().reset_cache()

@@ -95,7 +95,7 @@ class GpuMarks:
     the first one still queued: called at each step end and at exit, it costs a few queries.
     """
 
-    def __init__(self, clock: DeviceClock, emit: Callable[[dict[str, Any]], None],
+    def __init__(self, clock: DeviceClock, emit: Callable[[Any], None],
                  now: Callable[[], float] = time.time) -> None:
         self.clock = clock
         self.emit = emit
