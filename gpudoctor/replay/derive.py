@@ -127,7 +127,7 @@ def _input_side(d: Derived, f: RunFacts) -> None:
     no_pad = all(b.pad == 0 for b in batches)
     if no_pad and len(widths) == 1 and tokenize_at[0] in ("ahead", "startup"):
         padding = "packing"
-    elif len(widths) == 1 and any(max(b.lengths) < b.seq_len for b in batches):
+    elif len(widths) == 1 and any(b.longest < b.seq_len for b in batches):
         padding = "max_length"
     else:
         padding = "longest" if len(widths) > 1 or not no_pad else "max_length"
@@ -140,7 +140,7 @@ def _input_side(d: Derived, f: RunFacts) -> None:
     logs = [math.log(x) for x in lengths]
     spec: dict[str, Any] = {"mean": round(statistics.fmean(lengths), 1),
                             "sigma": round(statistics.pstdev(logs), 3) if len(logs) > 1 else 0.0,
-                            "min": min(lengths), "max": max(lengths), "unit": "tokens"}
+                            "min": min(lengths), "max": max(b.longest for b in batches), "unit": "tokens"}
     if spec["min"] == spec["max"]:
         spec = {"mean": float(spec["min"]), "min": spec["min"], "max": spec["max"], "unit": "tokens",
                 "dist": "fixed"}

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.common import safefs
+from gpudoctor.common import batchlengths, safefs
 from gpudoctor.common.errors import UserError
 from gpudoctor.recording.store import load_recording
 
@@ -30,8 +30,10 @@ MAX_JSON_BYTES = 4 * 2**20  # a config.json or training_args.json is a few kB
 @dataclass
 class Batch:
     seq_len: int
-    lengths: list[int]
+    lengths: list[int]  # a sample of at most 1,024 rows (common/batchlengths.py)
     pad: int
+    rows: int  # exact
+    longest: int  # exact
 
 
 @dataclass
@@ -60,7 +62,7 @@ class RunFacts:
 
     @property
     def rows(self) -> int:
-        return sum(len(b.lengths) for b in self.batches)
+        return sum(b.rows for b in self.batches)
 
 
 def from_run(folder: Path) -> RunFacts:
@@ -88,7 +90,8 @@ def from_run(folder: Path) -> RunFacts:
 def _take(facts: RunFacts, e: dict[str, Any], worker: bool, first: float | None) -> None:
     k = e["k"]
     if k == "batch" and e.get("lengths"):
-        facts.batches.append(Batch(e["seq_len"], list(e["lengths"]), e["pad"]))
+        facts.batches.append(Batch(e["seq_len"], list(e["lengths"]), e["pad"], batchlengths.rows(e),
+                                   batchlengths.longest(e) or 0))
     elif k == "counter" and e["name"] == "tokenize":
         if worker or (first is not None and e["t"] > first):
             facts.tokenize_calls_training += e["calls"]

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.analysis import step_noise
+from gpudoctor.common import batchlengths
 from gpudoctor.recording.read import EventLoad, read_events
 from gpudoctor.recording.validate import is_time
 from gpudoctor.sweep.protocol import Protocol
@@ -72,7 +73,7 @@ def arrivals(events: TrialEvents, batch_size: int) -> list[Arrival]:
     """
     batches, spans = events.batches, events.waits
     sizes = [
-        (len(e.get("lengths") or []), sum(e.get("lengths") or []), int(e.get("tokens") or 0))
+        (batchlengths.rows(e), int(e.get("tokens") or 0) - int(e.get("pad") or 0), int(e.get("tokens") or 0))
         for e in batches
     ]
     if batches and len(batches) >= 0.9 * len(spans):
