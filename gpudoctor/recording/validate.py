@@ -109,7 +109,8 @@ EVENT_FIELDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
         {"t": is_time, "args": is_dict, "max_steps": opt(is_int), "num_train_epochs": opt(is_number),
          "version": opt(is_str)},
     ),
-    "model": ({"config": is_dict}, {"t": is_time, "class": opt(is_str), "params": opt(is_count)}),
+    "model": ({"config": is_dict}, {"t": is_time, "class": opt(is_str), "params": opt(is_count),
+              "shape": opt(is_dict)}),
     "plan": ({}, {"t": is_time, "max_steps": opt(is_int)}),
     "hf_plan": ({}, {"t": is_time, "max_steps": opt(is_int)}),  # the same, as older recordings name it
     "cli": (
