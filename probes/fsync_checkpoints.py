@@ -64,6 +64,7 @@ def main(argv=None):
     saved: list[str] = []
     saves = 0
 
+    cpu = [time.process_time()]  # CPU seconds per step (an fsync's wait for the disk is not in it)
     truth.mark_train_start()
     loss = None
     for step, (x,), t_step, t_data in C.timed_batches(loader, truth, lambda n: n >= args.steps):
@@ -87,11 +88,13 @@ def main(argv=None):
             while len(saved) > max(1, args.keep):
                 os.remove(saved.pop(0))
         truth.step_times.append(time.perf_counter() - t_step)
+        cpu.append(time.process_time())
 
     if own_dir:
         shutil.rmtree(out_dir, ignore_errors=True)
     truth.write(**pads.fields(), checkpoints=saves, save_every=args.save_every,
-                step_times_s=list(truth.step_times), final_loss=float(loss.detach()) if loss is not None else None)
+                step_times_s=list(truth.step_times), step_cpu_s=[b - a for a, b in zip(cpu, cpu[1:], strict=False)],
+                final_loss=float(loss.detach()) if loss is not None else None)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ attention's quadratic term is as large as the weights' work at 1024, so the savi
 Apply the fix through the probe's own flag: ``--max-length N``.
 
 Ground truth: ``pad_fraction``, ``p99_length``, ``max_length`` (the padded width) over the
-training batches; ``step_times_s``: each optimizer step's seconds (for steady-state steps/s).
+training batches; ``step_times_s``: each optimizer step's seconds (for steady-state steps/s);
+``step_cpu_s``: each step's CPU seconds (the work itself, on a machine others share).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -68,9 +70,12 @@ def main(argv=None):
     model.train()
     pads = C.PadCounter()
 
+    cpu = [time.process_time()]  # CPU seconds per step: the work, whatever else shares the cores
     truth.mark_train_start()
-    loss = C.train_timed(model, loader, opt, truth, pads, done=lambda step: step >= args.steps)
-    truth.write(**pads.fields(), step_times_s=list(truth.step_times), final_loss=float(loss.detach()))
+    loss = C.train_timed(model, loader, opt, truth, pads, done=lambda step: step >= args.steps,
+                         on_step=lambda step, t: cpu.append(time.process_time()))
+    truth.write(**pads.fields(), step_times_s=list(truth.step_times),
+                step_cpu_s=[b - a for a, b in zip(cpu, cpu[1:], strict=False)], final_loss=float(loss.detach()))
 
 
 if __name__ == "__main__":
