@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 Rows = tuple[int, int]  # (rows in a batch, the width they are padded to)
 
@@ -115,20 +115,20 @@ def fit(shape: Shape | None, steps: Sequence[tuple[Sequence[Rows], float]], *, l
     ``tokens × width`` (both coefficients kept ≥ 0). Else the FLOPs of ``shape`` times the
     measured seconds per FLOP. None: neither a shape nor enough steps to fit.
     """
-    steps = [(list(b), s) for b, s in steps if b and s > 0]
-    widths = [w for b, _ in steps for _, w in b]
-    if len(steps) >= MIN_FIT_STEPS and widths and max(widths) >= MIN_WIDTH_SPREAD * min(widths):
-        fitted = _least_squares(steps)
+    kept = [(list(b), s) for b, s in steps if b and s > 0]
+    widths = [w for b, _ in kept for _, w in b]
+    if len(kept) >= MIN_FIT_STEPS and widths and max(widths) >= MIN_WIDTH_SPREAD * min(widths):
+        fitted = _least_squares(kept)
         if fitted is not None:
             return fitted
     if shape is None:
         return None
-    flops = sum(step_flops(shape, b, lora=lora, recompute=recompute) for b, _ in steps)
-    seconds = sum(s for _, s in steps)
+    flops = sum(step_flops(shape, b, lora=lora, recompute=recompute) for b, _ in kept)
+    seconds = sum(s for _, s in kept)
     s_per_flop = seconds / flops if flops > 0 and seconds > 0 else None
     linear, quadratic = coefficients(shape, lora=lora, recompute=recompute)
     scale = s_per_flop if s_per_flop is not None else 1.0
-    return Fit(linear * scale, quadratic * scale, s_per_flop, "flops", len(steps))
+    return Fit(linear * scale, quadratic * scale, s_per_flop, "flops", len(kept))
 
 
 def _least_squares(steps: list[tuple[list[Rows], float]]) -> Fit | None:
@@ -205,7 +205,7 @@ def _first(config: Mapping[str, Any], keys: tuple[str, ...]) -> int | None:
     return None
 
 
-def _pos(value: Any) -> bool:
+def _pos(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 and math.isfinite(value)
 
 
