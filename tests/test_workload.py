@@ -100,6 +100,14 @@ def test_fit_on_one_width_uses_flops_and_the_measured_seconds_per_flop() -> None
     assert workload.fit(None, steps) is None  # no shape, one width: nothing to fit
 
 
+def test_packing_and_batch_size_change_the_work_per_step() -> None:
+    # 3 rows of 9, 19 and 29 real tokens + 1 separator each = 60 tokens: 2 rows of 32
+    assert workload.packed_rows([9, 19, 29], 32) == [(2, 32)]
+    assert workload.batch_size_rows([(4, 128), (3, 64)], 2.0) == [(8, 128), (6, 64)]
+    fit = workload.Fit(1.0, 0.0, None, "flops", 1)  # token-linear cost: packing saves the pad share
+    assert workload.cost_ratio(fit, [(3, 32)], workload.packed_rows([9, 19, 29], 32)) == pytest.approx(64 / 96)
+
+
 def test_padding_value_and_prediction_are_one_in_run_and_try(probe_run) -> None:
     run = probe_run("narrow_padding", "--steps", "5", "--max-length", "512", "--examples", "64")
     assert run.returncode == 0, run.stderr[-2000:]

@@ -223,6 +223,19 @@ def cost_ratio(cost: Fit, before: Sequence[Rows], after: Sequence[Rows]) -> floa
     return cost.cost_s(after) / now if now > 0 else None
 
 
+def packed_rows(lengths: Sequence[int], width: int, separator: int = 1) -> list[Rows]:
+    """Batches after packing: the real tokens (each row + ``separator``) cut into rows of ``width``,
+    as one batch ``(rows, width)``; the cost per step then follows from :class:`Fit`."""
+    tokens = sum(length + separator for length in lengths)
+    return [(math.ceil(tokens / width), width)] if tokens and width > 0 else []
+
+
+def batch_size_rows(batches: Sequence[Rows], factor: float) -> list[Rows]:
+    """The same widths with ``factor`` times the rows per batch (a batch-size change: work per
+    step scales with the rows, the number of steps by ``1 / factor``)."""
+    return [(max(1, round(rows * factor)), width) for rows, width in batches]
+
+
 def linear_and_quadratic(before: Sequence[Rows], after: Sequence[Rows]) -> tuple[float, float]:
     """(token ratio, attention ratio) after/before: the bounds when the model's shape is unknown."""
     tok_now = sum(r * w for r, w in before)

@@ -100,6 +100,7 @@ class PaddingWaste(Rule):
                 if gain.up_to else None,
                 "workload_basis": gain.basis,
                 "rows_after": gain.rows_after,
+                "packing_compute_after_ratio": round(gain.packing_ratio, 4) if gain.packing_ratio else None,
             },
         )
 
@@ -112,6 +113,7 @@ class PaddingGain:
     up_to: float | None  # quadratic bound, only when the model's shape is unknown
     basis: str  # "fitted" | "flops" | "tokens"
     rows_after: str  # "max_length" (every row padded to it) | "per_batch" (each batch to its longest)
+    packing_ratio: float | None  # compute after packing the rows into max_length rows, over today's
     evidence: str
 
 
@@ -138,17 +140,20 @@ def predict_padding(a: Analysis, new_max: int | None, multiple: int, *, per_batc
     shape = workload.shape_from_model_event(p.model if p else None)
     fit = workload.fit(shape, _steps(p) if p else [])
     ratio = workload.cost_ratio(fit, before, after) if fit else None
+    lengths = [int(x) for b in batches for x in b.get("lengths") or []]
+    packed = workload.packed_rows(lengths, new_max or max(w for _, w in before)) if lengths else []
+    packing = workload.cost_ratio(fit, before, packed) if fit and packed else None
     widths = f"{before[0][1]} → {after[0][1]}" if rows_after == "max_length" and before else "per batch"
     if ratio is not None and fit is not None:
         how = ("per-token and per-token² costs fitted to the steps' measured times over their row widths"
                if fit.basis == "fitted" else f"the FLOPs of {shape.source if shape else 'the model'} "
                f"(N={_si(shape.params if shape else 0)}, {shape.n_layers if shape else '?'} layers, hidden "
                f"{shape.hidden if shape else '?'}; PaLM 6N + attention)")
-        return PaddingGain(max(0.0, 1 - ratio), None, fit.basis, rows_after,
+        return PaddingGain(max(0.0, 1 - ratio), None, fit.basis, rows_after, packing,
                            f"Rows {widths}: the workload model ({how}) puts the compute after at "
                            f"{ratio:.3f}× today's.")
     tok, sq = workload.linear_and_quadratic(before, after)
-    return PaddingGain(max(0.0, 1 - tok), max(0.0, 1 - sq), "tokens", rows_after,
+    return PaddingGain(max(0.0, 1 - tok), max(0.0, 1 - sq), "tokens", rows_after, None,
                        f"Rows {widths}: no model shape was recorded, so the saving lies between the tokens' "
                        f"({1 - tok:.0%}) and the attention's ({1 - sq:.0%}).")
 
