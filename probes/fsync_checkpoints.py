@@ -3,11 +3,12 @@
 The save interval is the script's own code (``--save-every``), so ``gpudoctor try`` cannot set
 it; it can thin the loop's ``torch.save`` calls in its trial (keep every k-th) and measure what
 ``save_every × k`` gives. Each save writes the model and AdamW state to an open file, then
-``flush`` + ``os.fsync`` (a save that really reaches the disk). Plain PyTorch loop.
+``flush`` + ``os.fsync`` (a save that really reaches the disk), then deletes the oldest beyond
+``--keep``. Plain PyTorch loop.
 
 Apply the fix through the probe's own flag: ``--save-every N``.
 
-Ground truth: ``checkpoint_s`` (seconds inside the saves), ``checkpoints``; ``step_times_s``:
+Ground truth: ``checkpoint_s`` (seconds inside the saves: write, fsync, rotation), ``checkpoints``; ``step_times_s``:
 each optimizer step's seconds, its save included (for steady-state steps/s).
 """
 
@@ -82,11 +83,11 @@ def main(argv=None):
                 torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step}, fh)
                 fh.flush()
                 os.fsync(fh.fileno())
+            saved.append(path)
+            while len(saved) > max(1, args.keep):  # rotating old checkpoints is part of saving
+                os.remove(saved.pop(0))
             truth.add("checkpoint_s", time.perf_counter() - t)
             saves += 1
-            saved.append(path)
-            while len(saved) > max(1, args.keep):
-                os.remove(saved.pop(0))
         truth.step_times.append(time.perf_counter() - t_step)
         cpu.append(time.process_time())
 

@@ -75,21 +75,23 @@ class TorchHooks:
             return save
 
         patch.replace(torch, "save", make)
-        patch.replace(os, "fsync", self._wrap_fsync)
+        for name in ("fsync", "remove", "unlink"):  # finishing the save, rotating old checkpoints
+            patch.replace(os, name, self._wrap_fsync)
         serialization = sys.modules.get("torch.serialization")
         if serialization is not None:
             patch.replace(serialization, "save", make)
 
     def _wrap_fsync(self, fn: Any) -> Any:
-        """``os.fsync`` after a checkpoint ``torch.save`` and before the next step finishes that save:
-        the save's span is extended to the fsync's end (one save, merged), so a loop that saves to an
-        open file and fsyncs it is timed whole. Any other fsync is left alone."""
+        """``os.fsync`` (or ``os.remove``/``os.unlink``, rotating old checkpoints) after a checkpoint
+        ``torch.save`` and before the next step is part of that save: the save's span is extended to
+        its end (one save, merged), so a loop that saves to an open file, fsyncs it and deletes the
+        oldest is timed whole. Any other call is left alone, at the cost of one attribute read."""
         hooks = self
 
-        def fsync(fd: Any) -> Any:
+        def fsync(*args: Any, **kwargs: Any) -> Any:
             began = hooks._save_began
             try:
-                return fn(fd)
+                return fn(*args, **kwargs)
             finally:
                 if began is not None:
                     hooks._save_tail(began)
@@ -99,7 +101,7 @@ class TorchHooks:
     @guarded("save timing")
     def _save_tail(self, began: tuple[float, float]) -> None:
         self.writer.emit({"k": "span", "c": "checkpoint", "t0": began[0], "dt": time.perf_counter() - began[1],
-                          "name": "torch.save + os.fsync"})
+                          "name": "torch.save + os.fsync/remove"})
 
     def install_optimizer(self, optim_mod: ModuleType) -> None:
         self._handles.append(optim_mod.register_optimizer_step_pre_hook(self._on_step_pre))
