@@ -37,6 +37,7 @@ class ProcessView:
     batches: list[dict[str, Any]] = field(default_factory=list)
     loaders: list[dict[str, Any]] = field(default_factory=list)
     torch_cfg: dict[str, Any] | None = None
+    model: dict[str, Any] | None = None  # the first ``model`` event: config and parameter shape
     trainer: dict[str, Any] | None = None
     plan: dict[str, Any] | None = None
     tokenize_s: float = 0.0
@@ -129,6 +130,8 @@ def build_process_view(
             view.loaders.append(e)
         elif kind == "torch_cfg" and view.torch_cfg is None:
             view.torch_cfg = e
+        elif kind == "model" and view.model is None:
+            view.model = e
         elif kind == "trainer":
             view.trainer = e
         elif kind in ("plan", "hf_plan"):  # "hf_plan": recordings from before 0.1's rename

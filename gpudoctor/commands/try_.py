@@ -126,6 +126,15 @@ def _plan_notes(plan: Plan) -> list[str]:
     if plan.applicable and not plan.complete:
         notes.append("Only part of the fix can be set without editing code (see not_applied): "
                      "the trial measures that part.")
+    for part in plan.parts:
+        if part.thinned:
+            t = part.thinned
+            notes.append(
+                f"The loop's save interval is its own code, so the trial thinned its torch.save calls: it kept "
+                f"every {part.apply.get('keep_every')}th checkpoint save and skipped the others, running as "
+                f"saving every {t['trial_every']} steps would (the run saved every {t['ran_every']})"
+                + (f"; the finding's value is save_steps={t['save_steps']}" if t["trial_every"] != t["save_steps"]
+                   else "") + ".")
     workers_set = any(k in plan.user_set for k in ("num_workers", "dataloader_num_workers"))
     if plan.user_set and not workers_set:
         notes.append("Values set with --set: the prediction is the finding's, for its own values.")

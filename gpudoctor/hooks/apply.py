@@ -34,6 +34,7 @@ MAX_EVENTS_PER_CALL = 5  # a loader built every epoch is said a few times, not t
 
 LOADER_KEYS = {"num_workers": int, "persistent_workers": bool, "prefetch_factor": int, "pin_memory": bool}
 TOKENIZER_KEYS = {"max_length": int, "padding": (bool, str), "pad_to_multiple_of": int, "truncation": (bool, str)}
+SAVE_KEYS = {"keep_every": int}  # torch.save in a hand-written loop: keep every k-th checkpoint
 Scalar = int | float | bool | str | None
 
 
@@ -45,6 +46,9 @@ class Overrides:
         self.training_arguments = _scalars(spec.get("training_arguments"), None)
         self.dataloader = _scalars(spec.get("dataloader"), LOADER_KEYS)
         self.tokenizer = _scalars(spec.get("tokenizer"), TOKENIZER_KEYS)
+        self.torch_save = _scalars(spec.get("torch_save"), SAVE_KEYS)
+        self.saves_seen = 0
+        self.saves_skipped = 0
         self.said: dict[str, int] = {}
 
 
@@ -257,3 +261,28 @@ def _tokenizer_kwargs(kwargs: dict[str, Any]) -> dict[str, Any] | None:
     if o.said.get("tokenizer", 0) < 1:
         _emit("tokenizer", dict(o.tokenizer), {k: kwargs.get(k) for k in o.tokenizer}, {})
     return out
+
+
+# -- torch.save(...) in a hand-written loop ------------------------------------------
+def skip_save() -> bool:
+    """Whether this checkpoint ``torch.save`` is thinned out (called by the save hook).
+
+    The loop's save interval is its own code; the trial keeps every k-th save (the k-th, 2k-th,
+    ...) and skips the others, so it runs as ``save_every × k`` would. Each call is counted.
+    """
+    return bool(_skip_save())
+
+
+@guarded("apply torch.save thinning", default=False)
+def _skip_save() -> bool:
+    o = _overrides
+    k = o.torch_save.get("keep_every") if o is not None else None
+    if o is None or not isinstance(k, int) or k <= 1:
+        return False
+    o.saves_seen += 1
+    skip = o.saves_seen % k != 0
+    o.saves_skipped += skip
+    if o.saves_seen == 1 or (not skip and o.saves_seen == k):
+        _emit("torch.save", {"keep_every": k}, {"keep_every": 1}, {})
+    return skip
+

@@ -15,12 +15,12 @@ from typing import Any, cast
 
 from gpudoctor.common import batchlengths
 from gpudoctor.common.redact import redact_mapping, redact_value
-from gpudoctor.hooks import patch
+from gpudoctor.hooks import apply, patch
 from gpudoctor.hooks.device_clock import DeviceClock, GpuMarks
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.profiler_windows import ProfilerWindows
 from gpudoctor.hooks.writer import EventWriter
-from gpudoctor.recording.events import SIDE_FILE, BatchEvent, LoaderEvent, TorchCfgEvent
+from gpudoctor.recording.events import SIDE_FILE, BatchEvent, LoaderEvent, ModelEvent, TorchCfgEvent
 
 # Padding is counted on every batch up to this many, then on every 10th.
 _PAD_EVERY_BATCH_UNTIL = 5000
@@ -41,6 +41,7 @@ class TorchHooks:
         self._step_p0 = 0.0
         self._cfg_done = False
         self._explicit = False
+        self._save_began: tuple[float, float] | None = None  # the last checkpoint save, until a step
         self.windows = ProfilerWindows(writer)
         self.gpu: GpuMarks | None = None  # CUDA events, once the first training forward runs on CUDA
 
@@ -66,14 +67,45 @@ class TorchHooks:
             checkpoint, side = as_checkpoint(fn), as_side(fn)
 
             def save(obj: Any, *args: Any, **kwargs: Any) -> Any:
-                return (side if _holds_no_tensors(obj) else checkpoint)(obj, *args, **kwargs)
+                if _holds_no_tensors(obj):
+                    return side(obj, *args, **kwargs)
+                if apply.active() and apply.skip_save():  # ``gpudoctor try`` thins the loop's saves
+                    return None
+                began = (time.time(), time.perf_counter())
+                out = checkpoint(obj, *args, **kwargs)
+                self._save_began = began
+                return out
 
             return save
 
         patch.replace(torch, "save", make)
+        for name in ("fsync", "remove", "unlink"):  # finishing the save, rotating old checkpoints
+            patch.replace(os, name, self._wrap_fsync)
         serialization = sys.modules.get("torch.serialization")
         if serialization is not None:
             patch.replace(serialization, "save", make)
+
+    def _wrap_fsync(self, fn: Any) -> Any:
+        """``os.fsync`` (or ``os.remove``/``os.unlink``, rotating old checkpoints) after a checkpoint
+        ``torch.save`` and before the next step is part of that save: the save's span is extended to
+        its end (one save, merged), so a loop that saves to an open file, fsyncs it and deletes the
+        oldest is timed whole. Any other call is left alone, at the cost of one attribute read."""
+        hooks = self
+
+        def fsync(*args: Any, **kwargs: Any) -> Any:
+            began = hooks._save_began
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                if began is not None:
+                    hooks._save_tail(began)
+
+        return fsync
+
+    @guarded("save timing")
+    def _save_tail(self, began: tuple[float, float]) -> None:
+        self.writer.emit({"k": "span", "c": "checkpoint", "t0": began[0], "dt": time.perf_counter() - began[1],
+                          "name": "torch.save + os.fsync/remove"})
 
     def install_optimizer(self, optim_mod: ModuleType) -> None:
         self._handles.append(optim_mod.register_optimizer_step_pre_hook(self._on_step_pre))
@@ -236,6 +268,7 @@ class TorchHooks:
 
     def _record_step(self, dt: float, t: float | None = None) -> None:
         self.steps += 1
+        self._save_began = None
         if not self.first_step_seen:
             self.mark_first_step()
         self.writer.emit({"k": "step", "t": time.time() if t is None else t, "n": self.steps, "dt": dt})
@@ -328,21 +361,66 @@ _MODEL_CONFIG_KEYS = 200  # a real config has ~50 sizes and switches; beyond tha
 
 @guarded("model config")
 def _emit_model(writer: EventWriter, module: Any) -> None:
-    """The trained model's config, sizes only, so ``gpudoctor replay RUN`` can rebuild its shape.
+    """The trained model's config (sizes only) and its shape from its parameters, once.
 
     Only numbers, switches and ``model_type`` of a ``PretrainedConfig``-like ``config.to_dict()``
-    are kept (no paths, names or nested values), and those pass through the redactor too.
+    are kept (no paths, names or nested values), and those pass through the redactor too. The
+    shape (:func:`model_shape`) is what the workload model needs when there is no config.
     """
     to_dict = safe_attr(safe_attr(module, "config"), "to_dict")
     raw = to_dict() if callable(to_dict) else None
-    if not isinstance(raw, dict):
-        return
     sizes = {k: v for k, v in raw.items() if isinstance(k, str) and (
         isinstance(v, (int, bool)) or (isinstance(v, float) and math.isfinite(v))
-        or (k == "model_type" and isinstance(v, str)))}
+        or (k == "model_type" and isinstance(v, str)))} if isinstance(raw, dict) else {}
     params = sum(p.numel() for p in module.parameters())  # metadata only: no tensor is read
-    writer.emit({"k": "model", "t": time.time(), "class": redact_value(type(module).__name__),
-                 "params": int(params), "config": redact_mapping(dict(list(sizes.items())[:_MODEL_CONFIG_KEYS]))})
+    event: ModelEvent = {"k": "model", "t": time.time(), "class": redact_value(type(module).__name__),
+                         "params": int(params),
+                         "config": redact_mapping(dict(list(sizes.items())[:_MODEL_CONFIG_KEYS]))}
+    shape = model_shape(module)
+    if shape:
+        event["shape"] = shape
+    writer.emit(event)
+
+
+_ATTENTION_NAMES = ("attn", "attention", "qkv", "q_proj", "query")
+_MATMUL_TYPES = ("Linear", "Conv1D", "NonDynamicallyQuantizableLinear")
+_WALK_MODULES = 20_000  # a model with more submodules is walked this far
+
+
+@guarded("model shape")
+def model_shape(module: Any) -> dict[str, Any] | None:
+    """Sizes of the FLOPs model from the parameter shapes: one walk of the modules, at the first
+    forward only. ``matmul_params``: weights of Linear-like layers (shared ones once);
+    ``n_layers``: the longest list of same-type blocks; ``hidden``: the most common layer width;
+    ``attention``: whether a submodule is named like an attention (None: cannot tell)."""
+    seen: set[int] = set()
+    matmul = 0
+    widths: dict[int, int] = {}
+    layers = 0
+    attention = False
+    for i, (name, sub) in enumerate(module.named_modules()):
+        if i > _WALK_MODULES:
+            break
+        kind = type(sub).__name__
+        leaf = name.rsplit(".", 1)[-1].lower()
+        attention = attention or any(a in leaf for a in _ATTENTION_NAMES) or kind == "MultiheadAttention"
+        if kind in _MATMUL_TYPES or kind.endswith("Linear"):
+            weight = safe_attr(sub, "weight")
+            shape = tuple(getattr(weight, "shape", ()))
+            if len(shape) == 2 and id(weight) not in seen:
+                seen.add(id(weight))
+                matmul += int(shape[0]) * int(shape[1])
+                width = min(int(shape[0]), int(shape[1]))
+                widths[width] = widths.get(width, 0) + 1
+        elif kind in ("ModuleList", "Sequential"):
+            children = list(sub.children())
+            if len(children) > layers and len({type(c) for c in children}) == 1:
+                layers = len(children)
+    if not matmul or not widths:
+        return None
+    hidden = max(widths, key=lambda w: (widths[w], w))
+    return {"matmul_params": matmul, "n_layers": max(1, layers), "hidden": hidden,
+            "attention": True if attention else None}
 
 
 def padding_event(batch: Any, pad_token_id: int | None) -> BatchEvent | None:

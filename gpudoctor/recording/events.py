@@ -285,7 +285,11 @@ class TrainerEvent(_Trainer, total=False):
 
 
 # ``class`` is a keyword: the optional part is spelt the functional way.
-_ModelOptional = TypedDict("_ModelOptional", {"t": Time, "class": str | None, "params": Count | None},
+_ModelOptional = TypedDict("_ModelOptional", {"t": Time, "class": str | None, "params": Count | None,
+                                              # the FLOPs model's sizes from parameter shapes
+                                              # (analysis/workload.py): matmul_params, n_layers,
+                                              # hidden, attention
+                                              "shape": dict[str, Any] | None},
                            total=False)
 
 

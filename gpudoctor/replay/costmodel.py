@@ -1,14 +1,7 @@
 """The arithmetic of a preflight prediction: pure functions, no I/O, no torch.
 
-Model FLOPs per token (PaLM, Chowdhery et al. 2022, appendix B)::
-
-    flops_per_token = k * N + 12 * n_layers * hidden * seq
-
-with ``k = 6`` for full fine-tuning (forward 2N + backward 4N) and ``k = 4`` for
-LoRA (frozen weights need no weight gradients), ``N`` the parameter count and
-``seq`` the padded sequence length the GPU actually computes on (the attention
-term is dropped for attention-free models, ``model.attention: none``; gradient
-checkpointing adds one recomputed forward pass, ``2 * N + 4 * n_layers * hidden * seq``). Seconds are
+Model FLOPs per token: :mod:`gpudoctor.analysis.workload` (PaLM 6N + attention, LoRA,
+gradient checkpointing), the one workload model of rules, ``try``, ``replay`` and ``sweep``. Seconds are
 FLOPs / (datasheet peak for the precision x assumed MFU). The optimizer step
 streams 28 bytes per trainable parameter (fp32 AdamW: read p, g, m, v; write p,
 m, v) at ``BANDWIDTH_EFFICIENCY`` of the datasheet memory bandwidth.
@@ -26,6 +19,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from gpudoctor.analysis import workload
 from gpudoctor.common.hardware import GpuSpec
 
 BANDWIDTH_EFFICIENCY = 0.7
@@ -124,12 +118,9 @@ def tokens(plan: Plan, w: Workload) -> dict[str, float]:
 
 
 def flops_per_sample(padded: float, w: Workload) -> float:
-    """Training FLOPs for one sample; gradient checkpointing adds one more forward pass."""
-    attention = 12 * w.n_layers * w.hidden_size * padded if w.attention else 0.0
-    per_token = w.flops_k * w.params + attention
-    if w.recompute:
-        per_token += 2 * w.params + attention / 3
-    return padded * per_token
+    """Training FLOPs for one sample (:func:`gpudoctor.analysis.workload.row_flops`)."""
+    shape = workload.Shape(w.params, w.n_layers, w.hidden_size, w.attention)
+    return workload.row_flops(shape, padded, lora=w.flops_k < 6, recompute=w.recompute)
 
 
 def input_costs(plan: Plan, w: Workload) -> tuple[float, float]:
@@ -228,11 +219,3 @@ def state_gb(w: Workload) -> float:
     """Weights, gradients and AdamW state per GPU without sharding (activations excluded)."""
     frozen = w.params - w.trainable_params
     return (frozen * 2 + w.trainable_params * STATE_BYTES_PER_PARAM) / 1e9
-
-
-def infer_shape(params: float) -> tuple[int, int]:
-    """(n_layers, hidden) of a typical decoder with ``params``: N ≈ 12·L·d², d/L ≈ 128."""
-    hidden = (128 * params / 12) ** (1 / 3)
-    hidden = max(128, round(hidden / 128) * 128)
-    layers = max(1, round(params / (12 * hidden * hidden)))
-    return layers, hidden

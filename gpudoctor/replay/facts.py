@@ -101,7 +101,7 @@ def _take(facts: RunFacts, e: dict[str, Any], worker: bool, first: float | None)
         facts.training_args, facts.args_source = e["args"], "the recorded TrainingArguments"
     elif k in ("plan", "hf_plan") and isinstance(e.get("max_steps"), int):
         facts.plan_max_steps = e["max_steps"]
-    elif k == "model" and facts.model_config is None:
+    elif k == "model" and facts.model_config is None and e["config"]:  # a plain nn.Module: shape only
         facts.model_config = e["config"]
         facts.model_params = e.get("params")
         facts.model_class = e.get("class")

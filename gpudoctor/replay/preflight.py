@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from gpudoctor.analysis.workload import infer_shape
 from gpudoctor.common.errors import UserError
 from gpudoctor.replay import costmodel, gpus
 from gpudoctor.replay.config import ReplayConfig
@@ -203,7 +204,7 @@ def _model_size(
     params = model.params_b * 1e9
     if model.n_layers and model.hidden_size:
         return params, model.n_layers, model.hidden_size
-    layers, hidden = costmodel.infer_shape(params)
+    layers, hidden = infer_shape(params)
     layers, hidden = model.n_layers or layers, model.hidden_size or hidden
     notes.append(
         f"model.n_layers/hidden_size not given: assumed {layers} x {hidden} for the attention term"

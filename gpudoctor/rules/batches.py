@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.process import dynamic_padding_tokens
+from gpudoctor.analysis import Analysis, workload
+from gpudoctor.analysis.process import ProcessView, dynamic_padding_tokens
 from gpudoctor.common import batchlengths
 from gpudoctor.rules.account import Claim
 from gpudoctor.rules.base import Finding, Fix, Rule, Table, pct
@@ -19,7 +20,7 @@ MIN_RECOVERABLE = 0.05
 class PaddingWaste(Rule):
     name = "padding_waste"
     fires_when = 'pad tokens ≥ 10% and per-batch padding would save ≥ 5% of the tokens'
-    fix_from = '`max_length` = observed p99 rounded up to the pad multiple (64/32/16/8, fitted to the rows), never above what is padded now; per-batch padding / `group_by_length` (names checked against the recorded TrainingArguments); packing; gain between linear token work and quadratic attention'
+    fix_from = '`max_length` = observed p99 rounded up to the pad multiple (64/32/16/8, fitted to the rows), never above what is padded now; per-batch padding / `group_by_length` (names checked against the recorded TrainingArguments); packing; gain from the workload model (PaLM FLOPs of the recorded model shape, or per-token and per-token² costs fitted to the steps), between linear token work and quadratic attention when the shape is unknown'
 
     def match(self, a: Analysis) -> Finding | None:
         batches = [b for p in a.procs for b in p.batches]
@@ -30,14 +31,14 @@ class PaddingWaste(Rule):
         multiple = pad_multiple_for(pad["p50_length"])
         now, after = dynamic_padding_tokens(batches, multiple)
         recoverable = 1.0 - after / now if now else 0.0
-        attention = _attention_saving(batches, multiple)
-        packing = frac >= 0.5 and recoverable < 0.5 * frac  # lengths vary inside batches too
-        waste = max(recoverable, frac if packing else 0.0)
-        if waste < MIN_RECOVERABLE:
-            return None
         names = names_for(a.primary)
         p99, longest_seen = pad["p99_length"], pad["max_length"]
         new_max = max_length_for(p99, longest_seen, multiple=multiple)
+        gain = predict_padding(a, new_max, multiple, per_batch=names.is_trainer)
+        packing = frac >= 0.5 and recoverable < 0.5 * frac  # lengths vary inside batches too
+        waste = max(gain.saving, frac if packing else 0.0)
+        if waste < MIN_RECOVERABLE:
+            return None
         truncate: dict[str, object] = {"truncation": True, "max_length": new_max} if new_max else {}
         if names.is_trainer:
             args: dict[str, object] = {}
@@ -69,15 +70,15 @@ class PaddingWaste(Rule):
         return Finding(
             rule=self.name,
             title="Most of each batch is padding",
-            # Fewer tokens computed: a share of all compute, compounding with faster math. Token
-            # work is linear in length, attention quadratic: without the model's shape the real
-            # saving lies between the two (packing's ``waste`` is the pad share, also linear).
-            claims=[Claim("compute", waste, up_to=max(waste, attention) if not packing else None)],
+            # Fewer tokens computed: a share of all compute, compounding with faster math. The
+            # workload model sizes it (one value); without the model's shape, between linear token
+            # work and quadratic attention (packing's ``waste`` is the pad share, also linear).
+            claims=[Claim("compute", waste, up_to=gain.up_to if not packing and gain.up_to else None)],
             evidence=(
                 f"{pct(frac)} of the tokens in {pad['batches_seen']} training batches are padding: rows are "
                 f"padded to {longest_seen} while the real lengths have p50 {pad['p50_length']} and p99 {p99}. "
                 f"Padding each batch to its longest row (multiple of {multiple}) would drop {pct(recoverable)} "
-                "of the tokens computed."
+                "of the tokens computed. " + gain.evidence
             ),
             fix=Fix(
                 summary=(
@@ -95,18 +96,100 @@ class PaddingWaste(Rule):
                 "tokens_dynamic": after,
                 "p99_length": p99,
                 "max_length": longest_seen,
+                "new_max_length": new_max,
+                "compute_after_ratio": round(1 - gain.saving, 4),
+                "compute_after_ratio_range": [round(1 - gain.up_to, 4), round(1 - gain.saving, 4)]
+                if gain.up_to else None,
+                "workload_basis": gain.basis,
+                "rows_after": gain.rows_after,
+                "packing_compute_after_ratio": round(gain.packing_ratio, 4) if gain.packing_ratio else None,
             },
         )
 
 
-def _attention_saving(batches: list[dict[str, Any]], multiple: int) -> float:
-    """Share of attention work (quadratic in row length) that per-batch padding removes."""
-    now = after = 0
-    for b in batches:
-        top = batchlengths.longest(b)  # exact row count and longest, even when lengths is a sample
-        seq = int(b["seq_len"])
-        rows = batchlengths.rows(b) or 1
-        longest = min(seq, -(-top // multiple) * multiple) if top is not None else seq
-        now += rows * seq * seq
-        after += rows * longest * longest
-    return 1.0 - after / now if now else 0.0
+@dataclass(frozen=True)
+class PaddingGain:
+    """Share of the compute a padding fix removes, from the one workload model."""
+
+    saving: float  # 1 - cost after / cost now (the conservative figure when a range)
+    up_to: float | None  # quadratic bound, only when the model's shape is unknown
+    basis: str  # "fitted" | "flops" | "tokens"
+    rows_after: str  # "max_length" (every row padded to it) | "per_batch" (each batch to its longest)
+    packing_ratio: float | None  # compute after packing the rows into max_length rows, over today's
+    evidence: str
+
+
+def predict_padding(a: Analysis, new_max: int | None, multiple: int, *, per_batch: bool) -> PaddingGain:
+    """What capping ``max_length`` at ``new_max`` (and padding per batch) saves of the compute.
+
+    Rows after the fix: a run whose rows all had one width and that tokenized before training
+    pads its whole dataset in one call, so its rows become ``new_max`` wide; otherwise (a
+    tokenizer or collator per batch, or ``per_batch``) each batch is padded to its longest row,
+    rounded up to ``multiple``, at most ``new_max``. The cost of a batch is the workload model's
+    (:mod:`gpudoctor.analysis.workload`): fitted to the run's steps when it shows several widths,
+    else the recorded model shape's FLOPs. Without either, a range: linear tokens to quadratic.
+    """
+    p = a.primary
+    batches = [b for q in a.procs for b in q.batches]
+    before = [_rows(b) for b in batches]
+    fixed = len({w for _, w in before}) == 1 and not any(q.tokenize_in_loop_s > 0 for q in a.procs)
+    if fixed and not per_batch and new_max:
+        after = [(r, min(w, new_max)) for r, w in before]
+        rows_after = "max_length"
+    else:
+        after = [(r, min(w, _longest(b, multiple), new_max or w)) for (r, w), b in zip(before, batches, strict=True)]
+        rows_after = "per_batch"
+    shape = workload.shape_from_model_event(p.model if p else None)
+    fit = workload.fit(shape, _steps(p) if p else [])
+    ratio = workload.cost_ratio(fit, before, after) if fit else None
+    lengths = [int(x) for b in batches for x in b.get("lengths") or []]
+    packed = workload.packed_rows(lengths, new_max or max(w for _, w in before)) if lengths else []
+    packing = workload.cost_ratio(fit, before, packed) if fit and packed else None
+    widths = f"{before[0][1]} → {after[0][1]}" if rows_after == "max_length" and before else "per batch"
+    if ratio is not None and fit is not None:
+        how = ("per-token and per-token² costs fitted to the steps' measured times over their row widths"
+               if fit.basis == "fitted" else f"the FLOPs of {shape.source if shape else 'the model'} "
+               f"(N={_si(shape.params if shape else 0)}, {shape.n_layers if shape else '?'} layers, hidden "
+               f"{shape.hidden if shape else '?'}; PaLM 6N + attention)")
+        return PaddingGain(max(0.0, 1 - ratio), None, fit.basis, rows_after, packing,
+                           f"Rows {widths}: the workload model ({how}) puts the compute after at "
+                           f"{ratio:.3f}× today's.")
+    tok, sq = workload.linear_and_quadratic(before, after)
+    return PaddingGain(max(0.0, 1 - tok), max(0.0, 1 - sq), "tokens", rows_after, None,
+                       f"Rows {widths}: no model shape was recorded, so the saving lies between the tokens' "
+                       f"({1 - tok:.0%}) and the attention's ({1 - sq:.0%}).")
+
+
+def _rows(b: dict[str, Any]) -> tuple[int, int]:
+    """(rows, padded width) of a batch: rows exact even when ``lengths`` is a sample."""
+    seq = int(b["seq_len"])
+    return batchlengths.rows(b) or max(1, int(b["tokens"]) // max(1, seq)), seq
+
+
+def _longest(b: dict[str, Any], multiple: int) -> int:
+    top = batchlengths.longest(b)  # exact, even when lengths is a sample
+    return -(-top // multiple) * multiple if top is not None else int(b["seq_len"])
+
+
+def _steps(p: ProcessView) -> list[tuple[list[tuple[int, int]], float]]:
+    """Each step's batches and its seconds: the batches seen between two step marks."""
+    times = sorted(p.step_times)
+    batches = sorted(p.batches, key=lambda b: float(b.get("t") or 0.0))
+    out: list[tuple[list[tuple[int, int]], float]] = []
+    j = 0
+    for t0, t1 in zip(times, times[1:], strict=False):
+        mine = []
+        while j < len(batches) and float(batches[j].get("t") or 0.0) <= t1:
+            if float(batches[j].get("t") or 0.0) > t0:
+                mine.append(_rows(batches[j]))
+            j += 1
+        if mine:
+            out.append((mine, t1 - t0))
+    return out
+
+
+def _si(x: float) -> str:
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if x >= scale:
+            return f"{x / scale:.3g}{unit}"
+    return f"{x:.0f}"

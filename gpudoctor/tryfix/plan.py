@@ -15,10 +15,12 @@ from typing import Any
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.common.errors import UserError
-from gpudoctor.hooks.apply import LOADER_KEYS, SCHEMA, TOKENIZER_KEYS
+from gpudoctor.hooks.apply import LOADER_KEYS, SAVE_KEYS, SCHEMA, TOKENIZER_KEYS
 from gpudoctor.rules.names import Names, names_for
 
-TARGETS = {"TrainingArguments": "training_arguments", "DataLoader": "dataloader", "tokenizer": "tokenizer"}
+TARGETS = {"TrainingArguments": "training_arguments", "DataLoader": "dataloader", "tokenizer": "tokenizer",
+           "torch.save": "torch_save"}
+LOOP = "your training loop"
 _CODE_REASONS = {
     "ds.map": "datasets.map runs in the script before training: pre-processing it needs a code change",
     "DataCollatorWithPadding": "the collator is built in the script: passing it needs a code change",
@@ -35,10 +37,14 @@ class Part:
     apply: dict[str, Any] = field(default_factory=dict)
     unchanged: dict[str, Any] = field(default_factory=dict)
     code_change: dict[str, str] = field(default_factory=dict)  # key -> why the hooks cannot set it
+    thinned: dict[str, int] | None = None  # torch.save thinning: the save_steps it stands for
 
     def to_dict(self) -> dict[str, Any]:
-        return {"call": self.call, "library": self.library, "apply": self.apply,
-                "unchanged": self.unchanged, "code_change": self.code_change}
+        out = {"call": self.call, "library": self.library, "apply": self.apply,
+               "unchanged": self.unchanged, "code_change": self.code_change}
+        if self.thinned:
+            out["thinned"] = self.thinned
+        return out
 
 
 @dataclass
@@ -120,7 +126,7 @@ def make_plan(report: dict[str, Any], a: Analysis, rule: str | None, sets: dict[
 
 
 def _plan(finding: dict[str, Any], names: Names, a: Analysis, sets: dict[str, Any]) -> Plan:
-    parts = [_part(t, names, a) for t in tables(finding)]
+    parts = [_part(t, names, a, finding) for t in tables(finding)]
     left = dict(sets)
     for p in parts:  # --set changes a value of the table that has it
         for key in [k for k in left if k in p.apply or k in p.unchanged or k in p.code_change]:
@@ -142,15 +148,37 @@ def _plan(finding: dict[str, Any], names: Names, a: Analysis, sets: dict[str, An
     return Plan(str(finding.get("rule")), finding, parts, user_set=dict(sets))
 
 
+def _thinned_saves(table: dict[str, Any], finding: dict[str, Any]) -> Part | None:
+    """A hand-written loop's save interval is its own code, but its ``torch.save`` calls are
+    ours to thin in the trial: keep every k-th, k = the finding's ``save_steps`` ÷ the interval
+    that ran (rounded up), so the trial runs as ``save_steps = interval × k`` would."""
+    config = table.get("config") or {}
+    data = finding.get("data") or {}
+    new, now = config.get("save_steps"), data.get("current_save_steps")
+    if table.get("library") != LOOP or set(config) != {"save_steps"} or not isinstance(new, int):
+        return None
+    if not isinstance(now, (int, float)) or now < 1 or new <= now:
+        return None
+    k = -(-new // int(now))
+    part = Part("torch.save", LOOP, "torch_save", apply={"keep_every": k})
+    part.thinned = {"save_steps": new, "ran_every": int(now), "trial_every": int(now) * k}
+    return part
+
+
 def _settable(target: str | None, key: str, names: Names) -> bool:
     if target == "dataloader":
         return key in LOADER_KEYS
     if target == "tokenizer":
         return key in TOKENIZER_KEYS
+    if target == "torch_save":
+        return key in SAVE_KEYS
     return target == "training_arguments" and (not names.trainer_fields or key in names.trainer_fields)
 
 
-def _part(table: dict[str, Any], names: Names, a: Analysis) -> Part:
+def _part(table: dict[str, Any], names: Names, a: Analysis, finding: dict[str, Any] | None = None) -> Part:
+    thinned = _thinned_saves(table, finding or {})
+    if thinned is not None:
+        return thinned
     call = table.get("call")
     target = TARGETS.get(call) if isinstance(call, str) else None
     part = Part(call, table.get("library"), target)

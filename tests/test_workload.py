@@ -1,0 +1,161 @@
+"""The one workload model: FLOPs by hand, the fit, the model's shape from its parameters, and the
+padding fix's one value and one prediction in ``run`` and ``try`` on one recording."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from torch import nn
+
+from gpudoctor.analysis import analyze, workload
+from gpudoctor.analysis.workload import Shape
+from gpudoctor.hooks.torch_hooks import model_shape
+from gpudoctor.recording.store import load_recording
+from gpudoctor.replay import costmodel
+from gpudoctor.rules import account
+from gpudoctor.tryfix import plan as planning
+from gpudoctor.tryfix import steady
+from tests.conftest import within
+
+
+def test_flops_per_token_is_palm_by_hand() -> None:
+    shape = Shape(params=1000, n_layers=2, hidden=8)
+    # 6N + 12·L·d·seq = 6000 + 12·2·8·10
+    assert workload.flops_per_token(shape, 10) == 6000 + 1920
+    # LoRA: 4N (no weight gradients) + the same attention
+    assert workload.flops_per_token(shape, 10, lora=True) == 4000 + 1920
+    # gradient checkpointing: one more forward, 2N + 4·L·d·seq
+    assert workload.flops_per_token(shape, 10, recompute=True) == pytest.approx(6000 + 1920 + 2000 + 640)
+    # no attention term for an attention-free model
+    assert workload.flops_per_token(Shape(1000, 2, 8, attention=False), 10) == 6000
+    # a step: 2 rows of 10 and 1 row of 5
+    assert workload.step_flops(shape, [(2, 10), (1, 5)]) == 2 * 10 * 7920 + 5 * (6000 + 12 * 2 * 8 * 5)
+
+
+def test_replay_costmodel_reads_the_same_formula() -> None:
+    w = _costmodel_workload(params=1000.0, n_layers=2, hidden_size=8, flops_k=4.0, recompute=True)
+    assert costmodel.flops_per_sample(10, w) == pytest.approx(
+        workload.row_flops(Shape(1000, 2, 8), 10, lora=True, recompute=True))
+
+
+class _Block(nn.Module):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.fc = nn.Linear(d, 4 * d)
+        self.out = nn.Linear(4 * d, d)
+
+
+class _Tiny(nn.Module):
+    def __init__(self, vocab: int, d: int, layers: int) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(vocab, d)
+        self.wpe = nn.Embedding(128, d)
+        self.blocks = nn.ModuleList(_Block(d) for _ in range(layers))
+        self.lm_head = nn.Linear(d, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight  # tied: multiplied once per token, counted once
+
+
+def test_shape_of_a_plain_module_from_its_parameters() -> None:
+    shape = model_shape(_Tiny(vocab=50, d=16, layers=2))
+    assert shape is not None
+    per_block = 3 * 16 * 16 + 16 * 16 + 4 * 16 * 16 + 4 * 16 * 16
+    assert shape == {"matmul_params": 2 * per_block + 50 * 16, "n_layers": 2, "hidden": 16, "attention": True}
+    parsed = workload.shape_from_model_event({"config": {}, "params": 1, "shape": shape})
+    assert parsed == Shape(2 * per_block + 800, 2, 16, True, "the model's parameter shapes")
+
+
+def test_shape_from_a_recorded_config() -> None:
+    event = {"config": {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_positions": 1024}, "params": 300_000}
+    assert workload.shape_from_model_event(event) == Shape(300_000 - 1024 * 64, 2, 64, True,
+                                                          "the recorded model config")
+    assert workload.shape_from_model_event({"config": {}, "params": 10}) is None
+
+
+def test_fit_recovers_per_token_and_per_token_squared_costs() -> None:
+    rng = random.Random(0)
+    steps = []
+    for _ in range(30):
+        rows, width = 4, rng.choice([64, 128, 256, 512])
+        steps.append(([(rows, width)], 0.01 + 3e-6 * rows * width + 2e-8 * rows * width * width))
+    fit = workload.fit(None, steps)
+    assert fit is not None and fit.basis == "fitted" and fit.samples == 30
+    assert fit.per_token_s == pytest.approx(3e-6, rel=1e-6)
+    assert fit.per_token2_s == pytest.approx(2e-8, rel=1e-6)
+    # the per-step constant (optimizer) is not a batch cost
+    assert fit.cost_s([(4, 128)]) == pytest.approx(3e-6 * 512 + 2e-8 * 4 * 128 * 128)
+
+
+def test_fit_on_one_width_uses_flops_and_the_measured_seconds_per_flop() -> None:
+    shape = Shape(1000, 2, 8)
+    steps = [([(4, 100)], 0.5)] * 5
+    fit = workload.fit(shape, steps)
+    assert fit is not None and fit.basis == "flops"
+    assert fit.s_per_flop == pytest.approx(2.5 / (5 * 4 * 100 * (6000 + 12 * 2 * 8 * 100)))
+    assert fit.cost_s([(4, 100)]) == pytest.approx(0.5)  # the run's own step, reproduced
+    # a shorter max_length: the ratio is the formula's, linear plus quadratic
+    ratio = workload.cost_ratio(fit, [(4, 100)], [(4, 25)])
+    assert ratio == pytest.approx(25 * (6000 + 12 * 2 * 8 * 25) / (100 * (6000 + 12 * 2 * 8 * 100)))
+    assert workload.fit(None, steps) is None  # no shape, one width: nothing to fit
+
+
+def test_packing_and_batch_size_change_the_work_per_step() -> None:
+    # 3 rows of 9, 19 and 29 real tokens + 1 separator each = 60 tokens: 2 rows of 32
+    assert workload.packed_rows([9, 19, 29], 32) == [(2, 32)]
+    assert workload.batch_size_rows([(4, 128), (3, 64)], 2.0) == [(8, 128), (6, 64)]
+    fit = workload.Fit(1.0, 0.0, None, "flops", 1)  # token-linear cost: packing saves the pad share
+    assert workload.cost_ratio(fit, [(3, 32)], workload.packed_rows([9, 19, 29], 32)) == pytest.approx(64 / 96)
+
+
+def test_padding_value_and_prediction_are_one_in_run_and_try(probe_run) -> None:
+    run = probe_run("narrow_padding", "--steps", "5", "--max-length", "512", "--examples", "64")
+    assert run.returncode == 0, run.stderr[-2000:]
+    finding = run.finding("padding_waste")
+    data = finding["data"]
+    # one value and one prediction: no range, since the model's shape was recorded
+    assert finding["predicted_speedup_range"] is None
+    assert data["workload_basis"] == "flops" and data["rows_after"] == "max_length"
+    new_max = data["new_max_length"]
+    assert finding["fix"]["config"]["max_length"] == new_max
+    assert f"--max-length {new_max}" in data["command_line"]
+    # the compute after is the workload model's, for the recorded shape (hidden 64, 2 layers)
+    a = analyze(load_recording(run.folder))
+    shape = workload.shape_from_model_event(a.primary.model if a.primary else None)
+    assert shape is not None and (shape.hidden, shape.n_layers, shape.attention) == (64, 2, True)
+    expected = workload.row_flops(shape, new_max) / workload.row_flops(shape, 512)
+    assert data["compute_after_ratio"] == pytest.approx(expected, abs=1e-4)
+    # try on the same recording sets the same value and predicts from the same claim
+    plan = planning.make_plan(run.report, a, None, {})
+    assert plan is not None and plan.rule == "padding_waste"
+    assert plan.spec()["tokenizer"]["max_length"] == new_max
+    predicted = steady.predict(a, "padding_waste", plan.workers)
+    assert predicted.up_to is None
+    shares = a.breakdown()
+    loop = sum(shares.get(b) or 0.0 for b in steady.LOOP_BUCKETS)
+    compute = (shares.get("compute") or 0.0) / loop
+    assert predicted.speedup == pytest.approx(account.speedup(compute * (1 - data["compute_after_ratio"])), rel=2e-3)
+
+
+def test_fsync_after_a_save_is_part_of_the_save(probe_run) -> None:
+    run = probe_run("fsync_checkpoints", "--steps", "12", "--n-embd", "128")
+    assert run.returncode == 0, run.stderr[-2000:]
+    finding = run.finding("checkpoint_overhead")
+    assert finding["data"]["saves"] == run.truth["checkpoints"] == 12
+    # the acceptance bar of every probe (test_probes): the share of wall within 25% or 5 points
+    assert within(run.report["breakdown"]["checkpoint"], run.truth["checkpoint_share"]), (
+        run.report["breakdown"]["checkpoint"], run.truth["checkpoint_share"])
+
+
+def _costmodel_workload(**kw: float) -> costmodel.Workload:
+    from gpudoctor.common.hardware import GpuSpec
+
+    base = dict(params=1.0, trainable_params=1.0, n_layers=1, hidden_size=1, flops_k=6.0, attention=True,
+                recompute=False, examples=1, epochs=1.0, max_steps=None, batch_size=1, accumulation=1, gpus=1,
+                cores_per_rank=1, raw_lengths=(), loader_s_per_sample=0.0, loop_s_per_sample=0.0,
+                pretokenized_s_per_sample=0.0, format_s_per_example=0.0, tokenize_s_per_example=0.0,
+                cpu_speed_factor=1.0, checkpoint_bytes_per_param=0.0, checkpoint_write_gb_s=1.0, mfu=0.4,
+                gpu=GpuSpec("t", "test", None, None, None, 1.0, 1.0, 1.0, 0.0, "test", "2026"), price_per_gpu_hour=0.0)
+    base.update(kw)
+    return costmodel.Workload(**base)  # type: ignore[arg-type]
