@@ -225,6 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-waste", type=_waste, required=True, metavar="FRACTION",
                    help="the most wasted wall time allowed, as a fraction of wall time (0.2) or a "
                    "percentage with %% (20%%); a bare number above 1 is refused")
+    p.add_argument("--allow-crash", action="store_true",
+                   help="gate a crashed run on what ran before the crash (default: a crash fails)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
 
     p = sub.add_parser("export", help="write a run's tables (samples, events, steps, breakdown) as parquet or CSV",

@@ -36,6 +36,7 @@ class ProcessView:
     loaders: list[dict[str, Any]] = field(default_factory=list)
     torch_cfg: dict[str, Any] | None = None
     trainer: dict[str, Any] | None = None
+    lightning_checkpoint: dict[str, Any] | None = None  # the first ModelCheckpoint's settings
     plan: dict[str, Any] | None = None
     tokenize_s: float = 0.0
     tokenize_in_loop_s: float = 0.0
@@ -123,6 +124,8 @@ def build_process_view(
             view.torch_cfg = e
         elif kind == "trainer":
             view.trainer = e
+        elif kind == "lightning_checkpoint" and view.lightning_checkpoint is None:
+            view.lightning_checkpoint = e
         elif kind in ("plan", "hf_plan"):  # "hf_plan": recordings from before 0.1's rename
             view.plan = e
         elif kind == "counter":

@@ -47,6 +47,12 @@ In-process events (key ``k``):
 ``trainer``   Hugging Face Trainer seen: ``args`` (TrainingArguments.to_dict(),
               redacted; its keys are the installed version's field names),
               ``max_steps``, ``num_train_epochs``, ``version``.
+``uncaught``  the exception that ended the process (``sys.excepthook``): ``t``, ``error`` (its
+              type), ``message`` (redacted, short), ``frames`` (the last few, ``file:line in fn``).
+``lightning_checkpoint`` a Lightning ``ModelCheckpoint`` was built: ``t``, ``args``
+              (``every_n_train_steps``, ``every_n_epochs``, ``train_time_interval``, ``save_top_k``,
+              ``save_weights_only``, ``save_last``, ``monitor``), ``params`` (the installed
+              ``ModelCheckpoint.__init__``'s argument names), ``class``, ``version`` (Lightning's).
 ``cli``       the script's own options, so a fix can name its flag: ``style``
               (``argparse``: a parse, HfArgumentParser's included; ``globals``: literal
               module globals a configurator overrides from ``--key=value``), ``parser``,

@@ -109,6 +109,9 @@ EVENT_FIELDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
         {"t": is_time, "args": is_dict, "max_steps": opt(is_int), "num_train_epochs": opt(is_number),
          "version": opt(is_str)},
     ),
+    "uncaught": ({"t": is_time, "error": is_str}, {"message": opt(is_str), "frames": is_str_list}),
+    "lightning_checkpoint": ({"args": is_dict}, {"t": is_time, "version": opt(is_str), "params": is_str_list,
+                                                  "class": opt(is_str)}),
     "model": ({"config": is_dict}, {"t": is_time, "class": opt(is_str), "params": opt(is_count)}),
     "plan": ({}, {"t": is_time, "max_steps": opt(is_int)}),
     "hf_plan": ({}, {"t": is_time, "max_steps": opt(is_int)}),  # the same, as older recordings name it

@@ -18,7 +18,7 @@ def summary_lines(report: dict[str, Any], folder: Path) -> list[str]:
     b = report["breakdown"]
     lines = []
     outcome = outcome_text(run)
-    if outcome:
+    if outcome and run.get("status") != "crashed":  # a crash is the verdict's own first words
         lines.append(f"gpudoctor: {outcome}.")
     lines.append(f"gpudoctor: {report['verdict']}")
     if b.get("compute") is not None:

@@ -57,7 +57,7 @@ def build_report(rec: Recording, options: ReportOptions | None = None) -> dict[s
         "saves": split_saves(a.primary).to_dict() if a.primary is not None else None,
         "findings": finding_dicts + [f.to_dict(None) for f in infos],
         "cost": cost_section(price, wasted, a.duration_s, _projected_run_s(a)),
-        "verdict": _verdict(a, findings, wasted),
+        "verdict": _verdict(a, findings, wasted, rec.meta),
         "per_rank": _per_rank(a),
         "timeline": _timeline(a),
         "profiler": _profiler_windows(a),
@@ -156,19 +156,38 @@ def _info_findings(a: Analysis, price: Price) -> list[Finding]:
     return infos
 
 
-def _verdict(a: Analysis, findings: list[Finding], wasted: float) -> str:
+def _verdict(a: Analysis, findings: list[Finding], wasted: float, meta: dict[str, Any]) -> str:
+    """The report's first sentence. A crashed run is said to have crashed first: no figure of
+    what ran before it is a clean bill of health."""
+    crashed = _crash_words(a, meta)
     real = [f for f in findings if f.waste_fraction >= 0.05]
     if not a.has_inprocess:
-        return "No training process was measured from inside; only host figures are available."
+        return (crashed + "; " if crashed else "") + (
+            "No training process was measured from inside; only host figures are available.")
     compute = a.share("compute")
     if not real:
+        if crashed:
+            return (f"{crashed}; in what ran, no waste above 5% found and {100 * compute:.0f}% of wall time "
+                    "went to training compute.")
         return f"Healthy: no waste above 5% found; {100 * compute:.0f}% of wall time went to training compute."
     top = real[0]
     speed = account.speedup(wasted) or 1.0
-    return (
-        f"{len(real)} problem{'' if len(real) == 1 else 's'} found; the biggest: {top.title.lower()} ({100 * top.waste_fraction:.0f}%). "
-        f"Fixing them could make this run about {speed:.1f}x faster."
-    )
+    found = (f"{len(real)} problem{'' if len(real) == 1 else 's'} found; the biggest: {top.title.lower()} "
+             f"({100 * top.waste_fraction:.0f}%).")
+    if crashed:
+        return f"{crashed}; in what ran, {found}"
+    return f"{found} Fixing them could make this run about {speed:.1f}x faster."
+
+
+def _crash_words(a: Analysis, meta: dict[str, Any]) -> str:
+    """``Crashed (exit code 1) after 59 steps: the report covers the 50.6 s it ran``, or ""."""
+    if meta.get("status") != "crashed":
+        return ""
+    code = meta.get("exit_code")
+    steps = len(a.primary.step_times) if a.primary is not None else 0
+    how = f"exit code {code}" if isinstance(code, int) and not isinstance(code, bool) else "exit code unknown"
+    return (f"Crashed ({how}) after {steps} training step{'' if steps == 1 else 's'}: the report covers "
+            f"the {a.duration_s:.1f} s it ran, not a whole run")
 
 
 def _per_rank(a: Analysis) -> list[dict[str, Any]]:
