@@ -32,7 +32,7 @@ def test_the_verdict_of_a_crashed_run_says_it_crashed_and_what_it_covers(crashed
     verdict = report["verdict"]
     assert verdict.startswith("Crashed (exit code 1) after 19 training steps"), verdict
     assert "Healthy" not in verdict
-    assert "covers" in verdict
+    assert "what ran before the crash" in verdict
     assert f"gpudoctor: {verdict}" in stderr
 
 

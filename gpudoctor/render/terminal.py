@@ -18,7 +18,7 @@ def summary_lines(report: dict[str, Any], folder: Path) -> list[str]:
     b = report["breakdown"]
     lines = []
     outcome = outcome_text(run)
-    if outcome and run.get("status") != "crashed":  # a crash is the verdict's own first words
+    if outcome:
         lines.append(f"gpudoctor: {outcome}.")
     lines.append(f"gpudoctor: {report['verdict']}")
     if b.get("compute") is not None:
@@ -35,10 +35,18 @@ def summary_lines(report: dict[str, Any], folder: Path) -> list[str]:
             continue
         usd = f["waste_usd_per_hour"]
         money = f", ${usd:.2f}/h" if usd is not None else ""
-        lines.append(f"  [{f['severity']}] {f['rule']}: {100 * f['waste_fraction']:.0f}% waste{money} — "
-                     f"{f['fix']['summary']}")
+        lines.append(f"  [{f['severity']}] {f['rule']}: {_measured(f, b)}the fix recovers "
+                     f"{100 * f['waste_fraction']:.0f}% of wall time{money} — {f['fix']['summary']}")
     lines.append(f"  report: {folder / 'report.html'}")
     return lines
+
+
+def _measured(finding: dict[str, Any], breakdown: dict[str, Any]) -> str:
+    """``data_wait 79% measured; `` for the bucket the finding's fix claims, "" when unknown."""
+    claims = finding.get("claims") or []
+    bucket = claims[0].get("bucket") if claims and isinstance(claims[0], dict) else None
+    share = breakdown.get(bucket) if isinstance(bucket, str) else None
+    return f"{bucket} {100 * share:.0f}% measured; " if isinstance(share, (int, float)) and share > 0 else ""
 
 
 def print_summary(report: dict[str, Any], folder: Path, as_json: bool) -> None:
