@@ -44,9 +44,14 @@ def summary_lines(report: dict[str, Any], folder: Path) -> list[str]:
 def _measured(finding: dict[str, Any], breakdown: dict[str, Any]) -> str:
     """``data_wait 79% measured; `` for the bucket the finding's fix claims, "" when unknown."""
     claims = finding.get("claims") or []
-    bucket = claims[0].get("bucket") if claims and isinstance(claims[0], dict) else None
+    first = claims[0] if claims and isinstance(claims[0], dict) else {}
+    bucket, part = first.get("bucket"), first.get("part")
     share = breakdown.get(bucket) if isinstance(bucket, str) else None
-    return f"{bucket} {100 * share:.0f}% measured; " if isinstance(share, (int, float)) and share > 0 else ""
+    if not isinstance(share, (int, float)) or share <= 0:
+        return ""
+    if isinstance(part, str) and part and isinstance(first.get("part_share"), (int, float)):
+        share, bucket = share * first["part_share"], f"{bucket} ({part.replace('_', ' ')})"
+    return f"{bucket} {100 * share:.0f}% measured; "
 
 
 def print_summary(report: dict[str, Any], folder: Path, as_json: bool) -> None:

@@ -156,6 +156,9 @@ def _info_findings(a: Analysis, price: Price) -> list[Finding]:
     return infos
 
 
+WEAK_FINDING_SHARE = 0.10  # a wait this large is said in the verdict, even when its fix recovers little
+
+
 def _verdict(a: Analysis, findings: list[Finding], wasted: float, meta: dict[str, Any]) -> str:
     """The report's first sentence. A crashed run is said to have crashed first: no figure of
     what ran before it is a clean bill of health."""
@@ -165,6 +168,13 @@ def _verdict(a: Analysis, findings: list[Finding], wasted: float, meta: dict[str
         return (crashed + "; " if crashed else "") + (
             "No training process was measured from inside; only host figures are available.")
     compute = a.share("compute")
+    # A finding on a large measured wait (not compute, which is what training is) whose fix recovers little here.
+    weak = [f for f in findings if f not in real and f.claims and f.claims[0].bucket != "compute"
+            and a.share(f.claims[0].bucket) >= WEAK_FINDING_SHARE]
+    if not real and weak:  # a finding whose measured share is large, though its fix recovers little here
+        said = (f"No fix recovers 5% or more of wall time on this machine; the biggest finding: "
+                f"{weak[0].title.lower()} ({_measured_and_recovered(a, weak[0])}).")
+        return f"{crashed}; in what ran, {said}" if crashed else said
     if not real:
         if crashed:
             return (f"{crashed}; in what ran, no waste above 5% found and {100 * compute:.0f}% of wall time "
@@ -183,11 +193,14 @@ def _measured_and_recovered(a: Analysis, f: Finding) -> str:
     """``data_wait is 79% of wall time; the fix recovers 12% on this machine``: the measured share
     and the part of it the fix gives back, said apart so neither reads as the other."""
     recovered = f"the fix recovers {100 * f.waste_fraction:.0f}% of wall time on this machine"
-    bucket = f.claims[0].bucket if f.claims else None
-    measured = a.share(bucket) if bucket else None
+    if not f.claims:
+        return recovered
+    c = f.claims[0]
+    measured = a.share(c.bucket) * (c.part_share if c.part else 1.0)  # a part: only what it is made of
     if not measured:
         return recovered
-    return f"{bucket} is {100 * measured:.0f}% of wall time; {recovered}"
+    name = f"{c.bucket} ({c.part.replace('_', ' ')})" if c.part else c.bucket
+    return f"{name} is {100 * measured:.0f}% of wall time; {recovered}"
 
 
 def _crash_words(a: Analysis, meta: dict[str, Any]) -> str:
