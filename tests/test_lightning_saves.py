@@ -1,4 +1,4 @@
-"""Lightning's checkpoints measured whole, and fixed in ``ModelCheckpoint``'s own arguments.
+"""Lightning runs measured whole and fixed in Lightning's own arguments (``ModelCheckpoint``, ``Trainer``).
 
 Issue #28, part 1: a Lightning save is ``Trainer.save_checkpoint``: a state dump, a
 ``torch.save`` into a memory buffer, the CheckpointIO's write to disk. Counting only the
@@ -80,3 +80,15 @@ def test_try_sets_modelcheckpoint_and_measures_it(tmp_path):
     assert applied[0]["values"]["every_n_train_steps"] == trial["values"]["model_checkpoint"]["every_n_train_steps"]
     assert trial["not_applied"] == []
     assert trial["baseline_steps_per_s"] and trial["trial_steps_per_s"]
+
+
+def test_a_lightning_evals_fix_is_the_trainers_val_check_interval(tmp_path):
+    import lightning
+
+    report, _, _ = _run(tmp_path, "--no-ckpt", "--val-every", "2", "--val-batches", "20", "--steps", "40")
+    f = next(f for f in report["findings"] if f["rule"] == "eval_overhead")
+    fix = f["fix"]
+    assert fix["call"] == "Trainer" and fix["library"] == f"lightning {lightning.__version__} Trainer"
+    assert fix["config"]["val_check_interval"] > 2  # was 2
+    assert "eval_interval" not in fix["config"] and "evaluate()" not in fix["snippet"]
+    assert fix["snippet"].startswith("Trainer(..., val_check_interval=")

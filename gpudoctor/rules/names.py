@@ -27,13 +27,15 @@ class Names:
     # Lightning's ModelCheckpoint as built (``lightning_checkpoint`` event), when the run had one.
     lightning: dict[str, Any] | None = None
     accelerate: bool = False  # the run saved with ``Accelerator.save_state``
+    # Lightning's Trainer settings (its ``plan`` event: val_check_interval, limit_val_batches, precision)
+    lightning_trainer: dict[str, Any] | None = None
 
     @property
     def framework(self) -> str:
         """Whose terms a fix speaks: ``trainer``, ``lightning``, ``accelerate`` or ``loop``."""
         if self.is_trainer:
             return "trainer"
-        if self.lightning is not None:
+        if self.lightning is not None or self.lightning_trainer is not None:
             return "lightning"
         return "accelerate" if self.accelerate else "loop"
 
@@ -81,7 +83,8 @@ def names_for(p: ProcessView | None) -> Names:
     label = f"torch {torch_version} DataLoader" if torch_version else "torch.utils.data.DataLoader"
     lightning = p.lightning_checkpoint if p is not None else None
     accelerate = p is not None and "Accelerator.save_state" in p.span_names.get("checkpoint", {})
-    return Names("dataloader", label, set(), params, {}, loader, lightning, accelerate)
+    plan = p.plan if p is not None and (p.plan or {}).get("framework") == "lightning" else None
+    return Names("dataloader", label, set(), params, {}, loader, lightning, accelerate, plan)
 
 
 def _training_loader(p: ProcessView | None) -> dict[str, Any] | None:

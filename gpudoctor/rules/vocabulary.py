@@ -26,8 +26,34 @@ class SaveFix:
 
 
 def lightning_version(names: Names) -> str | None:
-    version = (names.lightning or {}).get("version")
+    version = (names.lightning or {}).get("version") or (names.lightning_trainer or {}).get("version")
     return str(version) if version else None
+
+
+@dataclass
+class EvalFix:
+    """How to evaluate less often (or on fewer batches), as the user's framework spells it."""
+
+    library: str
+    call: str | None
+    config: dict[str, Any]
+    snippet: str
+    interval_key: str  # the argument that sets the interval, in the summary's words
+    batches_key: str
+
+
+def eval_fix(names: Names, new_interval: int, old_interval: int) -> EvalFix:
+    """Evaluate every ``new_interval`` steps: Lightning's ``Trainer(val_check_interval=…)``
+    (``limit_val_batches`` for fewer batches), else the loop's own ``eval_interval``."""
+    if names.framework == "lightning" and "val_check_interval" in (names.lightning_trainer or {}):
+        version = lightning_version(names)
+        return EvalFix(f"lightning {version} Trainer" if version else "lightning Trainer", "Trainer",
+                       {"val_check_interval": new_interval},
+                       f"Trainer(..., val_check_interval={new_interval})  # was {old_interval}",
+                       "val_check_interval", "limit_val_batches")
+    return EvalFix("your training loop", None, {"eval_interval": new_interval},
+                   f"if step % {new_interval} == 0:  # was {old_interval}\n    evaluate()",
+                   "eval_interval", "eval_batches")
 
 
 def save_fix(names: Names, every_steps: int | None) -> SaveFix:

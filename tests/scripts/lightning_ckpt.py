@@ -23,6 +23,9 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--mb", type=float, default=24.0)
     p.add_argument("--crash-at", type=int, default=0)
+    p.add_argument("--val-every", type=int, default=0, help="val_check_interval in steps (0: no validation)")
+    p.add_argument("--val-batches", type=int, default=40, help="limit_val_batches")
+    p.add_argument("--no-ckpt", action="store_true", help="enable_checkpointing=False")
     p.add_argument("--truth", default="")
     p.add_argument("--dir", default="")
     args = p.parse_args()
@@ -62,18 +65,29 @@ def main() -> int:
             loss = torch.nn.functional.mse_loss(self.out(h + self.big.weight[:1]), y)
             return loss
 
+        def validation_step(self, batch, batch_idx):  # type: ignore[no-untyped-def]
+            x, y = batch
+            h = torch.relu(self.inp(x))
+            for _ in range(12):
+                h = torch.tanh(h @ self.inp.weight @ self.inp.weight.T / width)
+            return torch.nn.functional.mse_loss(self.out(h), y)
+
         def configure_optimizers(self):  # type: ignore[no-untyped-def]
             return torch.optim.Adam(self.parameters(), lr=1e-3)
 
     data = TensorDataset(torch.randn(4096, 16), torch.randn(4096, 1))
     folder = args.dir or tempfile.mkdtemp(prefix="lightning-ckpt-")
     ckpt = TimedCheckpoint(dirpath=folder, every_n_train_steps=args.every, save_top_k=1)
-    trainer = lightning.Trainer(max_steps=args.steps, accelerator="cpu", logger=False, callbacks=[ckpt],
+    val = {"val_check_interval": args.val_every, "limit_val_batches": args.val_batches} if args.val_every else {
+        "limit_val_batches": 0}
+    trainer = lightning.Trainer(max_steps=args.steps, accelerator="cpu", logger=False,
+                                callbacks=[] if args.no_ckpt else [ckpt], enable_checkpointing=not args.no_ckpt,
                                 enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                                default_root_dir=folder)
+                                default_root_dir=folder, **val)
     t0 = time.perf_counter()
     try:
-        trainer.fit(Module(), DataLoader(data, batch_size=32, shuffle=True))
+        trainer.fit(Module(), DataLoader(data, batch_size=32, shuffle=True),
+                    DataLoader(data, batch_size=32) if args.val_every else None)
     finally:
         truth = {"save_s": saved["s"], "saves": saved["n"], "fit_s": time.perf_counter() - t0,
                  "steps": trainer.global_step}
