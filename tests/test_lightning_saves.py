@@ -85,7 +85,7 @@ def test_try_sets_modelcheckpoint_and_measures_it(tmp_path):
 def test_a_lightning_evals_fix_is_the_trainers_val_check_interval(tmp_path):
     import lightning
 
-    report, _, _ = _run(tmp_path, "--no-ckpt", "--val-every", "2", "--val-batches", "20", "--steps", "40")
+    report, _, _ = _run(tmp_path, "--no-ckpt", "--val-every", "2", "--val-batches", "40", "--steps", "60")
     f = next(f for f in report["findings"] if f["rule"] == "eval_overhead")
     fix = f["fix"]
     assert fix["call"] == "Trainer" and fix["library"] == f"lightning {lightning.__version__} Trainer"
