@@ -39,6 +39,7 @@ class ProcessView:
     torch_cfg: dict[str, Any] | None = None
     model: dict[str, Any] | None = None  # the first ``model`` event: config and parameter shape
     trainer: dict[str, Any] | None = None
+    lightning_checkpoint: dict[str, Any] | None = None  # the first ModelCheckpoint's settings
     plan: dict[str, Any] | None = None
     tokenize_s: float = 0.0
     tokenize_in_loop_s: float = 0.0
@@ -134,6 +135,8 @@ def build_process_view(
             view.model = e
         elif kind == "trainer":
             view.trainer = e
+        elif kind == "lightning_checkpoint" and view.lightning_checkpoint is None:
+            view.lightning_checkpoint = e
         elif kind in ("plan", "hf_plan"):  # "hf_plan": recordings from before 0.1's rename
             view.plan = e
         elif kind == "counter":

@@ -1,7 +1,8 @@
 """``gpudoctor check IN --max-waste F``: a CI gate on the wasted fraction.
 
 ``--max-waste`` is parsed here (``0.2`` or ``20%``, never a bare 20);
-the report is validated against its schema on load (:mod:`gpudoctor.report.check`), so a
+a crashed run fails unless ``--allow-crash`` (then what ran is gated); the report is
+validated against its schema on load (:mod:`gpudoctor.report.check`), so a
 forged ``wasted_fraction`` of -3 is an invalid report, not a pass. The rule name
 printed comes from the file: it is made terminal-safe first.
 """
@@ -38,6 +39,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-waste", type=waste, required=True, metavar="FRACTION",
                    help="the most wasted wall time allowed, as a fraction of wall time (0.2) or a "
                    "percentage with %% (20%%); a bare number above 1 is refused")
+    p.add_argument("--allow-crash", action="store_true",
+                   help="gate a crashed run on what ran before the crash (default: a crash fails)")
     flags.add_debug(p)
 
 
@@ -46,10 +49,16 @@ def main(args: argparse.Namespace) -> int:
 
     report = load_report(args.input)
     with malformed_report_guard(args.input):
-        return _gate(report, args.max_waste)
+        return _gate(report, args.max_waste, args.allow_crash)
 
 
-def _gate(report: dict[str, Any], max_waste: float) -> int:
+def _gate(report: dict[str, Any], max_waste: float, allow_crash: bool = False) -> int:
+    run = report.get("run") or {}
+    if run.get("status") == "crashed" and not allow_crash:
+        code = run.get("exit_code")
+        print(f"gpudoctor: FAIL: the command crashed (exit code {code if code is not None else 'unknown'}); "
+              "the report covers only what ran before it (--allow-crash gates on that part)", file=sys.stderr)
+        return 1
     measured = any(v is not None for v in (report.get("breakdown") or {}).values())
     if report["cost"].get("wasted_fraction") is None or not measured:
         # Nothing measured inside the training is not a clean bill of health.

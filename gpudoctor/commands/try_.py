@@ -67,6 +67,7 @@ def main(args: argparse.Namespace) -> int:
     if not command:
         raise UserError("no command to try; usage: gpudoctor try [--fix RULE] [--seconds S] -- python train.py")
     sets = planning.parse_sets(args.set)
+    planning.check_sets(sets)  # before the baseline: a refusal costs nothing
     seconds = float(args.seconds)
     out = args.out or default_out("try")
 
@@ -101,24 +102,66 @@ def main(args: argparse.Namespace) -> int:
         command, folder / TRIAL_DIR, args.interval, args.price_per_gpu_hour, args.gpus, False, mode="try",
         extra_env={ENV: str((folder / APPLY_FILE).resolve())}, limit=limit, summary=False)
     a_trial = analyze(load_recording(trial_dir))
-    lengths = [x for x in (steady.training_s(a), steady.training_s(a_trial)) if x is not None]
-    length = min(lengths) if len(lengths) == 2 else None
     notes = _plan_notes(plan)
     if limit.note:
         notes.append(limit.note)
+    crash = _crash(trial_code, limit.stopped, a_trial)
+    length, unmeasured = _window(a, a_trial, crash)
     section = trial_section.build(
         plan,
         prediction=steady.predict(a, plan.rule, plan.workers),
-        baseline=steady.steady_rate(a, length),
-        trial=steady.steady_rate(a_trial, length),
+        baseline=steady.steady_rate(a, length) if unmeasured is None else None,
+        trial=steady.steady_rate(a_trial, length) if unmeasured is None else None,
         applied=trial_section.applied_events(a_trial.rec.events),
         seconds=seconds,
         trial_run={"folder": TRIAL_DIR, "exit_code": trial_code, "stopped": limit.stopped,
-                   "status": (trial_report or {}).get("run", {}).get("status"), "window_s": length},
+                   "status": (trial_report or {}).get("run", {}).get("status"), "window_s": length,
+                   "crash": crash},
         notes=notes,
+        unmeasured=unmeasured,
     )
     _finish(report, section, folder, args.json)
-    return 0
+    return (trial_code or 1) if crash is not None else 0
+
+
+def _crash(code: int, stopped: bool, a_trial: Any) -> dict[str, Any] | None:
+    """The trial's crash: its exit code, steps and last words (its ``uncaught`` event); None when it
+    finished, or was stopped by ``try`` itself and raised nothing of its own first (a crash that
+    was still shutting down its workers when the seconds ran out is a crash all the same)."""
+    last = next((e for pid_events in a_trial.rec.events.values() for e in reversed(pid_events)
+                 if e.get("k") == "uncaught"), None)
+    if last is None and (code == 0 or stopped):
+        return None
+    p = a_trial.primary
+    lines = []
+    if last is not None:
+        error, message = str(last.get("error")), str(last.get("message") or "")
+        first = message if message.startswith(error) else f"{error}: {message}".rstrip(": ")
+        lines = [first, *(last.get("frames") or [])]
+    return {"exit_code": code, "steps": len(p.step_times) if p is not None else 0, "last_lines": lines,
+            "stopped_while_exiting": stopped}
+
+
+MIN_COMPARE_STEPS = 10  # steady steps each run needs in the common window for a comparison
+
+
+def _window(a: Any, a_trial: Any, crash: dict[str, Any] | None) -> tuple[float | None, str | None]:
+    """The common length of training both runs are measured over, or why they cannot be compared."""
+    from gpudoctor.tryfix import steady
+
+    if crash is not None:
+        return None, f"the trial crashed (exit code {crash['exit_code']}) after {crash['steps']} steps"
+    lengths = [steady.training_s(a), steady.training_s(a_trial)]
+    if lengths[0] is None or lengths[1] is None:
+        return None, "a run reached no training step"
+    length = min(lengths[0], lengths[1])
+    rates = [steady.steady_rate(a, length), steady.steady_rate(a_trial, length)]
+    short = min(r.steps for r in rates)
+    if short < MIN_COMPARE_STEPS:
+        which = "the trial" if rates[1].steps <= rates[0].steps else "the baseline"
+        return length, (f"{which} ran {short} steady steps in the common {length:.1f} s of training, fewer than the "
+                        f"{MIN_COMPARE_STEPS} a comparison needs; raise --seconds")
+    return length, None
 
 
 def _plan_notes(plan: Plan) -> list[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gpudoctor.hooks import apply, cli_hooks, guard, hf_hooks, imports, patch, trackers
+from gpudoctor.hooks import apply, cli_hooks, crash, guard, hf_hooks, imports, patch, trackers
 from gpudoctor.hooks.eval_regions import EvalRegions
 from gpudoctor.hooks.torch_hooks import TorchHooks
 from gpudoctor.hooks.writer import EventWriter
@@ -67,14 +67,18 @@ def install(run_dir: str | os.PathLike[str]) -> EventWriter:
     imports.when_imported("lightning.pytorch", _install_lightning)
     imports.when_imported("pytorch_lightning", _install_lightning)
     trackers.install(w)  # which MLflow / W&B / TensorBoard run the figures go to
+    crash.install(w)  # the exception that ends the training, as its last event
     apply.install(w)  # ``gpudoctor try``: a fix's values, when GPUDOCTOR_APPLY names them
     return w
 
 
 def _install_lightning(mod: object) -> None:
+    from gpudoctor.hooks import lightning_hooks
     from gpudoctor.hooks.lightning_callback import install_into_trainer_class  # imports Lightning
 
     install_into_trainer_class(mod, writer)  # type: ignore[arg-type]
+    if _writer is not None:
+        lightning_hooks.install(_writer, mod)  # type: ignore[arg-type]
 
 
 def uninstall() -> None:

@@ -35,6 +35,7 @@ MAX_EVENTS_PER_CALL = 5  # a loader built every epoch is said a few times, not t
 LOADER_KEYS = {"num_workers": int, "persistent_workers": bool, "prefetch_factor": int, "pin_memory": bool}
 TOKENIZER_KEYS = {"max_length": int, "padding": (bool, str), "pad_to_multiple_of": int, "truncation": (bool, str)}
 SAVE_KEYS = {"keep_every": int}  # torch.save in a hand-written loop: keep every k-th checkpoint
+MODEL_CHECKPOINT_KEYS = {"every_n_train_steps": int, "save_weights_only": bool, "save_top_k": int}
 Scalar = int | float | bool | str | None
 
 
@@ -49,6 +50,7 @@ class Overrides:
         self.torch_save = _scalars(spec.get("torch_save"), SAVE_KEYS)
         self.saves_seen = 0
         self.saves_skipped = 0
+        self.model_checkpoint = _scalars(spec.get("model_checkpoint"), MODEL_CHECKPOINT_KEYS)
         self.said: dict[str, int] = {}
 
 
@@ -286,3 +288,38 @@ def _skip_save() -> bool:
         _emit("torch.save", {"keep_every": k}, {"keep_every": 1}, {})
     return skip
 
+
+# -- Lightning's ModelCheckpoint(...) ---------------------------------------------------
+def model_checkpoint_kwargs(fn: Any, self: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``ModelCheckpoint``'s keyword arguments with the fix's values (called by the Lightning hook)."""
+    changed = _model_checkpoint_kwargs(fn, self, args, kwargs)
+    return kwargs if changed is None else changed
+
+
+@guarded("apply ModelCheckpoint fix")
+def _model_checkpoint_kwargs(fn: Any, self: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+                             ) -> dict[str, Any] | None:
+    o = _overrides
+    if o is None or not o.model_checkpoint:
+        return None
+    sig = inspect.signature(fn)
+    try:
+        bound = sig.bind(self, *args, **kwargs)
+    except TypeError:  # wrong as written: ModelCheckpoint will say so itself
+        return None
+    params = sig.parameters
+    out = dict(kwargs)
+    values: dict[str, Any] = {}
+    was: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
+    for key, value in o.model_checkpoint.items():
+        if key not in params:
+            skipped[key] = "this Lightning's ModelCheckpoint takes no such argument"
+            continue
+        if key in bound.arguments and key not in kwargs:
+            skipped[key] = "given positionally; left as written"
+            continue
+        was[key] = bound.arguments.get(key, params[key].default)
+        values[key] = out[key] = value
+    _emit("ModelCheckpoint", values, {k: _plain(v) for k, v in was.items()}, skipped)
+    return out

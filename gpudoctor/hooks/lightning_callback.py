@@ -11,11 +11,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 from gpudoctor.hooks import patch
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.writer import EventWriter
+from gpudoctor.recording.events import PlanEvent
 
 WriterFn = Callable[[], EventWriter | None]
 
@@ -56,9 +57,10 @@ def _make_class(base: type, writer: WriterFn) -> type:
         def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
             w = writer()
             if w is not None:
-                w.emit({"k": "plan", "t": time.time(),
+                w.emit(cast(PlanEvent, {"k": "plan", "t": time.time(),
                         "max_steps": trainer.max_steps if trainer.max_steps > 0 else None,
-                        "num_train_epochs": trainer.max_epochs, "global_step": trainer.global_step})
+                        "num_train_epochs": trainer.max_epochs, "global_step": trainer.global_step,
+                        "framework": "lightning", **_trainer_settings(trainer)}))
 
         @_guard_val
         def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
@@ -76,6 +78,25 @@ def _make_class(base: type, writer: WriterFn) -> type:
             self._val_t0 = None
 
     return LightningEvents
+
+
+def _trainer_settings(trainer: Any) -> dict[str, Any]:
+    """The Trainer's eval and precision settings, so a fix names Lightning's own arguments."""
+    out: dict[str, Any] = {}
+    for name in ("val_check_interval", "limit_val_batches", "check_val_every_n_epoch"):
+        if not hasattr(trainer, name):
+            continue  # this Lightning has no such setting: a fix will not name it
+        value = getattr(trainer, name)
+        out[name] = value if value is None or isinstance(value, (int, float)) else str(value)
+    precision = getattr(getattr(trainer, "strategy", None), "precision_plugin", None)
+    out["precision"] = str(getattr(precision, "precision", None) or getattr(trainer, "precision", None))
+    try:
+        import lightning
+
+        out["version"] = str(lightning.__version__)
+    except ImportError:
+        out["version"] = None
+    return out
 
 
 def install_into_trainer_class(mod: ModuleType, writer: WriterFn) -> None:

@@ -11,6 +11,13 @@ only cross-checks the data wait the hooks measure anyway, and costs the patient
 ``GPUDOCTOR_PROFILE_WINDOW`` overrides: ``off``, or ``START:LEN`` (steps).
 No window opens while another profiler runs (the user's own): torch would end
 theirs when ours closes.
+
+Kineto logs ``USDT:… profiler_start`` / ``profiler_stop`` on the training's own stderr at
+each window. Its log level is read once, when the process's first profiler starts: unless the
+user set ``KINETO_LOG_LEVEL``, our windows start with it above USDT (:data:`QUIET_KINETO`) and
+take it back out of the environment at once, so the training's output stays its own. (A
+process whose own profiler ran first keeps the level it started with: torch prints there
+whatever we do.)
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ FIRST_AFTER_S = 60.0
 EVERY_S = 600.0
 MIN_STEPS = 50
 LENGTH_STEPS = 5
+KINETO_LEVEL_ENV = "KINETO_LOG_LEVEL"
+QUIET_KINETO = "6"  # above kineto's USDT (5): its profiler_start/stop lines are not printed
 
 
 class ProfilerWindows:
@@ -91,7 +100,8 @@ class ProfilerWindows:
         self._p0 = time.perf_counter()
         self._start_step = step
         self._end_step = step + length
-        prof.__enter__()
+        with _quiet_kineto():
+            prof.__enter__()
         self._prof = prof  # only once it runs: a failed start leaves nothing to close
 
     def _finish(self, step: int) -> None:
@@ -125,6 +135,19 @@ class ProfilerWindows:
         if prof is not None:
             with contextlib.suppress(Exception):
                 prof.__exit__(None, None, None)
+
+
+@contextlib.contextmanager
+def _quiet_kineto() -> Any:
+    """``KINETO_LOG_LEVEL`` above USDT while kineto reads it, unless the user set it; then gone."""
+    if KINETO_LEVEL_ENV in os.environ:
+        yield
+        return
+    os.environ[KINETO_LEVEL_ENV] = QUIET_KINETO
+    try:
+        yield
+    finally:
+        os.environ.pop(KINETO_LEVEL_ENV, None)
 
 
 def _parse(spec: str) -> tuple[int, int] | None:

@@ -49,6 +49,12 @@ In-process events (key ``k``):
 ``trainer``   Hugging Face Trainer seen: ``args`` (TrainingArguments.to_dict(),
               redacted; its keys are the installed version's field names),
               ``max_steps``, ``num_train_epochs``, ``version``.
+``uncaught``  the exception that ended the process (``sys.excepthook``): ``t``, ``error`` (its
+              type), ``message`` (redacted, short), ``frames`` (the last few, ``file:line in fn``).
+``lightning_checkpoint`` a Lightning ``ModelCheckpoint`` was built: ``t``, ``args``
+              (``every_n_train_steps``, ``every_n_epochs``, ``train_time_interval``, ``save_top_k``,
+              ``save_weights_only``, ``save_last``, ``monitor``), ``params`` (the installed
+              ``ModelCheckpoint.__init__``'s argument names), ``class``, ``version`` (Lightning's).
 ``cli``       the script's own options, so a fix can name its flag: ``style``
               (``argparse``: a parse, HfArgumentParser's included; ``globals``: literal
               module globals a configurator overrides from ``--key=value``), ``parser``,
@@ -307,6 +313,13 @@ class PlanEvent(_Plan, total=False):
     max_steps: Int | None
     num_train_epochs: Unchecked
     global_step: Unchecked
+    # Lightning's Trainer (hooks/lightning_callback.py): its eval and precision settings
+    framework: Unchecked
+    val_check_interval: Unchecked
+    limit_val_batches: Unchecked
+    check_val_every_n_epoch: Unchecked
+    precision: Unchecked
+    version: Unchecked
 
 
 class _Cli(TypedDict):
@@ -407,6 +420,31 @@ class GpuStepEvent(_GpuStep, total=False):
     dropped: Count
 
 
+
+class _Uncaught(TypedDict):
+    k: Literal["uncaught"]
+    t: Time
+    error: str
+
+
+class UncaughtEvent(_Uncaught, total=False):
+    message: str | None
+    frames: list[str]
+
+
+class _LightningCheckpoint(TypedDict):
+    k: Literal["lightning_checkpoint"]
+    args: dict[str, Any]
+
+
+_LightningCheckpointOptional = TypedDict("_LightningCheckpointOptional", {
+    "t": Time, "version": str | None, "params": list[str], "class": str | None}, total=False)
+
+
+class LightningCheckpointEvent(_LightningCheckpoint, _LightningCheckpointOptional):
+    pass
+
+
 # The kinds the loader checks (validate.EVENT_FIELDS is derived from these), by ``k``.
 CHECKED: dict[str, type] = {
     "span": SpanEvent,
@@ -430,12 +468,14 @@ CHECKED: dict[str, type] = {
     "gpu_clock": GpuClockEvent,
     "gpu_wait": GpuWaitEvent,
     "gpu_step": GpuStepEvent,
+    "uncaught": UncaughtEvent,
+    "lightning_checkpoint": LightningCheckpointEvent,
 }
 
 Event = (
     SpanEvent | StepEvent | FirstStepEvent | ExitEvent | DetachEvent | MapCacheEvent | HookErrorEvent
     | CounterEvent | BatchEvent | ProcEvent | LoaderEvent | TorchCfgEvent | TrainerEvent | ModelEvent
     | PlanEvent | CliEvent | ProfilerEvent | AppliedEvent | TrackerEvent | HfProgressEvent
-    | GpuClockEvent | GpuWaitEvent | GpuStepEvent
+    | GpuClockEvent | GpuWaitEvent | GpuStepEvent | UncaughtEvent | LightningCheckpointEvent
 )
 """One line of ``events/<pid>.jsonl``, as the hooks write it (:meth:`EventWriter.emit`)."""

@@ -54,7 +54,9 @@ def speedups(section: dict[str, Any]) -> str:
     achieved = section.get("achieved_speedup")
     b, t = section.get("baseline_steps_per_s"), section.get("trial_steps_per_s")
     got = f"achieved {achieved:.2f}x" if isinstance(achieved, (int, float)) else "achieved n/a"
+    unmeasured = section.get("unmeasured")
     rates = (f" (steps/s {b:.2f} -> {t:.2f})" if isinstance(b, (int, float)) and isinstance(t, (int, float))
+             else f" ({unmeasured})" if isinstance(unmeasured, str) and unmeasured
              else " (steady-state steps/s unavailable: too few steps; raise --seconds)")
     return f"{said}, {got}{rates}"
 

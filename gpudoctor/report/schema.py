@@ -376,7 +376,8 @@ class Trial(TypedDict, total=False):
     baseline: Rate | None
     trial: Rate | None
     seconds: Seconds | None
-    trial_run: dict[str, Any] | None  # {"folder", "exit_code", "stopped", "status", "window_s"}
+    trial_run: dict[str, Any] | None  # {"folder", "exit_code", "stopped", "status", "window_s", "crash"}
+    unmeasured: str | None  # why no achieved speedup: the trial crashed, or the windows were too short
     notes: list[str]
 
 

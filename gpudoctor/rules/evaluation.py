@@ -18,9 +18,10 @@ from gpudoctor.analysis import timeline as tl
 from gpudoctor.analysis.process import ProcessView, eval_spans
 from gpudoctor.common.wording import plural
 from gpudoctor.recording.events import EVAL_FORWARDS as FORWARDS
+from gpudoctor.rules import vocabulary
 from gpudoctor.rules.account import claim
 from gpudoctor.rules.base import Finding, Fix, Rule, pct
-from gpudoctor.rules.names import names_for
+from gpudoctor.rules.names import Names, names_for
 from gpudoctor.rules.values import nice_round_up
 
 MIN_SHARE = 0.10
@@ -73,7 +74,7 @@ class EvalOverhead(Rule):
         c = cadence(p)
         if names.is_trainer:
             return self._trainer(p, names, share, c)
-        return self._loop(p, share, c)
+        return self._loop(p, share, c, names)
 
     def _trainer(self, p: ProcessView, names, share: float, c: EvalCadence) -> Finding:  # type: ignore[no-untyped-def]
         current = names.current("eval_steps")
@@ -87,7 +88,7 @@ class EvalOverhead(Rule):
             summary="Evaluate less often or on a fixed subset, with a larger eval batch.",
             config=config, library=names.library, call=names.call))
 
-    def _loop(self, p: ProcessView, share: float, c: EvalCadence) -> Finding:
+    def _loop(self, p: ProcessView, share: float, c: EvalCadence, names: Names) -> Finding:
         eval_s = p.seconds("eval")
         if not (c.interval_steps and c.step_s and c.per_eval_s > 0):
             return self._finding(p, share, c, share - TARGET, Fix(
@@ -97,14 +98,14 @@ class EvalOverhead(Rule):
         new_interval = c.interval_steps * max(2, math.ceil(need / c.interval_steps))  # a multiple of today's
         kept = c.interval_steps / new_interval  # the evals a longer interval keeps
         batches = max(1, int(c.batches * kept)) if c.batches else None
-        alt = (f", or keep it and run {batches} batches per eval instead of {c.batches} (eval_batches)"
+        words = vocabulary.eval_fix(names, new_interval, c.interval_steps)
+        alt = (f", or keep it and run {batches} batches per eval instead of {c.batches} ({words.batches_key})"
                if batches and c.batches and batches < c.batches else "")
-        snippet = f"if step % {new_interval} == 0:  # was {c.interval_steps}\n    evaluate()"
         return self._finding(p, share, c, (1 - kept) * eval_s / p.wall_s, Fix(
             summary=f"Evaluate every {new_interval} steps instead of every {c.interval_steps} "
-            f"(eval_interval){alt}, to keep evaluation near {int(TARGET * 100)}% of wall time.",
-            config={"eval_interval": new_interval}, snippet=snippet, library="your training loop"),
-            alternative={"eval_batches": batches} if alt else {})
+            f"({words.interval_key}){alt}, to keep evaluation near {int(TARGET * 100)}% of wall time.",
+            config=words.config, snippet=words.snippet, library=words.library, call=words.call),
+            alternative={words.batches_key: batches} if alt else {})
 
     def _finding(self, p: ProcessView, share: float, c: EvalCadence, waste: float, fix: Fix,
                  alternative: dict[str, object] | None = None) -> Finding:

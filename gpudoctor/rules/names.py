@@ -24,6 +24,20 @@ class Names:
     loader_params: set[str]
     args: dict[str, Any]
     loader: dict[str, Any] | None
+    # Lightning's ModelCheckpoint as built (``lightning_checkpoint`` event), when the run had one.
+    lightning: dict[str, Any] | None = None
+    accelerate: bool = False  # the run saved with ``Accelerator.save_state``
+    # Lightning's Trainer settings (its ``plan`` event: val_check_interval, limit_val_batches, precision)
+    lightning_trainer: dict[str, Any] | None = None
+
+    @property
+    def framework(self) -> str:
+        """Whose terms a fix speaks: ``trainer``, ``lightning``, ``accelerate`` or ``loop``."""
+        if self.is_trainer:
+            return "trainer"
+        if self.lightning is not None or self.lightning_trainer is not None:
+            return "lightning"
+        return "accelerate" if self.accelerate else "loop"
 
     @property
     def is_trainer(self) -> bool:
@@ -67,7 +81,10 @@ def names_for(p: ProcessView | None) -> Names:
     if p is not None and p.torch_cfg:
         torch_version = (p.torch_cfg.get("libs") or {}).get("torch") or torch_version
     label = f"torch {torch_version} DataLoader" if torch_version else "torch.utils.data.DataLoader"
-    return Names("dataloader", label, set(), params, {}, loader)
+    lightning = p.lightning_checkpoint if p is not None else None
+    accelerate = p is not None and "Accelerator.save_state" in p.span_names.get("checkpoint", {})
+    plan = p.plan if p is not None and (p.plan or {}).get("framework") == "lightning" else None
+    return Names("dataloader", label, set(), params, {}, loader, lightning, accelerate, plan)
 
 
 def _training_loader(p: ProcessView | None) -> dict[str, Any] | None:

@@ -15,11 +15,17 @@ from typing import Any
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.common.errors import UserError
-from gpudoctor.hooks.apply import LOADER_KEYS, SAVE_KEYS, SCHEMA, TOKENIZER_KEYS
+from gpudoctor.hooks.apply import (
+    LOADER_KEYS,
+    MODEL_CHECKPOINT_KEYS,
+    SAVE_KEYS,
+    SCHEMA,
+    TOKENIZER_KEYS,
+)
 from gpudoctor.rules.names import Names, names_for
 
 TARGETS = {"TrainingArguments": "training_arguments", "DataLoader": "dataloader", "tokenizer": "tokenizer",
-           "torch.save": "torch_save"}
+           "torch.save": "torch_save", "ModelCheckpoint": "model_checkpoint"}
 LOOP = "your training loop"
 _CODE_REASONS = {
     "ds.map": "datasets.map runs in the script before training: pre-processing it needs a code change",
@@ -127,25 +133,18 @@ def make_plan(report: dict[str, Any], a: Analysis, rule: str | None, sets: dict[
 
 def _plan(finding: dict[str, Any], names: Names, a: Analysis, sets: dict[str, Any]) -> Plan:
     parts = [_part(t, names, a, finding) for t in tables(finding)]
-    left = dict(sets)
-    for p in parts:  # --set changes a value of the table that has it
-        for key in [k for k in left if k in p.apply or k in p.unchanged or k in p.code_change]:
-            p.unchanged.pop(key, None)
-            p.code_change.pop(key, None)
-            if p.target is None:
-                raise UserError(f"--set {key}: {p.call or p.library} is the script's own code, not a setting")
-            p.apply[key] = left.pop(key)
-    for key in list(left):  # else it joins the main table, when that call takes it
-        main = next((p for p in parts if p.target), None) or _part(
-            {"library": names.library, "call": names.call, "config": {}}, names, a)
-        if not _settable(main.target, key, names):
-            raise UserError(f"--set {key}: not an argument the trial can set on {main.call} "
-                            f"(DataLoader: {', '.join(LOADER_KEYS)}; TrainingArguments fields; "
-                            f"tokenizer: {', '.join(TOKENIZER_KEYS)})")
-        main.apply[key] = left.pop(key)
-        if main not in parts:
-            parts.insert(0, main)
+    for key, value in sets.items():  # every key was checked before the baseline: none is refused here
+        part = _part_for(key, parts, names)
+        part.unchanged.pop(key, None)
+        part.code_change.pop(key, None)
+        if part.target is None:
+            part.code_change[key] = f"{part.call or part.library} is the script's own code, not a setting"
+        else:
+            part.apply[key] = value
+        if part not in parts:
+            parts.append(part)
     return Plan(str(finding.get("rule")), finding, parts, user_set=dict(sets))
+
 
 
 def _thinned_saves(table: dict[str, Any], finding: dict[str, Any]) -> Part | None:
@@ -164,6 +163,89 @@ def _thinned_saves(table: dict[str, Any], finding: dict[str, Any]) -> Part | Non
     part.thinned = {"save_steps": new, "ran_every": int(now), "trial_every": int(now) * k}
     return part
 
+# The call each settable key belongs to, when the finding's own tables do not name it.
+_KEY_CALLS = (("DataLoader", LOADER_KEYS), ("tokenizer", TOKENIZER_KEYS), ("ModelCheckpoint", MODEL_CHECKPOINT_KEYS))
+
+
+def _part_for(key: str, parts: list[Part], names: Names) -> Part:
+    """The table a ``--set`` key changes: the finding's table that has it, else the one whose call
+    takes it (the main table first), else a table of its own call."""
+    for p in parts:
+        if key in p.apply or key in p.unchanged or key in p.code_change:
+            return p
+    for p in parts:
+        if p.target and _settable(p.target, key, names):
+            return p
+    if names.is_trainer and key in names.trainer_fields:
+        return Part("TrainingArguments", names.library, "training_arguments")
+    if names.is_trainer and key in LOADER_KEYS:  # the Trainer builds the loader: its field, not ours
+        part = Part("TrainingArguments", names.library, None)
+        part.code_change[key] = f"the Trainer builds the DataLoader: set dataloader_{key} instead"
+        return part
+    for call, keys in _KEY_CALLS:
+        if key in keys:
+            return Part(call, None, TARGETS[call])
+    part = Part("TrainingArguments", None, None)
+    part.code_change[key] = "this run has no Hugging Face Trainer: a TrainingArguments field cannot be set"
+    return part
+
+
+def check_sets(sets: dict[str, Any]) -> None:
+    """Refuse a ``--set`` the trial could never set, before anything runs (a one-line error).
+
+    A key must be an argument the hooks set: a DataLoader, tokenizer or ModelCheckpoint one (its
+    value of that argument's type), or a field of the installed ``TrainingArguments``.
+    """
+    unknown = []
+    for key, value in sets.items():
+        kinds = [keys[key] for _, keys in _KEY_CALLS if key in keys]
+        if kinds:
+            if not any(_of_type(value, k) for k in kinds):
+                raise UserError(f"--set {key}={value!r}: {key} takes {_type_words(kinds[0])}")
+            continue
+        unknown.append(key)
+    if not unknown:
+        return
+    fields = _training_argument_fields()
+    for key in unknown:
+        if key not in fields:
+            raise UserError(
+                f"--set {key}: not an argument the trial can set (DataLoader: {', '.join(LOADER_KEYS)}; "
+                f"tokenizer: {', '.join(TOKENIZER_KEYS)}; ModelCheckpoint: {', '.join(MODEL_CHECKPOINT_KEYS)}"
+                + ("; or a field of the installed transformers' TrainingArguments)" if fields else
+                   "; TrainingArguments fields need transformers, which is not installed here)"))
+
+
+def _of_type(value: Any, kind: Any) -> bool:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+
+
+def _type_words(kind: Any) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join({int: "a whole number", bool: "true or false", str: "text"}.get(k, k.__name__) for k in kinds)
+
+
+def _training_argument_fields() -> set[str]:
+    """The installed ``TrainingArguments`` fields (empty without transformers), read from its
+    source with ``ast``: importing transformers would cost seconds before a refusal."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("transformers")
+    where = list(spec.submodule_search_locations or []) if spec is not None else []
+    if not where:
+        return set()
+    try:
+        tree = ast.parse((Path(where[0]) / "training_args.py").read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return set()
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "TrainingArguments":
+            return {n.target.id for n in node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    return set()
+
 
 def _settable(target: str | None, key: str, names: Names) -> bool:
     if target == "dataloader":
@@ -172,6 +254,8 @@ def _settable(target: str | None, key: str, names: Names) -> bool:
         return key in TOKENIZER_KEYS
     if target == "torch_save":
         return key in SAVE_KEYS
+    if target == "model_checkpoint":
+        return key in MODEL_CHECKPOINT_KEYS and key in set((names.lightning or {}).get("params") or [key])
     return target == "training_arguments" and (not names.trainer_fields or key in names.trainer_fields)
 
 
@@ -219,4 +303,6 @@ def _current(target: str | None, key: str, names: Names) -> Any:
         return names.args.get(key, object())
     if target == "dataloader" and names.loader is not None:
         return names.loader.get(key, object())
+    if target == "model_checkpoint" and names.lightning is not None:
+        return (names.lightning.get("args") or {}).get(key, object())
     return object()  # unknown: never equal, so the value is applied

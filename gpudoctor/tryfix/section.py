@@ -57,7 +57,7 @@ def not_applied(plan: Plan, applied: list[dict[str, Any]] | None) -> list[dict[s
 
 def build(plan: Plan, *, prediction: Prediction | None, baseline: Rate | None, trial: Rate | None,
           applied: list[dict[str, Any]] | None, seconds: float, trial_run: dict[str, Any] | None,
-          notes: list[str]) -> dict[str, Any]:
+          notes: list[str], unmeasured: str | None = None) -> dict[str, Any]:
     fix = plan.finding.get("fix") or {}
     b = baseline.steps_per_s if baseline else None
     t = trial.steps_per_s if trial else None
@@ -84,6 +84,7 @@ def build(plan: Plan, *, prediction: Prediction | None, baseline: Rate | None, t
         "trial": trial.to_dict() if trial else None,
         "seconds": seconds,
         "trial_run": trial_run,
+        "unmeasured": unmeasured,
         "notes": notes,
     }
     if applied is not None:
@@ -100,6 +101,14 @@ def headline(section: dict[str, Any]) -> str:
                          *(f"{r.get('call')}.{r.get('key')}: {r.get('reason')}"
                            for r in section.get("not_applied") or [])])
         return f"gpudoctor try: {rule}: nothing applied, no trial run" + (f" ({why})" if why else "")
+    crash = (section.get("trial_run") or {}).get("crash")
+    if isinstance(crash, dict):
+        said = "; ".join(str(x) for x in crash.get("last_lines") or []) or "no exception recorded"
+        code = (f"exit code {crash.get('exit_code')}" + (" as try stopped it while it was exiting"
+                                                         if crash.get("stopped_while_exiting") else ""))
+        return (f"gpudoctor try: {rule}: the trial with the fix CRASHED after {crash.get('steps')} steps ({code}): "
+                f"{said}; nothing measured; its output is above, its recording in "
+                f"{(section.get('trial_run') or {}).get('folder')}/")
     return f"gpudoctor try: {rule}: {speedups(section)}"
 
 

@@ -1,0 +1,107 @@
+"""A fix in the terms of the framework the run used: Trainer, Lightning, Accelerate or a plain loop.
+
+Rules compute figures (how often to save, whether to drop optimizer state); this module says
+which call of the user's own framework takes them, with which argument names, checked against
+what the installed version recorded (``TrainingArguments`` fields, ``ModelCheckpoint``'s
+parameters). A name the installed version lacks is never prescribed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpudoctor.rules.names import Names
+
+
+@dataclass
+class SaveFix:
+    """How to save less often (and lighter), as the user's framework spells it."""
+
+    library: str
+    call: str | None  # None: the script's own loop
+    config: dict[str, Any] = field(default_factory=dict)
+    snippet: str = ""
+    lighter: str = ""  # the words for dropping optimizer state, "" when not prescribed
+
+
+def lightning_version(names: Names) -> str | None:
+    version = (names.lightning or {}).get("version") or (names.lightning_trainer or {}).get("version")
+    return str(version) if version else None
+
+
+@dataclass
+class EvalFix:
+    """How to evaluate less often (or on fewer batches), as the user's framework spells it."""
+
+    library: str
+    call: str | None
+    config: dict[str, Any]
+    snippet: str
+    interval_key: str  # the argument that sets the interval, in the summary's words
+    batches_key: str
+
+
+def eval_fix(names: Names, new_interval: int, old_interval: int) -> EvalFix:
+    """Evaluate every ``new_interval`` steps: Lightning's ``Trainer(val_check_interval=…)``
+    (``limit_val_batches`` for fewer batches), else the loop's own ``eval_interval``."""
+    if names.framework == "lightning" and "val_check_interval" in (names.lightning_trainer or {}):
+        version = lightning_version(names)
+        return EvalFix(f"lightning {version} Trainer" if version else "lightning Trainer", "Trainer",
+                       {"val_check_interval": new_interval},
+                       f"Trainer(..., val_check_interval={new_interval})  # was {old_interval}",
+                       "val_check_interval", "limit_val_batches")
+    return EvalFix("your training loop", None, {"eval_interval": new_interval},
+                   f"if step % {new_interval} == 0:  # was {old_interval}\n    evaluate()",
+                   "eval_interval", "eval_batches")
+
+
+def save_fix(names: Names, every_steps: int | None) -> SaveFix:
+    """Save every ``every_steps`` steps (and without optimizer state where the framework can)."""
+    framework = names.framework
+    if framework == "trainer":
+        return _trainer(names, every_steps)
+    if framework == "lightning":
+        return _lightning(names, every_steps)
+    if framework == "accelerate":
+        return SaveFix("accelerate Accelerator.save_state", None, {"save_steps": every_steps},
+                       f"if step % {every_steps} == 0:\n    accelerator.save_state(output_dir)")
+    return SaveFix("your training loop", None, {"save_steps": every_steps},
+                   f"if step % {every_steps} == 0:\n    torch.save(state, path)")
+
+
+def _trainer(names: Names, every_steps: int | None) -> SaveFix:
+    config: dict[str, Any] = {"save_steps": every_steps}
+    lighter = ""
+    if names.has("save_only_model") and not names.current("save_only_model"):
+        config["save_only_model"] = True
+        lighter = "skip optimizer state in intermediate saves"
+    args = ", ".join(f"{k}={v!r}" for k, v in config.items())
+    return SaveFix(names.library, names.call, config, f"TrainingArguments(..., {args})", lighter)
+
+
+def _lightning(names: Names, every_steps: int | None) -> SaveFix:
+    event = names.lightning or {}
+    params = set(event.get("params") or [])
+    current = event.get("args") or {}
+    config: dict[str, Any] = {}
+    if "every_n_train_steps" in params:
+        config["every_n_train_steps"] = every_steps
+    lighter = ""
+    if "save_weights_only" in params and not current.get("save_weights_only"):
+        config["save_weights_only"] = True
+        lighter = "save weights only (no optimizer state)"
+    if "save_top_k" in params and current.get("save_top_k") == -1:
+        config["save_top_k"] = 1  # every save kept: disk and delete time grow with the run
+    version = lightning_version(names)
+    library = f"lightning {version} ModelCheckpoint" if version else "lightning ModelCheckpoint"
+    args = ", ".join(f"{k}={v!r}" for k, v in config.items())
+    return SaveFix(library, "ModelCheckpoint", config,
+                   f"ModelCheckpoint(..., {args})  # in Trainer(callbacks=[...])", lighter)
+
+
+def current_save_steps(names: Names) -> Any:
+    """The save interval the run was set to, in steps, as its framework records it."""
+    if names.framework == "lightning":
+        return ((names.lightning or {}).get("args") or {}).get("every_n_train_steps")
+    return names.current("save_steps")
