@@ -80,7 +80,8 @@ EVENT_FIELDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
     "detach": ({"t": is_time}, {}),
     "map_cache": ({"t": is_time, "state": is_str}, {}),
     "hook_error": ({"t": is_time, "where": is_str}, {"vital": opt(is_bool), "error": opt(is_str), "message": opt(is_str)}),
-    "counter": ({"t": is_time, "name": is_str, "calls": is_count, "s": is_duration}, {}),
+    "counter": ({"t": is_time, "name": is_str, "calls": is_count, "s": is_duration},
+                {"cpu": is_duration, "tcpu": is_duration, "rdelay": is_duration}),
     "batch": (
         {"tokens": is_count, "pad": is_count, "seq_len": is_count},
         {"t": is_time, "lengths": is_count_list},
@@ -95,7 +96,8 @@ EVENT_FIELDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
         {},
         {"t": is_time, "id": opt(is_int), "num_workers": opt(is_count), "batch_size": opt(is_count),
          "pin_memory": opt(is_bool), "prefetch_factor": opt(is_count), "persistent_workers": opt(is_bool),
-         "dataset": opt(is_str), "collate_fn": opt(is_str), "params": is_str_list, "pid": opt(is_int)},
+         "dataset": opt(is_str), "collate_fn": opt(is_str), "params": is_str_list, "pid": opt(is_int),
+         "dataset_len": opt(is_count)},
     ),
     "torch_cfg": (
         {},
@@ -156,7 +158,12 @@ def fast_span(e: dict[str, Any]) -> bool:
 def fast_counter(e: dict[str, Any]) -> bool:
     t, sec, calls = e.get("t"), e.get("s"), e.get("calls")
     return (type(t) is float and 0 < t < MAX_TIME and type(sec) is float and 0 <= sec <= MAX_DURATION_S
-            and type(calls) is int and 0 <= calls < MAX_COUNT and type(e.get("name")) is str)
+            and type(calls) is int and 0 <= calls < MAX_COUNT and type(e.get("name")) is str
+            and _cpu_ok(e.get("cpu")) and _cpu_ok(e.get("tcpu")) and _cpu_ok(e.get("rdelay")))
+
+
+def _cpu_ok(v: Any) -> bool:
+    return v is None or (type(v) is float and 0 <= v <= MAX_DURATION_S)
 
 
 def clean_event(e: Any) -> dict[str, Any] | None:
@@ -204,6 +211,10 @@ def clean_host_row(row: Any) -> dict[str, Any] | None:
         row["cpu_percore_pct"] = None
     if "procs" in row and type(row["procs"]) is not dict:
         row["procs"] = None
+    if "others" in row:
+        others = row["others"]
+        row["others"] = [o for o in others if type(o) is dict and type(o.get("name")) is str
+                         and is_number(o.get("pct"))][:20] if type(others) is list else None
     return row
 
 
