@@ -71,11 +71,13 @@ class RecordingBuilder:
                          "calls": 10, "s": total_s / flushes})
 
     def fetch_counter(self, rows: list[dict[str, Any]], *, t_s: float, calls: int, wall_s: float, cpu_s: float,
-                      run_delay_s: float = 0.0) -> None:
+                      run_delay_s: float = 0.0, thread_cpu_s: float | None = None) -> None:
         """Batch builds as the hooks time them: per batch ``wall_s`` of which ``cpu_s`` process CPU
-        (every thread) and ``run_delay_s`` waiting for a core; the rest was blocked (I/O, sleep)."""
+        (every thread; ``thread_cpu_s`` the calling thread's, default as much as its wall allows)
+        and ``run_delay_s`` waiting for a core; the rest was blocked (I/O, sleep)."""
+        tcpu = min(cpu_s, wall_s) if thread_cpu_s is None else thread_cpu_s
         rows.append({"k": "counter", "t": T0 + t_s, "name": "fetch", "calls": calls, "s": wall_s * calls,
-                     "cpu": cpu_s * calls, "tcpu": min(cpu_s, wall_s) * calls, "rdelay": run_delay_s * calls})
+                     "cpu": cpu_s * calls, "tcpu": tcpu * calls, "rdelay": run_delay_s * calls})
 
     def host_rows(self, *, cpu_total_pct: float, cpu_proc_pct: float, iowait_pct: float = 0.0,
                   others: list[dict[str, Any]] | None = None) -> None:

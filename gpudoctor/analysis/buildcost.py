@@ -16,14 +16,15 @@ One loop model for every figure a data rule prints, per batch::
                (compute CPU + build CPU) / C)    the CPU all of it needs over the C cores it has
 
 ``C`` is the cores the run can have: on the host as it is (cores less what other programs kept
-busy) and on the host alone (every core). W is the fewest workers within 5% of the best T, capped by
+busy) and on the host alone (every core). W is the fewest workers within 5% of the best T (chosen
+with 25% headroom on the build, as every worker count in :mod:`gpudoctor.rules.values`), capped by
 memory and by the dataset's own batches per epoch, never the value that ran.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 WAITS = 0.5  # a build blocked at least half its wall is a waiting build
 COMPUTES = 0.2  # blocked under a fifth of its wall: a CPU build; between the two: mixed
@@ -47,8 +48,17 @@ class BuildCost:
         return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
 
     @property
+    def pooled(self) -> bool:
+        """Did other threads (a tokenizer's pool) do most of the build's CPU? The calling thread
+        then waits on them, and their wait for a core is not in ``run_delay_s``."""
+        return self.cpu_s > 0 and (self.cpu_s - self.thread_cpu_s) > 0.5 * self.cpu_s
+
+    @property
     def blocked_s(self) -> float:
-        """Wall the build spent on no core and not queued for one: storage, network, sleep."""
+        """Wall the build spent on no core and not queued for one: storage, network, sleep. A
+        pooled build's off-CPU wall is its pool's (computing, or queued for cores), not I/O."""
+        if self.pooled:
+            return 0.0
         return max(0.0, self.wall_s - self.cpu_s - self.run_delay_s)
 
     @property
@@ -58,8 +68,9 @@ class BuildCost:
 
     @property
     def worker_wall_s(self) -> float:
-        """Wall of one build in a worker: its CPU on one thread plus its blocked time."""
-        return self.cpu_s + self.blocked_s
+        """Wall of one build in a worker: its CPU on one thread, its blocked time, and the wait for
+        a core measured here (a worker on the same host waits for one as often)."""
+        return self.cpu_s + self.blocked_s + self.run_delay_s
 
     def describe(self) -> str:
         ms = 1000.0
@@ -100,12 +111,21 @@ class LoopModel:
         return max(1, math.ceil(self.build.worker_wall_s / max(target_s, 1e-9)))
 
     def choose(self, cores: float, cap: int) -> tuple[int, float]:
-        """(workers, loop time per batch with them): the fewest within 5% of the best up to ``cap``."""
+        """(workers, loop time per batch with them): the fewest within 5% of the best up to ``cap``,
+        chosen with builds 25% slower than measured (``WORKER_HEADROOM``: build times vary, and a
+        queue run at its exact rate is often empty); the time returned is the model's own."""
+        # the one headroom; imported here because the rules import the analysis
+        from gpudoctor.rules.values import WORKER_HEADROOM
+
         cap = max(1, min(cap, MAX_WORKERS))
-        times = {w: self.batch_s_with(w, cores) for w in range(1, cap + 1)}
+        slack = LoopModel(self.batch_s, self.compute_s, self.compute_cpu_s,
+                          replace(self.build, wall_s=self.build.wall_s * WORKER_HEADROOM,
+                                  cpu_s=self.build.cpu_s * WORKER_HEADROOM,
+                                  run_delay_s=self.build.run_delay_s * WORKER_HEADROOM), self.workers_now)
+        times = {w: slack.batch_s_with(w, cores) for w in range(1, cap + 1)}
         best = min(times.values())
         workers = min(w for w, t in times.items() if t <= best * ENOUGH)
-        return workers, times[workers]
+        return workers, self.batch_s_with(workers, cores)
 
     def speedup(self, batch_s: float) -> float:
         return self.batch_s / batch_s if batch_s > 0 else 1.0

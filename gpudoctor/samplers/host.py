@@ -186,24 +186,17 @@ class HostSampler(Sampler):
         mine = {os.getpid(), *self._tree_pids}
         cpu: dict[tuple[int, float], float] = {}
         names: dict[tuple[int, float], str] = {}
-        for proc in psutil.process_iter(["name", "cpu_times", "create_time"]):
-            info = proc.info
-            times = info.get("cpu_times")
-            if proc.pid in mine or times is None or info.get("create_time") is None:
-                continue
-            key = (proc.pid, float(info["create_time"]))
-            cpu[key] = times.user + times.system
-            names[key] = str(info.get("name") or "?")[:40]
+        for pid, name, cpu_s, started in _proc_stats(mine):
+            cpu[(pid, started)] = cpu_s
+            names[(pid, started)] = name
         prev, self._others_cpu = self._others_cpu, cpu
         dt, self._others_at = now - self._others_at, now
         if not prev or dt <= 0:
             return None
         per_name: dict[str, float] = {}
         for key, cpu_s in cpu.items():
-            born_in = key[1] >= time.time() - dt  # started since the last scan: all its CPU is new
-            base = prev.get(key, 0.0 if born_in else None)
-            if base is None:
-                continue
+            base = prev.get(key, 0.0)  # not there last scan: started since, all its CPU is new
+
             per_name[names[key]] = per_name.get(names[key], 0.0) + max(0.0, cpu_s - base) * 100.0 / dt
         busy = sorted(((pct, name) for name, pct in per_name.items() if pct >= OTHERS_MIN_PCT), reverse=True)
         return [{"name": name, "pct": round(pct, 1)} for pct, name in busy[:OTHERS_TOP]]
@@ -245,6 +238,35 @@ class HostSampler(Sampler):
         except (OSError, RuntimeError) as exc:
             self._record_error(exc)
             return None
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _proc_stats(skip: set[int]) -> list[tuple[int, str, float, float]]:
+    """(pid, command name, CPU seconds, start in clock ticks since boot) of every process but
+    ``skip``, from one read of ``/proc/<pid>/stat`` each (psutil's iterator costs ~10x more); []
+    where there is no ``/proc``."""
+    out = []
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return out
+    for pid in pids:
+        if pid in skip:
+            continue
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                raw = fh.read(1024)
+        except OSError:
+            continue
+        left, right = raw.find(b"("), raw.rfind(b")")
+        fields = raw[right + 2:].split()
+        if left < 0 or right < 0 or len(fields) < 20:
+            continue
+        name = raw[left + 1:right].decode("utf-8", "replace")[:40]
+        out.append((pid, name, (int(fields[11]) + int(fields[12])) / _TICK, float(fields[19])))
+    return out
 
 
 def _read_counters(proc: psutil.Process) -> tuple[float, int, tuple[int, int] | None, bool]:
