@@ -15,8 +15,11 @@ One loop model for every figure a data rule prints, per batch::
                                                  thread (a forked worker's tokenizer has no pool)
                (compute CPU + build CPU) / C)    the CPU all of it needs over the C cores it has
 
-``C`` is the cores the run can have: on the host as it is (cores less what other programs kept
-busy) and on the host alone (every core). W is the fewest workers within 5% of the best T (chosen
+``C`` is the cores the run can have with W workers: on the host as it is, a fair share of its
+cores among the run's 1 + W runnable processes and the ``crowd`` of other runnable ones
+(``cores x (1 + W) / (1 + W + crowd)``; the crowd is what other programs kept busy, or more where
+the build's own thread waited for a core, which only a crowd explains); on the host alone, every
+core. W is the fewest workers within 5% of the best T (chosen
 with 25% headroom on the build, as every worker count in :mod:`gpudoctor.rules.values`), capped by
 memory and by the dataset's own batches per epoch, never the value that ran.
 """
@@ -91,10 +94,12 @@ class LoopModel:
     build: BuildCost
     workers_now: int
 
-    def batch_s_with(self, workers: int, cores: float) -> float:
-        """Loop time per batch with ``workers`` background workers on ``cores`` cores."""
+    def batch_s_with(self, workers: int, host_cores: float, crowd: float = 0.0) -> float:
+        """Loop time per batch with ``workers`` background workers on a host of ``host_cores``
+        where ``crowd`` other processes compete for them."""
         if workers == self.workers_now:
             return self.batch_s
+        cores = share(host_cores, workers, crowd)
         if workers <= 0:  # builds back in the training process, with its threads as measured there
             in_process = self.build.wall_s if not self.build.in_workers else self.build.worker_wall_s
             return max(self.compute_s + in_process, (self.compute_cpu_s + self.build.cpu_s) / max(cores, 1e-9))
@@ -102,7 +107,7 @@ class LoopModel:
                     (self.compute_cpu_s + self.build.cpu_s) / max(cores, 1e-9))
         if self.workers_now > 0:  # what the model misses now (IPC, collation) it misses with more workers too
             now = max(self.compute_s, self.build.worker_wall_s / self.workers_now,
-                      (self.compute_cpu_s + self.build.cpu_s) / max(cores, 1e-9))
+                      (self.compute_cpu_s + self.build.cpu_s) / max(share(host_cores, self.workers_now, crowd), 1e-9))
             model *= max(1.0, self.batch_s / now) if now > 0 else 1.0
         return model
 
@@ -110,25 +115,43 @@ class LoopModel:
         """Workers Little's law asks for to deliver a batch every ``target_s``."""
         return max(1, math.ceil(self.build.worker_wall_s / max(target_s, 1e-9)))
 
-    def choose(self, cores: float, cap: int) -> tuple[int, float]:
+    def choose(self, cores: float, cap: int, crowd: float = 0.0) -> tuple[int, float]:
         """(workers, loop time per batch with them): the fewest within 5% of the best up to ``cap``,
         chosen with builds 25% slower than measured (``WORKER_HEADROOM``: build times vary, and a
         queue run at its exact rate is often empty); the time returned is the model's own."""
         # the one headroom; imported here because the rules import the analysis
         from gpudoctor.rules.values import WORKER_HEADROOM
 
-        cap = max(1, min(cap, MAX_WORKERS))
+        # Past what Little's law asks for (with the headroom), a worker only takes cores from other programs.
+        need = math.ceil(WORKER_HEADROOM * self.build.worker_wall_s / max(self.compute_s, 1e-9))
+        cap = max(1, min(cap, MAX_WORKERS, need))
         slack = LoopModel(self.batch_s, self.compute_s, self.compute_cpu_s,
                           replace(self.build, wall_s=self.build.wall_s * WORKER_HEADROOM,
                                   cpu_s=self.build.cpu_s * WORKER_HEADROOM,
                                   run_delay_s=self.build.run_delay_s * WORKER_HEADROOM), self.workers_now)
-        times = {w: slack.batch_s_with(w, cores) for w in range(1, cap + 1)}
+        times = {w: slack.batch_s_with(w, cores, crowd) for w in range(1, cap + 1)}
         best = min(times.values())
         workers = min(w for w, t in times.items() if t <= best * ENOUGH)
-        return workers, self.batch_s_with(workers, cores)
+        return workers, self.batch_s_with(workers, cores, crowd)
 
     def speedup(self, batch_s: float) -> float:
         return self.batch_s / batch_s if batch_s > 0 else 1.0
+
+
+def share(host_cores: float, workers: int, crowd: float) -> float:
+    """Cores the run's 1 + ``workers`` processes get among ``crowd`` other runnable ones."""
+    mine = 1.0 + max(0, workers)
+    return min(host_cores, host_cores * mine / (mine + max(0.0, crowd)))
+
+
+def crowd_of(host_cores: float, other_cores: float, build: BuildCost) -> float:
+    """Other runnable processes: what other programs kept busy, or, where the build's thread waited
+    for a core, as many as that wait implies (a thread runnable a share f of the time it gets a
+    core, on ``host_cores`` cores, shares them with about ``host_cores / f - 1`` others)."""
+    runnable = build.thread_cpu_s + build.run_delay_s
+    got = build.thread_cpu_s / runnable if runnable > 0 else 1.0
+    implied = host_cores / got - 1.0 if 0 < got < 0.9 else 0.0
+    return max(other_cores, implied)
 
 
 def worker_cap(mem_available_mib: float | None, rss_mib: float | None, procs_now: int,

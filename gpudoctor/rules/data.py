@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.buildcost import BuildCost, LoopModel, worker_cap
+from gpudoctor.analysis.buildcost import BuildCost, LoopModel, crowd_of, share, worker_cap
 from gpudoctor.common.wording import plural
 from gpudoctor.rules import values
 from gpudoctor.rules.account import Claim, claim
@@ -64,7 +64,7 @@ class DataWait:
         m = self.model
         if m is None or self.build is None:
             return None
-        here = m.choose(self.model_cores, self.cap[0])
+        here = m.choose(float(self.cores), self.cap[0], crowd_of(float(self.cores), self.other_cores, self.build))
         alone = m.choose(float(self.cores), self.cap[0])
         helps = here[0] != (self.num_workers or 0) and m.speedup(here[1]) >= 1.05
         kind = "io_bound" if self.build.kind == "wait" else "data_stall" if helps else "cpu_saturated"
@@ -99,12 +99,10 @@ class DataWait:
         """Cores the run's own processes can use: all of them, less what others kept busy."""
         return max(1.0, self.cores - self.other_cores)
 
-    @property
-    def model_cores(self) -> float:
-        """Cores the run can have beside the others: what they left free, or what the run got if more
-        (unrounded, no floor: on a host other programs oversubscribe, a run that got a tenth of a
-        core has about that tenth, whatever the number of cores)."""
-        return max(0.05, self.cores - self.other_cores, self.cpu_run_cores or 0.0)
+    def model_cores(self, workers: int) -> float:
+        """Cores the run's processes get with ``workers`` beside the other programs (a fair share)."""
+        crowd = crowd_of(float(self.cores), self.other_cores, self.build) if self.build else self.other_cores
+        return share(float(self.cores), workers, crowd)
 
     @property
     def free_cores(self) -> int:
@@ -290,14 +288,14 @@ def _measured_worker_fix(d: DataWait, diag: Diagnosis) -> tuple[int, Fix, tuple[
         alone = f" On the host alone ({others}) no worker count would do better either."
     if diag.here is None:
         summary = (f"No worker count beats the {d.num_workers or 0} that ran on the "
-                   f"{d.model_cores:.1f} cores this run can have: {d.build.describe()}.{alone}")
+                   f"{d.model_cores(d.num_workers or 0):.1f} cores this run can have: {d.build.describe()}.{alone}")
         return 0, Fix(summary=summary, library=names.library, call=names.call), None
     workers, t = diag.here
     cfg, snippet = _loader_cfg(d, workers)
     why = (f"Little's law: {1000 * m.build.worker_wall_s:.0f} ms a build in a worker / "
            f"{1000 * m.compute_s:.0f} ms of compute a batch = {diag.little()} in flight")
     if d.build.kind != "wait":
-        why += f"; the CPU it needs on the {d.model_cores:.1f} cores this run can have"
+        why += f"; the CPU it needs on the {d.model_cores(workers):.1f} cores this run can have with them"
     if d.cap[1] and workers >= d.cap[0]:
         why += f"; capped at {d.cap[0]} by {d.cap[1]}"
     summary = (f"Load batches in {plural(workers, 'background worker')} ({why}): about {_gain(m.speedup(t))} "
