@@ -206,12 +206,12 @@ def table(rows: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=3, help="interleaved rounds per probe (default 3)")
-    ap.add_argument("--only", action="append", help="probe name or label (repeatable)")
+    ap.add_argument("--only", action="append", help="a row's title: the probe's name, or its label (repeatable)")
     ap.add_argument("--json", type=Path, help="write every row here")
     ap.add_argument("--hand", type=int, default=None,
                     help="try only the first N simple fixes by hand per probe (a short setting on a busy machine)")
     args = ap.parse_args(argv)
-    picked = [p for p in PROBES if not args.only or p.name in args.only or p.title in args.only]
+    picked = [p for p in PROBES if not args.only or p.title in args.only]
     if args.hand is not None:
         picked = [dataclasses.replace(p, by_hand=p.by_hand[:args.hand]) for p in picked]
     rows = []

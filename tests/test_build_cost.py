@@ -48,13 +48,14 @@ def configs(finding: dict[str, Any]) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("busy", [False, True], ids=["quiet", "beside-a-cpu-bound-program"])
 def test_a_build_that_waits_is_io_bound_and_sized_by_littles_law_not_by_cores(tmp_path: Path, busy: bool) -> None:
-    # 60 ms a batch blocked on storage (1 ms of CPU), 40 ms of compute: the loop waits 60% of the time.
-    report = loop(tmp_path, wait_s=0.06, compute_s=0.04, build_wall_s=0.06, build_cpu_s=0.001,
+    # 60 ms a batch blocked on storage (1 ms of CPU, 10 ms waking up for a core), 40 ms of compute:
+    # the loop waits 60% of the time.
+    report = loop(tmp_path, wait_s=0.06, compute_s=0.04, build_wall_s=0.06, build_cpu_s=0.001, run_delay_s=0.01,
                   cpu_total_pct=72.5 if busy else 22.5, cpu_proc_pct=45.0, others=HOG if busy else None)
     f = top(report)
     assert f["rule"] == "io_bound"  # never cpu_saturated: a blocked worker needs no core
     assert "cpu_saturated" not in {x["rule"] for x in report["findings"]}
-    # Little's law: 61 ms a build / 40 ms a step -> 2 in flight; cores do not cap it
+    # Little's law: 60 ms a build / 40 ms a step -> 2 in flight; cores do not cap it
     assert f["data"]["littles_law_workers"] == 2 and f["fix"]["config"]["num_workers"] == 2
     # the compute floor, 40 ms, on both hosts: the run's 45 ms of CPU a batch fits in its share of
     # the cores beside one busy program (3 runnable processes of the run and 1 other: 1.5 cores)

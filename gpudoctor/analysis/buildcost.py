@@ -149,6 +149,8 @@ def crowd_of(host_cores: float, other_cores: float, build: BuildCost) -> float:
     for a core, as many as that wait implies (a thread runnable a share f of the time it gets a
     core, on ``host_cores`` cores, shares them with about ``host_cores / f - 1`` others)."""
     runnable = build.thread_cpu_s + build.run_delay_s
+    if runnable < 0.5 * build.wall_s:  # a build that mostly sleeps: its wake-ups' waits say little of the crowd
+        return other_cores
     got = build.thread_cpu_s / runnable if runnable > 0 else 1.0
     implied = host_cores / got - 1.0 if 0 < got < 0.9 else 0.0
     return max(other_cores, implied)
