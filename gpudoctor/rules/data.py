@@ -282,10 +282,10 @@ def _measured_worker_fix(d: DataWait, diag: Diagnosis) -> tuple[int, Fix, tuple[
     others = d.others_text()
     alone = ""
     if others and diag.alone is not None and diag.alone != diag.here:
-        alone = (f" On the host alone ({others}) {plural(diag.alone[0], 'worker')} would give "
+        alone = (f" During the loop {others}; on the host alone {plural(diag.alone[0], 'worker')} would give "
                  f"{_gain(m.speedup(diag.alone[1]))}.")
     elif others and diag.alone is None:
-        alone = f" On the host alone ({others}) no worker count would do better either."
+        alone = f" During the loop {others}; on the host alone no worker count would do better either."
     if diag.here is None:
         summary = (f"No worker count beats the {d.num_workers or 0} that ran on the "
                    f"{d.model_cores(d.num_workers or 0):.1f} cores this run can have: {d.build.describe()}.{alone}")
