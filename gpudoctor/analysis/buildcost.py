@@ -125,6 +125,8 @@ class LoopModel:
         # Past what Little's law asks for (with the headroom), a worker only takes cores from other programs.
         need = math.ceil(WORKER_HEADROOM * self.build.worker_wall_s / max(self.compute_s, 1e-9))
         cap = max(1, min(cap, MAX_WORKERS, need))
+        if self.build.kind != "wait":  # a build that computes: never more workers than the host has cores
+            cap = max(1, min(cap, math.floor(cores)))
         slack = LoopModel(self.batch_s, self.compute_s, self.compute_cpu_s,
                           replace(self.build, wall_s=self.build.wall_s * WORKER_HEADROOM,
                                   cpu_s=self.build.cpu_s * WORKER_HEADROOM,
