@@ -344,6 +344,7 @@ class Truth:
         self.timers: dict[str, float | None] = dict.fromkeys(self.TIMERS)
         self.startup_s: float | None = None
         self.step_times: list[float] = []
+        self.step_starts: list[float] = []  # perf_counter at each training batch request (timed_batches)
         # time until the probe's module-level imports were done (a Truth is created first
         # thing in main); lazy imports later (torch._dynamo when the first optimizer is
         # built, ~1.5 s on a 2-core box) are not in it
@@ -388,6 +389,7 @@ class Truth:
             "max_length": None,
             "steps": len(self.step_times),
             "step_time_s_p50": statistics.median(self.step_times) if self.step_times else None,
+            "steady_steps_per_s": steady_rate(self.step_times, self.step_starts),
             "optimizer_init_s": None,
             "pid": os.getpid(),
             "psutil_create_time_error_s": psutil_create_time_error_s(),
@@ -409,6 +411,20 @@ class Truth:
         return d
 
 
+def steady_rate(step_times: list[float], step_starts: list[float] | None = None) -> float | None:
+    """Steps per second after the warm-up (the first fifth of the steps, at least 3): workers
+    starting and the first batches are not the steady state a fix is judged on. From one batch
+    request to the next where the loop recorded them (a save or eval between steps counts),
+    else from the steps' own times."""
+    if step_starts and len(step_starts) >= 8:
+        skip = max(3, len(step_starts) // 5)
+        span = step_starts[-1] - step_starts[skip]
+        return (len(step_starts) - 1 - skip) / span if span > 0 else None
+    skip = max(3, len(step_times) // 5)
+    tail = step_times[skip:]
+    return len(tail) / sum(tail) if tail and sum(tail) > 0 else None
+
+
 def timed_batches(loader, truth, done, on_epoch=None):
     """Batches from passes over ``loader`` until ``done(steps so far)``, each wait added to the truth's data_wait_s.
 
@@ -424,6 +440,7 @@ def timed_batches(loader, truth, done, on_epoch=None):
         it = iter(loader)
         while not done(step):
             t_step = time.perf_counter()
+            truth.step_starts.append(t_step)
             try:
                 batch = next(it)
             except StopIteration:

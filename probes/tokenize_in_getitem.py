@@ -54,6 +54,8 @@ def main(argv=None):
     p.add_argument("--num-workers", type=int, default=0,
                    help="DataLoader workers (default 0: the planted waste; >0 moves the "
                         "tokenization off the main process, and out of tokenize_s)")
+    p.add_argument("--pretokenize", action="store_true",
+                   help="tokenize every document once before the loop (the fix; its time goes to startup)")
     p.add_argument("--lr", type=float, default=3e-4)
     args = C.add_common_args(p).parse_args(argv)
     C.setup(args)
@@ -63,6 +65,8 @@ def main(argv=None):
     tokenizer = C.get_hf_tokenizer(seed=args.seed)
     texts = C.make_corpus(args.docs, seed=args.seed + 1, median_words=args.doc_words, sigma=0.3)
     ds = RawTextDataset(texts, tokenizer, args.max_length, truth)
+    if args.pretokenize:
+        ds = [ds[i] for i in range(len(ds))]  # a list is a map-style dataset
     pad = tokenizer.pad_token_id
     loader = DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.num_workers,
                         collate_fn=functools.partial(C.collate_ids, pad=pad),

@@ -70,11 +70,25 @@ class RecordingBuilder:
             rows.append({"k": "counter", "t": T0 + start_s + i * (end_s - start_s) / flushes, "name": "tokenize",
                          "calls": 10, "s": total_s / flushes})
 
-    def host_rows(self, *, cpu_total_pct: float, cpu_proc_pct: float, iowait_pct: float = 0.0) -> None:
+    def fetch_counter(self, rows: list[dict[str, Any]], *, t_s: float, calls: int, wall_s: float, cpu_s: float,
+                      run_delay_s: float = 0.0, thread_cpu_s: float | None = None) -> None:
+        """Batch builds as the hooks time them: per batch ``wall_s`` of which ``cpu_s`` process CPU
+        (every thread; ``thread_cpu_s`` the calling thread's, default as much as its wall allows)
+        and ``run_delay_s`` waiting for a core; the rest was blocked (I/O, sleep)."""
+        tcpu = min(cpu_s, wall_s) if thread_cpu_s is None else thread_cpu_s
+        rows.append({"k": "counter", "t": T0 + t_s, "name": "fetch", "calls": calls, "s": wall_s * calls,
+                     "cpu": cpu_s * calls, "tcpu": tcpu * calls, "rdelay": run_delay_s * calls})
+
+    def host_rows(self, *, cpu_total_pct: float, cpu_proc_pct: float, iowait_pct: float = 0.0,
+                  others: list[dict[str, Any]] | None = None) -> None:
+        """Host samples at 10 Hz; ``others`` ([{"name", "pct"}], the busiest other programs) every 3 s."""
         for i in range(int(self.duration_s * 10)):
-            self.host.append({"t": T0 + i / 10, "cpu_total_pct": cpu_total_pct, "cpu_proc_pct": cpu_proc_pct,
-                              "iowait_pct": iowait_pct, "rss_mib": 2000.0, "read_mib_s": 5.0,
-                              "cpu_percore_pct": [cpu_total_pct] * self.cores})
+            row = {"t": T0 + i / 10, "cpu_total_pct": cpu_total_pct, "cpu_proc_pct": cpu_proc_pct,
+                   "iowait_pct": iowait_pct, "rss_mib": 2000.0, "read_mib_s": 5.0,
+                   "cpu_percore_pct": [cpu_total_pct] * self.cores, "mem_available_mib": 60000.0}
+            if others is not None and i % 30 == 29:
+                row["others"] = others
+            self.host.append(row)
 
     def gpu_rows(self, *, util_pct: float, mem_used_mib: float, name: str = "NVIDIA H100 80GB HBM3",
                  mem_total_mib: float = 81559.0, count: int = 1) -> None:

@@ -47,7 +47,7 @@ def test_sees_the_tree_its_cpu_and_memory_and_survives_children_exiting(tmp_path
     rows, bad = read_jsonl(tmp_path / "host.jsonl")
     lines = (tmp_path / "host.jsonl").read_text().splitlines()
     assert bad == 0 and len(lines) == len(rows) >= 15
-    assert all(json.loads(line).keys() == ROW_KEYS for line in lines)
+    assert all(json.loads(line).keys() - {"others"} == ROW_KEYS for line in lines)  # others: every 3 s
     assert sampler.errors == []
     assert len(seen_pids) >= 3 and parent.pid in seen_pids
 

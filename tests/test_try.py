@@ -26,10 +26,11 @@ def test_try_applies_workers_and_compares_steps_per_s(tmp_path: Path) -> None:
     report = json.loads((out / "report.json").read_text())
     assert problem(report) is None  # the trial section's real shape matches report_schema.Trial
     trial = report["trial"]
-    assert trial["rule"] in ("data_stall", "cpu_saturated")  # which one depends on the machine's load
+    # the build sleeps (no CPU): io_bound, by where the build's time went, whatever the machine's load (#24)
+    assert trial["rule"] == "io_bound"
     assert trial["values"]["dataloader"]["num_workers"] == 2
     # --set overrides the worker count; the rest of the fix comes with it when the rule had one
-    # (persistent workers and prefetch go with workers > 0; on a busy box the rule proposes 0).
+    # (persistent workers and prefetch go with workers > 0).
     [applied] = trial["applied"]
     assert applied["call"] == "DataLoader" and applied["skipped"] == {}
     assert applied["values"]["num_workers"] == 2 and applied["was"]["num_workers"] == 0

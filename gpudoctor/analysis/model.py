@@ -26,6 +26,9 @@ class HostStats:
     disk_read_mib_s: float | None
     rss_max_mib: float | None
     samples: int
+    mem_available_mib: float | None = None  # the least seen during the loop
+    # Programs outside the run that kept cores busy during the loop: (command name, cores), busiest first
+    others: list[tuple[str, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -235,7 +238,22 @@ def _host_stats(rec: Recording, leads: list[ProcessView]) -> HostStats:
         disk_read_mib_s=time_mean(rows, "disk_read_mib_s"),
         rss_max_mib=max(rss) if rss else None,
         samples=len(rec.host),
+        mem_available_mib=min(mem) if (mem := [float(r["mem_available_mib"]) for r in rows
+                                                if isinstance(r.get("mem_available_mib"), (int, float))]) else None,
+        others=_other_programs(rows),
     )
+
+
+def _other_programs(rows: list[dict[str, Any]]) -> list[tuple[str, float]]:
+    """Mean cores each other program kept busy over the scans in ``rows`` (absent from a scan: 0)."""
+    scans = [r["others"] for r in rows if isinstance(r.get("others"), list)]
+    if not scans:
+        return []
+    total: dict[str, float] = {}
+    for scan in scans:
+        for o in scan:
+            total[o["name"]] = total.get(o["name"], 0.0) + float(o["pct"]) / 100.0
+    return sorted(((name, s / len(scans)) for name, s in total.items()), key=lambda x: -x[1])
 
 
 def _gpu_stats(rec: Recording, leads: list[ProcessView]) -> GpuStats:

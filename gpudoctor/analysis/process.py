@@ -46,6 +46,16 @@ class ProcessView:
     tokenize_calls: int = 0
     fetch_s: float = 0.0
     fetch_calls: int = 0
+    # CPU beside wall, over the calls whose counters carried it (0 calls: not measured, an older writer)
+    fetch_timed_s: float = 0.0  # wall seconds of those calls
+    fetch_cpu_s: float = 0.0  # process CPU (every thread) of those calls
+    fetch_thread_cpu_s: float = 0.0  # the calling thread's CPU
+    fetch_run_delay_s: float = 0.0  # the calling thread runnable, waiting for a core
+    fetch_cpu_calls: int = 0
+    fetch_in_workers: int = 0  # of fetch_calls, those made in DataLoader workers
+    tokenize_timed_s: float = 0.0
+    tokenize_cpu_s: float = 0.0
+    tokenize_cpu_calls: int = 0
     n_data_waits: int = 0
     profiler: list[dict[str, Any]] = field(default_factory=list)
     map_cache: list[str] = field(default_factory=list)  # per Dataset.map: "hit" | "miss" | "none"
@@ -177,19 +187,40 @@ def _apply_counters(view: ProcessView, counters: list[dict[str, Any]], worker_ev
         if c.get("name") == "tokenize":
             view.tokenize_s += float(c["s"])
             view.tokenize_calls += int(c["calls"])
+            if _cpu_timed(c) and int(c["calls"]) == int(c.get("cpu_calls", c["calls"])):
+                view.tokenize_timed_s += float(c["s"])
+                view.tokenize_cpu_s += float(c["cpu"])
+                view.tokenize_cpu_calls += int(c["calls"])
             # Counter lines are flushed every ~0.5 s; attribute by flush time, and only
             # to the training loop (tokenizing after the last step is not in-loop).
             t = float(c["t"])
             if first is not None and first < t <= (loop_end if loop_end is not None else t) + 0.6:
                 view.tokenize_in_loop_s += float(c["s"])
         elif c.get("name") == "fetch":
-            view.fetch_s += float(c["s"])
-            view.fetch_calls += int(c["calls"])
+            _add_fetch(view, c, worker=False)
     for rows in worker_events:
         for c in rows:
             if c.get("k") == "counter" and c.get("name") == "fetch":
-                view.fetch_s += float(c["s"])
-                view.fetch_calls += int(c["calls"])
+                _add_fetch(view, c, worker=True)
+
+
+def _cpu_timed(c: dict[str, Any]) -> bool:
+    return isinstance(c.get("cpu"), float) and int(c.get("cpu_calls", c.get("calls", 0)) or 0) > 0
+
+
+def _add_fetch(view: ProcessView, c: dict[str, Any], worker: bool) -> None:
+    calls = int(c["calls"])
+    view.fetch_s += float(c["s"])
+    view.fetch_calls += calls
+    if worker:
+        view.fetch_in_workers += calls
+    # A sum of lines with and without CPU (a writer upgraded mid-run) has no one ratio: left out.
+    if _cpu_timed(c) and calls == int(c.get("cpu_calls", calls)):
+        view.fetch_timed_s += float(c["s"])
+        view.fetch_cpu_s += float(c["cpu"])
+        view.fetch_thread_cpu_s += float(c.get("tcpu") or 0.0)
+        view.fetch_run_delay_s += float(c.get("rdelay") or 0.0)
+        view.fetch_cpu_calls += calls
 
 
 def compute_breakdown(view: ProcessView, waits: list[tl.Interval] | None = None) -> None:

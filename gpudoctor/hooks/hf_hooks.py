@@ -21,7 +21,7 @@ def install_tokenizers(writer: EventWriter, torch_hooks: TorchHooks, mod: Module
     base = getattr(mod, "PreTrainedTokenizerBase", None)
     if base is None:
         return
-    counted = patch.counted(writer, "tokenize")
+    counted = patch.counted_cpu(writer, "tokenize", detail=False)
 
     def make(fn: Any) -> Any:
         timed = counted(fn)

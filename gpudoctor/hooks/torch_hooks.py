@@ -55,7 +55,7 @@ class TorchHooks:
         for name in ("_MapDatasetFetcher", "_IterableDatasetFetcher"):
             cls = getattr(mod, name, None)
             if cls is not None:
-                patch.replace(cls, "fetch", patch.counted(self.writer, "fetch"))
+                patch.replace(cls, "fetch", patch.counted_cpu(self.writer, "fetch"))
 
     def install_save(self, torch: ModuleType) -> None:
         """``torch.save`` as a checkpoint span, or a ``save_side`` span for a file without tensors
@@ -350,10 +350,25 @@ def _loader_event(loader: Any) -> LoaderEvent:
         "prefetch_factor": safe_attr(loader, "prefetch_factor"),
         "persistent_workers": safe_attr(loader, "persistent_workers"),
         "dataset": redact_value(type(safe_attr(loader, "dataset")).__name__),
+        "dataset_len": _dataset_len(safe_attr(loader, "dataset")),
         "collate_fn": redact_value(name if isinstance(name, str) and name else type(collate).__name__),
         "params": params,
         "pid": os.getpid(),
     }
+
+
+def _dataset_len(dataset: Any) -> int | None:
+    """``len(dataset)`` for a map-style dataset (a worker count past its batches is idle); None for
+    an iterable one or when it cannot say."""
+    torch_data = sys.modules.get("torch.utils.data")
+    iterable = getattr(torch_data, "IterableDataset", None)
+    if dataset is None or (iterable is not None and isinstance(dataset, iterable)):
+        return None
+    try:
+        n = len(dataset)
+    except Exception:
+        return None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
 
 
 _MODEL_CONFIG_KEYS = 200  # a real config has ~50 sizes and switches; beyond that, not a model config

@@ -80,17 +80,24 @@ class EventWriter:
         if self._long:  # the flush thread sleeps until its counters are due: this cannot wait that long
             self._wake.set()
 
-    def count(self, name: str, seconds: float) -> None:
-        """Add one call of ``seconds`` to a periodically flushed counter."""
+    def count(self, name: str, seconds: float, cpu_s: float | None = None, thread_cpu_s: float | None = None,
+              run_delay_s: float | None = None) -> None:
+        """Add one call of ``seconds`` (and, when timed, its process and thread CPU seconds and the
+        thread's wait for a core) to a periodically flushed counter."""
         if not self.enabled:
             return
         if not self._announced:
             self._announce()
         slot = self._counters.get(name)
         if slot is None:
-            slot = self._counters[name] = [0, 0.0]
+            slot = self._counters[name] = [0, 0.0, 0.0, 0.0, 0, 0.0]
         slot[0] += 1
         slot[1] += seconds
+        if cpu_s is not None:
+            slot[2] += cpu_s
+            slot[3] += thread_cpu_s or 0.0
+            slot[4] += 1
+            slot[5] += run_delay_s or 0.0
 
     # -- background ---------------------------------------------------------
     def _announce(self) -> None:
@@ -140,8 +147,13 @@ class EventWriter:
         if self._counters:
             now = time.time()
             counters, self._counters = self._counters, {}
-            for name, (calls, seconds) in counters.items():
-                self._buf.append({"k": "counter", "t": now, "name": name, "calls": int(calls), "s": seconds})
+            for name, (calls, seconds, cpu, thread_cpu, timed, delay) in counters.items():
+                line: dict[str, Any] = {"k": "counter", "t": now, "name": name, "calls": int(calls), "s": seconds}
+                if timed == calls:  # CPU beside wall only when every call had it (else the ratio lies)
+                    line["cpu"] = cpu
+                    line["tcpu"] = thread_cpu
+                    line["rdelay"] = delay
+                self._buf.append(line)
         mono = time.monotonic()
         self._counters_due = mono + min(COUNTER_MAX_PERIOD_S, max(self.flush_s, (mono - self._born) / 60))
 

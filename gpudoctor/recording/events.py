@@ -200,12 +200,20 @@ class HookErrorEvent(_HookError, total=False):
     message: str | None
 
 
-class CounterEvent(TypedDict):
+class _Counter(TypedDict):
     k: Literal["counter"]
     t: Time
     name: str
     calls: Count
     s: Seconds
+
+
+class CounterEvent(_Counter, total=False):
+    # what the calls were made of (analysis/buildcost.py): process CPU (all threads), this
+    # thread's CPU, and this thread's wait for a core (/proc/thread-self/schedstat)
+    cpu: Seconds
+    tcpu: Seconds
+    rdelay: Seconds
 
 
 class _Batch(TypedDict):
@@ -256,6 +264,7 @@ class LoaderEvent(_Loader, total=False):
     collate_fn: str | None
     params: list[str]
     pid: Int | None
+    dataset_len: Count | None  # len(dataset) when it has one
 
 
 class _TorchCfg(TypedDict):

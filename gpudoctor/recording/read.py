@@ -543,11 +543,21 @@ def _sum_counters(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         key = (e["name"], first is not None and e["t"] > first)
         total = sums.get(key)
+        timed = "cpu" in e  # CPU beside wall (newer writers): summed over the lines that have it
         if total is None:
             sums[key] = total = dict(e)
+            total["cpu_calls"] = e["calls"] if timed else 0
+            total.setdefault("cpu", 0.0)
+            total.setdefault("tcpu", 0.0)
+            total.setdefault("rdelay", 0.0)
             kept.append(total)
         else:
             total["calls"] += e["calls"]
             total["s"] += e["s"]
             total["t"] = max(total["t"], e["t"])
+            if timed:
+                total["cpu"] += e["cpu"]
+                total["tcpu"] += e.get("tcpu") or 0.0
+                total["rdelay"] += e.get("rdelay") or 0.0
+                total["cpu_calls"] += e["calls"]
     return kept

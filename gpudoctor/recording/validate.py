@@ -157,7 +157,12 @@ def fast_span(e: dict[str, Any]) -> bool:
 def fast_counter(e: dict[str, Any]) -> bool:
     t, sec, calls = e.get("t"), e.get("s"), e.get("calls")
     return (type(t) is float and 0 < t < MAX_TIME and type(sec) is float and 0 <= sec <= MAX_DURATION_S
-            and type(calls) is int and 0 <= calls < MAX_COUNT and type(e.get("name")) is str)
+            and type(calls) is int and 0 <= calls < MAX_COUNT and type(e.get("name")) is str
+            and _cpu_ok(e.get("cpu")) and _cpu_ok(e.get("tcpu")) and _cpu_ok(e.get("rdelay")))
+
+
+def _cpu_ok(v: Any) -> bool:
+    return v is None or (type(v) is float and 0 <= v <= MAX_DURATION_S)
 
 
 def clean_event(e: Any) -> dict[str, Any] | None:
@@ -205,6 +210,10 @@ def clean_host_row(row: Any) -> dict[str, Any] | None:
         row["cpu_percore_pct"] = None
     if "procs" in row and type(row["procs"]) is not dict:
         row["procs"] = None
+    if "others" in row:
+        others = row["others"]
+        row["others"] = [o for o in others if type(o) is dict and type(o.get("name")) is str
+                         and is_number(o.get("pct"))][:20] if type(others) is list else None
     return row
 
 

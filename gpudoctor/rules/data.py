@@ -2,9 +2,13 @@
 
 A data wait has one cause at a time, and each rule claims only its own part so
 the wastes never double count: tokenizer time on the training process goes to
-``tokenization_in_loop``; what remains goes to ``io_bound`` when the disk is
-the limit, ``cpu_saturated`` when no core is free, else ``data_stall`` (too
-few workers).
+``tokenization_in_loop``; what remains is decided by where the batch build's
+time went (:mod:`gpudoctor.analysis.buildcost`), not by how busy the host is:
+a build that mostly waits (storage, network, sleep) is ``io_bound`` and sized
+by Little's law; a build that computes is ``data_stall`` while more workers
+help on the cores the run can have, else ``cpu_saturated`` (which names the
+other programs that hold cores). Recordings without a build's CPU (older
+writers, stack samples) fall back to the host's iowait and busy cores.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpudoctor.analysis import Analysis
+from gpudoctor.analysis.buildcost import BuildCost, LoopModel, crowd_of, share, worker_cap
 from gpudoctor.common.wording import plural
 from gpudoctor.rules import values
 from gpudoctor.rules.account import Claim, claim
@@ -40,6 +45,39 @@ class DataWait:
     cpu_total_pct: float | None
     iowait_pct: float | None
     names: Names
+    build: BuildCost | None = None  # what a batch build is made of, when the hooks timed its CPU
+    compute_cpu_s: float | None = None  # CPU per batch the run spends outside batch builds
+    others: tuple[tuple[str, float], ...] = ()  # other programs: (command, cores busy)
+    cap: tuple[int, str | None] = (32, None)  # most workers memory and the dataset allow, and why
+    tokenize_cpu_s: float | None = None  # process CPU of the in-loop tokenizer calls, when timed
+
+    @property
+    def model(self) -> LoopModel | None:
+        if self.build is None or not self.batch_s or self.compute_s_per_batch is None:
+            return None
+        return LoopModel(batch_s=self.batch_s, compute_s=self.compute_s_per_batch,
+                         compute_cpu_s=self.compute_cpu_s if self.compute_cpu_s is not None else self.compute_s_per_batch,
+                         build=self.build, workers_now=self.num_workers or 0)
+
+    def diagnose(self) -> Diagnosis | None:
+        """Where the build's time went, and the worker count on this host and on the host alone."""
+        m = self.model
+        if m is None or self.build is None:
+            return None
+        here = m.choose(float(self.cores), self.cap[0], crowd_of(float(self.cores), self.other_cores, self.build))
+        alone = m.choose(float(self.cores), self.cap[0])
+        helps = here[0] != (self.num_workers or 0) and m.speedup(here[1]) >= 1.05
+        kind = "io_bound" if self.build.kind == "wait" else "data_stall" if helps else "cpu_saturated"
+        return Diagnosis(kind, m, here if helps else None, alone if alone[0] != (self.num_workers or 0)
+                         and m.speedup(alone[1]) >= 1.05 else None)
+
+    def others_text(self) -> str:
+        """The other programs that kept cores busy, named: "python3 (1.0 core), make (0.3)"."""
+        named = [(n, c) for n, c in self.others if c >= 0.1]
+        if not named:
+            return f"other programs kept {self.other_cores:.1f} cores busy" if self.other_cores >= 0.25 else ""
+        listed = ", ".join(f"{n} ({c:.1f} core{'s' if c >= 1.05 else ''})" for n, c in named[:3])
+        return f"other programs kept {self.other_cores:.1f} of {self.cores} cores busy: {listed}"
 
     @property
     def residual_s(self) -> float:
@@ -60,6 +98,11 @@ class DataWait:
     def capacity_cores(self) -> float:
         """Cores the run's own processes can use: all of them, less what others kept busy."""
         return max(1.0, self.cores - self.other_cores)
+
+    def model_cores(self, workers: int) -> float:
+        """Cores the run's processes get with ``workers`` beside the other programs (a fair share)."""
+        crowd = crowd_of(float(self.cores), self.other_cores, self.build) if self.build else self.other_cores
+        return share(float(self.cores), workers, crowd)
 
     @property
     def free_cores(self) -> int:
@@ -108,6 +151,17 @@ class DataWait:
         return values.workers_needed(self.load_s_per_batch, self.compute_s_per_batch)
 
 
+@dataclass(frozen=True)
+class Diagnosis:
+    kind: str  # "io_bound" | "data_stall" | "cpu_saturated"
+    model: LoopModel
+    here: tuple[int, float] | None  # (workers, loop s per batch) on the host as it is; None: none helps
+    alone: tuple[int, float] | None  # the same on the host with no other program
+
+    def little(self) -> int:
+        return self.model.littles_law(self.model.compute_s)
+
+
 def data_wait(a: Analysis) -> DataWait | None:
     p = a.primary
     if p is None:
@@ -119,6 +173,19 @@ def data_wait(a: Analysis) -> DataWait | None:
     workers = names.current("dataloader_num_workers", "num_workers")
     wait_s = p.seconds("data_wait")
     tokenize_s = p.tokenize_in_loop_s if _tokenizes_in_main(names) else 0.0
+    build = None
+    if p.fetch_cpu_calls and p.fetch_timed_s > 0:
+        n_timed = p.fetch_cpu_calls
+        build = BuildCost(wall_s=p.fetch_timed_s / n_timed, cpu_s=p.fetch_cpu_s / n_timed,
+                          thread_cpu_s=p.fetch_thread_cpu_s / n_timed, run_delay_s=p.fetch_run_delay_s / n_timed,
+                          in_workers=p.fetch_in_workers * 2 > p.fetch_calls)
+    compute_cpu = None
+    if build is not None and a.host.cpu_run_cores is not None and p.n_data_waits:
+        batch = (compute_s + wait_s) / p.n_data_waits
+        compute_cpu = max(0.0, a.host.cpu_run_cores * batch - build.cpu_s)
+    loader = p.loaders[0] if p.loaders else {}
+    cap = worker_cap(a.host.mem_available_mib, a.host.rss_max_mib, 1 + (int(workers) if isinstance(workers, (int, float)) else 0),
+                     loader.get("dataset_len"), loader.get("batch_size"))
     return DataWait(
         wall_s=p.wall_s,
         wait_s=wait_s,
@@ -135,6 +202,12 @@ def data_wait(a: Analysis) -> DataWait | None:
         cpu_total_pct=a.host.cpu_total_pct,
         iowait_pct=a.host.iowait_pct,
         names=names,
+        build=build,
+        compute_cpu_s=compute_cpu,
+        tokenize_cpu_s=(p.tokenize_cpu_s * tokenize_s / p.tokenize_timed_s
+                        if tokenize_s and p.tokenize_timed_s > 0 else None),
+        others=tuple(a.host.others),
+        cap=cap,
     )
 
 
@@ -144,15 +217,10 @@ def _tokenizes_in_main(names: Names) -> bool:
     return not workers
 
 
-def worker_fix(d: DataWait) -> tuple[int, Fix, tuple[float, float] | None]:
-    """Recommend a worker count from measured load cost vs step compute and free cores.
-
-    Returns (workers, fix, (slowest, fastest) predicted loop time per batch with them).
-    """
+def _loader_cfg(d: DataWait, workers: int) -> tuple[dict[str, object], str]:
+    """The worker settings as the script's own call takes them, and a snippet; only what changes."""
     names = d.names
-    needed = d.workers_needed() or 2
-    workers = values.workers_for(needed, d.free_cores)
-    wanted = {("dataloader_num_workers", "num_workers"): workers}
+    wanted: dict[tuple[str, str], object] = {("dataloader_num_workers", "num_workers"): workers}
     if workers:
         wanted |= {("dataloader_persistent_workers", "persistent_workers"): True,
                    ("dataloader_prefetch_factor", "prefetch_factor"): 2}
@@ -160,15 +228,35 @@ def worker_fix(d: DataWait) -> tuple[int, Fix, tuple[float, float] | None]:
     cfg: dict[str, object] = {
         (field if names.is_trainer else arg): value
         for (field, arg), value in wanted.items()
-        if not names.is_trainer or names.has(field)
+        if (not names.is_trainer or names.has(field)) and names.current(field, arg) != value  # never a no-op
     }
+    args = ", ".join(f"{k}={v!r}" for k, v in cfg.items())
+    snippet = f"TrainingArguments(..., {args})" if names.is_trainer else f"DataLoader(dataset, batch_size=..., {args})"
+    return cfg, snippet
+
+
+def _gain(x: float) -> str:
+    return f"{x:.2f}x"
+
+
+def worker_fix(d: DataWait) -> tuple[int, Fix, tuple[float, float] | None]:
+    """Recommend a worker count and predict the loop's time per batch with it.
+
+    Where the hooks timed the build's CPU, from the loop model (Little's law for what the build
+    waits, the cores the run can have for what it computes); else from the load cost and the
+    free cores. Returns (workers, fix, (slowest, fastest) loop s per batch); workers 0 and no
+    config where no worker count beats what ran.
+    """
+    diag = d.diagnose()
+    if diag is not None:
+        return _measured_worker_fix(d, diag)
+    names = d.names
+    needed = d.workers_needed() or 2
+    workers = values.workers_for(needed, d.free_cores)
+    if workers == (d.num_workers or 0):
+        workers = 0
+    cfg, snippet = _loader_cfg(d, workers) if workers else ({}, None)
     predicted = d.worker_batch_s(workers)
-    if names.is_trainer:
-        args = ", ".join(f"{k}={v!r}" for k, v in cfg.items())
-        snippet = f"TrainingArguments(..., {args})"
-    else:
-        args = ", ".join(f"{k}={v!r}" for k, v in cfg.items())
-        snippet = f"DataLoader(dataset, batch_size=..., {args})"
     busy = f" and other programs keep {d.other_cores:.1f} busy" if d.other_cores >= 0.25 else ""
     limit = (
         f"; {d.cores} cores with {plural(d.training_procs, 'training process', 'training processes')}{busy} leave {d.free_cores} for workers"
@@ -183,9 +271,54 @@ def worker_fix(d: DataWait) -> tuple[int, Fix, tuple[float, float] | None]:
     summary = (
         f"Load batches in {plural(workers, 'background worker')} (measured need: {needed}{limit}){gain}."
         if workers
-        else f"No core is free for DataLoader workers ({d.cores} cores{busy}); move the per-batch work offline."
+        else f"No core is free for more DataLoader workers ({d.cores} cores{busy}); move the per-batch work offline."
     )
     return workers, Fix(summary=summary, config=cfg, snippet=snippet, library=names.library, call=names.call), predicted
+
+
+def _measured_worker_fix(d: DataWait, diag: Diagnosis) -> tuple[int, Fix, tuple[float, float] | None]:
+    m, names = diag.model, d.names
+    assert d.build is not None
+    others = d.others_text()
+    alone = ""
+    if others and diag.alone is not None and diag.alone != diag.here:
+        alone = (f" During the loop {others}; on the host alone {plural(diag.alone[0], 'worker')} would give "
+                 f"{_gain(m.speedup(diag.alone[1]))}.")
+    elif others and diag.alone is None:
+        alone = f" During the loop {others}; on the host alone no worker count would do better either."
+    if diag.here is None:
+        summary = (f"No worker count beats the {d.num_workers or 0} that ran on the "
+                   f"{d.model_cores(d.num_workers or 0):.1f} cores this run can have: {d.build.describe()}.{alone}")
+        return 0, Fix(summary=summary, library=names.library, call=names.call), None
+    workers, t = diag.here
+    cfg, snippet = _loader_cfg(d, workers)
+    why = (f"Little's law: {1000 * m.build.worker_wall_s:.0f} ms a build in a worker / "
+           f"{1000 * m.compute_s:.0f} ms of compute a batch = {diag.little()} in flight")
+    if d.build.kind != "wait":
+        why += f"; the CPU it needs on the {d.model_cores(workers):.1f} cores this run can have with them"
+    if d.cap[1] and workers >= d.cap[0]:
+        why += f"; capped at {d.cap[0]} by {d.cap[1]}"
+    summary = (f"Load batches in {plural(workers, 'background worker')} ({why}): about {_gain(m.speedup(t))} "
+               f"faster per batch on this host as it is.{alone}")
+    return workers, Fix(summary=summary, config=cfg, snippet=snippet, library=names.library, call=names.call), (t, t)
+
+
+def _alone_data(d: DataWait, diag: Diagnosis | None) -> dict[str, object]:
+    """The figures every data finding carries: one value and one prediction per knob."""
+    if diag is None:
+        return {}
+    m = diag.model
+    return {
+        "build_ms": round(1000 * m.build.wall_s, 2), "build_cpu_ms": round(1000 * m.build.cpu_s, 2),
+        "build_blocked_ms": round(1000 * m.build.blocked_s, 2), "build_threads": round(m.build.threads, 2),
+        "build_kind": m.build.kind, "littles_law_workers": diag.little(),
+        "workers_here": diag.here[0] if diag.here else None,
+        "predicted_loop_speedup": round(m.speedup(diag.here[1]), 3) if diag.here else None,
+        "workers_host_alone": diag.alone[0] if diag.alone else None,
+        "predicted_loop_speedup_host_alone": round(m.speedup(diag.alone[1]), 3) if diag.alone else None,
+        "other_programs": [{"name": n, "cores": round(c, 2)} for n, c in d.others[:5]],
+        "other_cores": round(d.other_cores, 2),
+    }
 
 
 class TokenizationInLoop(Rule):
@@ -200,7 +333,7 @@ class TokenizationInLoop(Rule):
         waste = d.tokenize_in_loop_s / d.wall_s
         if waste < MIN_SHARE:
             return None
-        _, interim, _ = worker_fix(d)
+        interim_workers, interim, interim_t = worker_fix(d)
         pad = a.padding()
         multiple = values.pad_multiple_for(pad.get("p50_length"))
         max_len = values.max_length_for(pad.get("p99_length"), pad.get("max_length"), multiple=multiple)
@@ -236,18 +369,38 @@ class TokenizationInLoop(Rule):
                 call=d.names.call,
                 also=[Table("datasets.Dataset.map", "ds.map", {"batched": True, "num_proc": max(1, d.cores)})],
             ),
-            data={"tokenize_in_loop_s": round(d.tokenize_in_loop_s, 3), "data_wait_s": round(d.wait_s, 3)},
+            data={"tokenize_in_loop_s": round(d.tokenize_in_loop_s, 3), "data_wait_s": round(d.wait_s, 3),
+                  **_tokenize_data(d, interim_workers, interim_t)},
         )
+
+
+def _tokenize_data(d: DataWait, workers: int, interim_t: tuple[float, float] | None) -> dict[str, object]:
+    """Pre-tokenizing's loop speedup (the tokenizer's wall per batch gone) and the interim workers'."""
+    out: dict[str, object] = {}
+    if d.batch_s and d.n_batches:
+        after = d.batch_s - d.tokenize_in_loop_s / d.n_batches
+        out["predicted_loop_speedup"] = round(d.batch_s / after, 3) if after > 0 else None
+    if d.tokenize_in_loop_s > 0 and d.tokenize_cpu_s is not None:
+        out["tokenizer_threads"] = round(d.tokenize_cpu_s / d.tokenize_in_loop_s, 2)
+    out["interim_workers"] = workers or None
+    if workers and interim_t is not None and d.batch_s:
+        out["interim_loop_speedup"] = round(d.batch_s / interim_t[0], 3)
+    return out
 
 
 class DataStall(Rule):
     name = "data_stall"
-    fires_when = 'the loop waits ≥ 5% of wall for batches, not explained by tokenization, disk or busy CPU'
-    fix_from = "workers = ⌈1.25 × measured batch build time ÷ compute per batch⌉, capped by the cores the training processes and other programs leave free; speedup from a model of those cores (a range where a batch build's threads were not measured)"
+    fires_when = 'the loop waits ≥ 5% of wall for batches, not explained by tokenization, a waiting build or the cores'
+    fix_from = "the loop model of analysis/buildcost: the fewest workers within 5% of the best loop time, from the build's measured CPU and blocked time (Little's law) and the cores the run can have; else ⌈1.25 × build time ÷ compute⌉ capped by free cores"
 
     def match(self, a: Analysis) -> Finding | None:
         d = data_wait(a)
-        if d is None or d.io_dominated or d.cpu_saturated:
+        if d is None:
+            return None
+        diag = d.diagnose()
+        if diag is not None and diag.kind != "data_stall":
+            return None
+        if diag is None and (d.io_dominated or d.cpu_saturated):
             return None
         share = d.residual_s / d.wall_s
         if share < MIN_SHARE:
@@ -257,25 +410,17 @@ class DataStall(Rule):
             # Seconds per batch the workers give back, taken from the loader's part of the wait.
             low_s, high_s = (d.n_batches * (d.batch_s - t) for t in predicted)
             stall = d.residual_claim(min(d.residual_s, low_s), up_to_s=min(d.residual_s, high_s))
-        else:
+        elif d.load_s_per_batch is None:
             # Batch build cost unknown (stack samples only): the whole wait at best, say so.
             stall = d.residual_claim(0.0, up_to_s=d.residual_s)
             fix.summary += " (batch build cost not measured here: run under hooks for an exact worker count)"
-        per_batch = d.wait_s / max(d.n_batches, 1)
-        evidence = (
-            f"The loop waited {d.wait_s:.1f} s for batches ({pct(d.wait_s / d.wall_s)} of wall), "
-            f"{1000 * per_batch:.0f} ms per batch with {plural(d.num_workers or 0, 'worker')}; "
-        )
-        if d.load_s_per_batch is not None and d.compute_s_per_batch is not None:
-            evidence += (
-                f"building a batch costs {1000 * d.load_s_per_batch:.0f} ms against "
-                f"{1000 * d.compute_s_per_batch:.0f} ms of compute per batch."
-            )
+        else:  # measured, and no worker count helps: the wait is still the loop's, all of it
+            stall = d.residual_claim(d.residual_s)
         return Finding(
             rule=self.name,
             title="The training loop waits for data",
             claims=[stall],
-            evidence=evidence,
+            evidence=_wait_evidence(d),
             fix=fix,
             data={
                 "data_wait_s": round(d.wait_s, 3),
@@ -284,74 +429,129 @@ class DataStall(Rule):
                 "cores": d.cores,
                 "free_cores": d.free_cores,
                 "recommended_workers": workers,
+                **_alone_data(d, diag),
             },
         )
 
 
+def _wait_evidence(d: DataWait) -> str:
+    per_batch = d.wait_s / max(d.n_batches, 1)
+    evidence = (
+        f"The loop waited {d.wait_s:.1f} s for batches ({pct(d.wait_s / d.wall_s)} of wall), "
+        f"{1000 * per_batch:.0f} ms per batch with {plural(d.num_workers or 0, 'worker')}; "
+    )
+    if d.build is not None and d.compute_s_per_batch is not None:
+        evidence += f"{d.build.describe()}, against {1000 * d.compute_s_per_batch:.0f} ms of compute per batch."
+    elif d.load_s_per_batch is not None and d.compute_s_per_batch is not None:
+        evidence += (
+            f"building a batch costs {1000 * d.load_s_per_batch:.0f} ms against "
+            f"{1000 * d.compute_s_per_batch:.0f} ms of compute per batch."
+        )
+    others = d.others_text()
+    if others:
+        evidence += f" During the loop {others}."
+    return evidence
+
+
 class IoBound(Rule):
     name = "io_bound"
-    fires_when = 'data wait with iowait ≥ 20%'
-    fix_from = 'local NVMe, Arrow/memory-mapped storage'
+    fires_when = "data wait ≥ 5% where a batch build is blocked (I/O, network, sleep) at least half its wall, or iowait ≥ 20% where the build's CPU was not measured"
+    fix_from = "workers by Little's law (a blocked worker needs no core), capped by memory and the dataset; local NVMe, Arrow/memory-mapped storage"
 
     def match(self, a: Analysis) -> Finding | None:
         d = data_wait(a)
-        if d is None or not d.io_dominated:
+        if d is None:
+            return None
+        diag = d.diagnose()
+        if diag is not None:
+            if diag.kind != "io_bound":
+                return None
+        elif not d.io_dominated:
             return None
         waste = d.residual_s / d.wall_s
         if waste < MIN_SHARE:
             return None
         read = a.host.read_mib_s
-        return Finding(
-            rule=self.name,
-            title="Reading the data is the bottleneck",
-            claims=[d.residual_claim(d.residual_s)],
-            evidence=(
+        storage = ("Copy the dataset to local NVMe and store it as Arrow (save_to_disk / load_from_disk, "
+                   "memory-mapped) instead of many small files on network storage.")
+        if diag is None:
+            fix = Fix(summary=storage,
+                      config={d.names.loader_key("dataloader_num_workers", "num_workers"): max(2, d.free_cores)},
+                      snippet="# copy once: cp -r /mnt/shared/data /local_nvme/data\n"
+                      "ds = datasets.load_from_disk('/local_nvme/data')",
+                      library=d.names.library, call=d.names.call)
+            fix.config = {k: v for k, v in fix.config.items() if v != d.num_workers}  # never the value that ran
+            claims = [d.residual_claim(d.residual_s)]
+            evidence = (
                 f"The loop waited {d.wait_s:.1f} s for batches ({pct(waste)} of wall) while the CPU spent "
                 f"{d.iowait_pct:.0f}% of its time in iowait"
                 + (f" and the run read {read:.1f} MiB/s" if read is not None else "")
                 + "."
-            ),
-            fix=Fix(
-                summary="Copy the dataset to local NVMe and store it as Arrow (save_to_disk / load_from_disk, "
-                "memory-mapped) instead of many small files on network storage.",
-                config={d.names.loader_key("dataloader_num_workers", "num_workers"): max(2, d.free_cores)},
-                snippet="# copy once: cp -r /mnt/shared/data /local_nvme/data\n"
-                "ds = datasets.load_from_disk('/local_nvme/data')",
-                library=d.names.library,
-                call=d.names.call,
-            ),
-            data={"iowait_pct": round(d.iowait_pct or 0.0, 1), "read_mib_s": read},
+            )
+        else:
+            _, fix, predicted = worker_fix(d)
+            fix.summary += f" Then, or if the build still waits: {storage[0].lower()}{storage[1:]}"
+            removed = d.n_batches * (d.batch_s - predicted[0]) if predicted and d.batch_s else d.residual_s
+            # A measured wait is never 0% waste: what the workers leave is still the storage's.
+            claims = [d.residual_claim(min(d.residual_s, removed), up_to_s=d.residual_s)]
+            evidence = _wait_evidence(d) + " A worker blocked on I/O needs no core: the count is not capped by cores."
+        return Finding(
+            rule=self.name,
+            title="Building a batch mostly waits (storage, network), not computes",
+            claims=claims,
+            evidence=evidence,
+            fix=fix,
+            data={"iowait_pct": round(d.iowait_pct or 0.0, 1), "read_mib_s": read,
+                  "data_wait_s": round(d.wait_s, 3), **_alone_data(d, diag)},
         )
 
 
 class CpuSaturated(Rule):
     name = "cpu_saturated"
-    fires_when = 'data wait with every core busy (≥ 90%)'
-    fix_from = '*no* extra workers: move the work offline or get more CPU per GPU'
+    fires_when = "data wait ≥ 5% where the batch build computes and no worker count beats what ran on the cores the run can have (every core ≥ 90% busy where the build's CPU was not measured)"
+    fix_from = '*no* extra workers: move the work offline or get more CPU per GPU; the other programs holding cores are named, with the host-alone figure'
 
     def match(self, a: Analysis) -> Finding | None:
         d = data_wait(a)
-        if d is None or not d.cpu_saturated or d.io_dominated:
+        if d is None:
+            return None
+        diag = d.diagnose()
+        if diag is not None:
+            if diag.kind != "cpu_saturated":
+                return None
+        elif not d.cpu_saturated or d.io_dominated:
             return None
         waste = d.residual_s / d.wall_s
         if waste < MIN_SHARE:
             return None
+        key = d.names.loader_key("dataloader_num_workers", "num_workers")
+        fewer = min(d.num_workers or 0, d.free_cores)
+        config = {key: fewer} if fewer != (d.num_workers or 0) and diag is None else {}  # never the value that ran
+        summary = ("Do the per-example work (tokenizing, formatting, decoding) once offline and load the "
+                   "result, or rent a machine with more CPU per GPU.")
+        others = d.others_text()
+        if diag is not None and others:
+            if diag.alone is not None:
+                summary += (f" The cores this run could use are held by {others}: on the host alone "
+                            f"{plural(diag.alone[0], 'worker')} would give {_gain(diag.model.speedup(diag.alone[1]))}.")
+            else:
+                summary += f" ({others}; alone, no worker count would do better either.)"
+        evidence = (
+            f"The machine's {d.cores} cores were {d.cpu_total_pct or 0.0:.0f}% busy during training and the loop "
+            f"waited {d.wait_s:.1f} s for batches ({pct(waste)} of wall). Adding workers would only "
+            "compete for the same cores."
+        ) if diag is None else _wait_evidence(d) + " No worker count beats what ran on the cores the run can have."
         return Finding(
             rule=self.name,
-            title="All CPU cores are busy; the loop still waits for data",
+            title="The batch build needs more CPU than the run can have; the loop waits for data",
             claims=[d.residual_claim(d.residual_s)],
-            evidence=(
-                f"The machine's {d.cores} cores were {d.cpu_total_pct:.0f}% busy during training and the loop "
-                f"waited {d.wait_s:.1f} s for batches ({pct(waste)} of wall). Adding workers would only "
-                "compete for the same cores."
-            ),
+            evidence=evidence,
             fix=Fix(
-                summary="Do the per-example work (tokenizing, formatting, decoding) once offline and load the "
-                "result; keep workers at most the free cores, or rent a machine with more CPU per GPU.",
-                config={d.names.loader_key("dataloader_num_workers", "num_workers"): min(d.num_workers or 0, d.free_cores)},
+                summary=summary,
+                config=config,
                 snippet=f"ds = ds.map(preprocess, batched=True, num_proc={max(1, d.cores)})\nds.save_to_disk('data/ready')",
                 library=d.names.library,
                 call=d.names.call,
             ),
-            data={"cpu_total_pct": round(d.cpu_total_pct or 0.0, 1), "cores": d.cores},
+            data={"cpu_total_pct": round(d.cpu_total_pct or 0.0, 1), "cores": d.cores, **_alone_data(d, diag)},
         )

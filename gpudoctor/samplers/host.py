@@ -26,11 +26,14 @@ Row written by :class:`HostSampler` (one per tick, ``samples/host.jsonl``)::
      "iowait_pct": float | null,     # share of all CPU time in iowait (Linux only)
      "disk_read_mib_s": float | null,  # whole machine, physical disks
      "disk_write_mib_s": float | null,
-     "mem_available_mib": float}
+     "mem_available_mib": float,
+     "others": [{"name": str, "pct": float}]}  # every OTHERS_EVERY_S only: the busiest programs
+                                     # outside the tree (command name, 100 = one core), >= 10%
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +44,9 @@ from gpudoctor.launch.proctree import ProcTree
 from gpudoctor.samplers.base import RowWriter, Sampler
 
 _MIB = 1024 * 1024
+OTHERS_EVERY_S = 3.0  # a scan of every process on the machine: rare, not at the 10 Hz tick
+OTHERS_MIN_PCT = 10.0  # a program under a tenth of a core is not what takes the run's cores
+OTHERS_TOP = 5
 
 
 @dataclass
@@ -76,7 +82,10 @@ class HostSampler(Sampler):
         self._prev_cpu = psutil.cpu_times(percpu=True)
         self._prev_disk = self._disk_counters()
         self.tree = ProcTree(root_pid)
+        self._others_cpu: dict[tuple[int, float], float] = {}  # (pid, create time) -> CPU s at the last scan
+        self._others_at = float("-inf")
         self._refresh_tree(prime=True)
+        self._other_programs(time.monotonic())  # the baseline: the first row with ``others`` comes a scan later
         self._tree_counters(dt=None)  # baseline for the first tick's rates
 
     def pids(self) -> set[int]:
@@ -95,6 +104,10 @@ class HostSampler(Sampler):
         row.update(self._cpu_row())
         row.update(self._disk_row(dt))
         row["mem_available_mib"] = round(psutil.virtual_memory().available / _MIB, 1)
+        if now - self._others_at >= OTHERS_EVERY_S:
+            others = self._other_programs(now)
+            if others is not None:
+                row["others"] = others
         if self.pace is not None:  # a host with no core idle is sampled less often (samplers.pace)
             self.pace.tell_host(row.get("cpu_total_pct"), row.get("n_cpus"))
         return row
@@ -164,6 +177,30 @@ class HostSampler(Sampler):
             "write_mib_s": round(io_write / _MIB / dt, 3) if io_seen and dt else None,
         }
 
+    # -- other programs -----------------------------------------------------------
+
+    def _other_programs(self, now: float) -> list[dict[str, Any]] | None:
+        """The programs outside the tree (and outside this doctor) that kept cores busy since the
+        last scan, by command name (``comm``: never the command line, which can hold secrets),
+        busiest first. None on the first scan (no interval yet)."""
+        mine = {os.getpid(), *self._tree_pids}
+        cpu: dict[tuple[int, float], float] = {}
+        names: dict[tuple[int, float], str] = {}
+        for pid, name, cpu_s, started in _proc_stats(mine):
+            cpu[(pid, started)] = cpu_s
+            names[(pid, started)] = name
+        prev, self._others_cpu = self._others_cpu, cpu
+        dt, self._others_at = now - self._others_at, now
+        if not prev or dt <= 0:
+            return None
+        per_name: dict[str, float] = {}
+        for key, cpu_s in cpu.items():
+            base = prev.get(key, 0.0)  # not there last scan: started since, all its CPU is new
+
+            per_name[names[key]] = per_name.get(names[key], 0.0) + max(0.0, cpu_s - base) * 100.0 / dt
+        busy = sorted(((pct, name) for name, pct in per_name.items() if pct >= OTHERS_MIN_PCT), reverse=True)
+        return [{"name": name, "pct": round(pct, 1)} for pct, name in busy[:OTHERS_TOP]]
+
     # -- the machine --------------------------------------------------------------
 
     def _cpu_row(self) -> dict[str, Any]:
@@ -201,6 +238,35 @@ class HostSampler(Sampler):
         except (OSError, RuntimeError) as exc:
             self._record_error(exc)
             return None
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _proc_stats(skip: set[int]) -> list[tuple[int, str, float, float]]:
+    """(pid, command name, CPU seconds, start in clock ticks since boot) of every process but
+    ``skip``, from one read of ``/proc/<pid>/stat`` each (psutil's iterator costs ~10x more); []
+    where there is no ``/proc``."""
+    out: list[tuple[int, str, float, float]] = []
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return out
+    for pid in pids:
+        if pid in skip:
+            continue
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                raw = fh.read(1024)
+        except OSError:
+            continue
+        left, right = raw.find(b"("), raw.rfind(b")")
+        fields = raw[right + 2:].split()
+        if left < 0 or right < 0 or len(fields) < 20:
+            continue
+        name = raw[left + 1:right].decode("utf-8", "replace")[:40]
+        out.append((pid, name, (int(fields[11]) + int(fields[12])) / _TICK, float(fields[19])))
+    return out
 
 
 def _read_counters(proc: psutil.Process) -> tuple[float, int, tuple[int, int] | None, bool]:

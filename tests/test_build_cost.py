@@ -1,0 +1,214 @@
+"""Issue #24: a batch build's CPU and waiting decide the data rules, not how busy the host is.
+
+Recordings (tests/recording_builder) of the cases the issue saw: a loader that waits on
+storage (quiet and beside a CPU-bound program), a tokenizer whose thread pool a forked
+worker loses, a CPU-bound build on a host whose other cores are taken, and a fix that
+would repeat the value that ran. The last test runs real DataLoaders under the hooks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpudoctor.analysis.buildcost import BuildCost, LoopModel, worker_cap
+from gpudoctor.recording.store import load_recording
+from gpudoctor.report.build import build_report
+from tests.recording_builder import RecordingBuilder
+
+STEPS = 600
+HOG = [{"name": "python3", "pct": 99.0}]
+
+
+def loop(tmp_path: Path, *, wait_s: float, compute_s: float, build_wall_s: float, build_cpu_s: float,
+         run_delay_s: float = 0.0, workers: int = 0, cores: int = 2, cpu_total_pct: float, cpu_proc_pct: float,
+         others: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    b = RecordingBuilder(tmp_path, cores=cores, duration_s=5.0 + STEPS * (wait_s + compute_s) + 2.0)
+    rows = b.process()
+    end = b.training_loop(rows, start_s=5.0, steps=STEPS, compute_s=compute_s, wait_s=wait_s, num_workers=workers)
+    b.fetch_counter(rows, t_s=end, calls=STEPS, wall_s=build_wall_s, cpu_s=build_cpu_s, run_delay_s=run_delay_s)
+    b.host_rows(cpu_total_pct=cpu_total_pct, cpu_proc_pct=cpu_proc_pct, others=others)
+    return build_report(load_recording(b.write()))
+
+
+def top(report: dict[str, Any]) -> dict[str, Any]:
+    return next(f for f in report["findings"] if f["severity"] != "info")
+
+
+def configs(finding: dict[str, Any]) -> list[dict[str, Any]]:
+    fix = finding["fix"]
+    return [fix.get("config") or {}, *((t.get("config") or {}) for t in fix.get("also") or [])]
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["quiet", "beside-a-cpu-bound-program"])
+def test_a_build_that_waits_is_io_bound_and_sized_by_littles_law_not_by_cores(tmp_path: Path, busy: bool) -> None:
+    # 60 ms a batch blocked on storage (1 ms of CPU, 10 ms waking up for a core), 40 ms of compute:
+    # the loop waits 60% of the time.
+    report = loop(tmp_path, wait_s=0.06, compute_s=0.04, build_wall_s=0.06, build_cpu_s=0.001, run_delay_s=0.01,
+                  cpu_total_pct=72.5 if busy else 22.5, cpu_proc_pct=45.0, others=HOG if busy else None)
+    f = top(report)
+    assert f["rule"] == "io_bound"  # never cpu_saturated: a blocked worker needs no core
+    assert "cpu_saturated" not in {x["rule"] for x in report["findings"]}
+    # Little's law: 60 ms a build / 40 ms a step -> 2 in flight; cores do not cap it
+    assert f["data"]["littles_law_workers"] == 2 and f["fix"]["config"]["num_workers"] == 2
+    # the compute floor, 40 ms, on both hosts: the run's 45 ms of CPU a batch fits in its share of
+    # the cores beside one busy program (3 runnable processes of the run and 1 other: 1.5 cores)
+    assert f["data"]["predicted_loop_speedup"] == pytest.approx(0.1 / 0.04, rel=0.02)
+    assert f["data"]["predicted_loop_speedup_host_alone"] == pytest.approx(0.1 / 0.04, rel=0.02)
+    assert f["waste_fraction"] > 0.3  # a 60% wait is never 0% waste
+    if busy:  # the other program is named, not blamed on the patient
+        assert "python3 (1.0 core)" in f["evidence"]
+        assert f["data"]["other_programs"][0]["name"] == "python3"
+
+
+def test_a_tokenizer_pool_a_forked_worker_loses_is_not_given_one_worker(tmp_path: Path) -> None:
+    # The build keeps 1.9 threads busy in the training process (115 ms of CPU in 60 ms of wall).
+    # One forked worker builds on one thread: 115 ms a batch, slower than the 80 ms that ran.
+    report = loop(tmp_path, wait_s=0.06, compute_s=0.02, build_wall_s=0.06, build_cpu_s=0.115,
+                  cpu_total_pct=85.0, cpu_proc_pct=160.0)
+    f = top(report)
+    assert f["rule"] == "data_stall"
+    assert f["data"]["build_threads"] == pytest.approx(1.92, abs=0.01)
+    assert f["fix"]["config"]["num_workers"] == 2
+    assert "threads busy" in f["evidence"]
+    # 2 workers on 2 cores: (13 ms compute CPU + 115 ms build CPU) / 2 = 64 ms a batch, not 115 / 2
+    assert f["data"]["predicted_loop_speedup"] == pytest.approx(0.08 / 0.064, rel=0.05)
+
+
+def test_a_cpu_build_beside_a_busy_program_names_it_and_gives_both_figures(tmp_path: Path) -> None:
+    # 60 ms of CPU a build, 20 ms compute, 2 cores, one held by another program.
+    report = loop(tmp_path, wait_s=0.06, compute_s=0.02, build_wall_s=0.06, build_cpu_s=0.058, run_delay_s=0.001,
+                  cpu_total_pct=100.0, cpu_proc_pct=100.0, others=HOG)
+    f = top(report)
+    assert f["rule"] == "data_stall" and f["data"]["build_kind"] == "cpu"
+    assert "python3 (1.0 core)" in f["evidence"] and "host alone" in f["fix"]["summary"]
+    # here: a computing build gets at most as many workers as cores (2); with them the run gets 1.5 of
+    # the 2 cores beside it (a fair share among its 3 runnable processes and 1 other): 80 ms of CPU / 1.5
+    assert f["fix"]["config"]["num_workers"] == 2
+    assert f["data"]["predicted_loop_speedup"] == pytest.approx(1.5, rel=0.02)
+    assert f["data"]["predicted_loop_speedup_host_alone"] > f["data"]["predicted_loop_speedup"]
+
+
+def test_a_cpu_build_on_cores_the_run_already_fills_is_cpu_saturated(tmp_path: Path) -> None:
+    # One core, kept busy by the run alone: a worker only moves the same CPU elsewhere.
+    report = loop(tmp_path, wait_s=0.06, compute_s=0.02, build_wall_s=0.06, build_cpu_s=0.058, cores=1,
+                  cpu_total_pct=100.0, cpu_proc_pct=100.0)
+    f = top(report)
+    assert f["rule"] == "cpu_saturated"
+    assert f["waste_fraction"] == pytest.approx(0.06 * STEPS / report["run"]["duration_s"], rel=0.05)
+    assert all("num_workers" not in c for c in configs(f))  # never the 0 that ran
+    assert f["data"]["workers_host_alone"] is None  # alone is the same host here
+
+
+def test_a_build_starved_of_cores_is_called_cpu_bound_and_names_the_crowd(tmp_path: Path) -> None:
+    # Seen on the shared box (load 18 on 2 cores): 892 ms a build, 58 ms of it CPU and 833 ms
+    # queued for a core. Waiting for a core is not blocked time: the build computes.
+    report = loop(tmp_path, wait_s=0.867, compute_s=0.049, build_wall_s=0.892, build_cpu_s=0.058,
+                  run_delay_s=0.833, cpu_total_pct=100.0, cpu_proc_pct=7.0,
+                  others=[{"name": "python", "pct": 120.0}, {"name": "mypy", "pct": 27.0}])
+    f = top(report)
+    assert f["rule"] != "io_bound" and f["data"]["build_kind"] == "cpu"
+    assert "833 ms waiting for a core" in f["evidence"] and "python (1.2 cores)" in f["evidence"]
+    assert f["waste_fraction"] > 0.5
+
+
+def test_a_quiet_cpu_build_gets_workers_capped_by_the_cores(tmp_path: Path) -> None:
+    report = loop(tmp_path, wait_s=0.06, compute_s=0.02, build_wall_s=0.06, build_cpu_s=0.058,
+                  cpu_total_pct=50.0, cpu_proc_pct=100.0)
+    f = top(report)
+    assert f["rule"] == "data_stall"
+    # Little's law asks for 3, the two cores give (20 + 58) / 2 = 39 ms: 2 is within 5% of any more
+    assert f["data"]["littles_law_workers"] == 3 and f["fix"]["config"]["num_workers"] == 2
+
+
+def test_no_fix_repeats_the_worker_count_that_ran(tmp_path: Path) -> None:
+    # 2 workers ran; the CPU of two cores is the limit, so 2 is already the best count.
+    report = loop(tmp_path, wait_s=0.02, compute_s=0.02, build_wall_s=0.06, build_cpu_s=0.06, workers=2,
+                  cpu_total_pct=100.0, cpu_proc_pct=200.0)
+    for f in report["findings"]:
+        for c in configs(f):
+            assert c.get("num_workers") != 2 and c.get("dataloader_num_workers") != 2
+            assert c.get("--num-workers") != 2
+    assert "not measured" not in json.dumps(report)
+
+
+def test_loop_model_and_caps() -> None:
+    wait = BuildCost(wall_s=0.1, cpu_s=0.001, thread_cpu_s=0.001, run_delay_s=0.0, in_workers=False)
+    m = LoopModel(batch_s=0.12, compute_s=0.02, compute_cpu_s=0.02, build=wait, workers_now=0)
+    assert wait.kind == "wait" and m.littles_law(0.02) == 5  # 100 ms a build in a worker / 20 ms a step
+    # chosen with 25% headroom: 125 ms / 6 = 21 ms, the compute and CPU floor on one core; predicted as measured
+    assert m.choose(cores=1.0, cap=32) == (6, pytest.approx(0.021))
+    assert m.choose(cores=1.0, cap=3) == (3, pytest.approx(0.1 / 3))
+    # a tokenizer pool starved of cores: the calling thread waits on its pool, not on storage
+    starved = BuildCost(wall_s=0.6, cpu_s=0.05, thread_cpu_s=0.005, run_delay_s=0.0, in_workers=False)
+    assert starved.pooled and starved.kind == "cpu" and starved.worker_wall_s == pytest.approx(0.05)
+    assert worker_cap(1000.0, 500.0, 1, None, None) == (2, "1.0 GiB free at 500 MiB a worker")
+    assert worker_cap(None, None, 1, 10, 4) == (3, "the dataset has 3 batches an epoch")
+
+
+SCRIPT = """
+import sys, time, torch
+from torch.utils.data import DataLoader, Dataset
+class D(Dataset):
+    def __len__(self): return 64
+    def __getitem__(self, i):
+        if sys.argv[1] == "sleep":
+            time.sleep(0.02)
+        else:
+            t = time.thread_time()
+            while time.thread_time() - t < 0.02: pass
+        return torch.zeros(4)
+m = torch.nn.Linear(4, 1); opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for x in DataLoader(D(), batch_size=2):
+    m(x).sum().backward(); opt.step(); opt.zero_grad()
+"""
+
+
+@pytest.mark.parametrize("kind", ["sleep", "spin"])
+def test_hooks_tell_a_waiting_build_from_a_computing_one(tmp_path: Path, kind: str) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    subprocess.run([sys.executable, "-m", "gpudoctor", "run", "--out", str(out), "--", sys.executable, str(script), kind],
+                   env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rows = [json.loads(line) for p in (out / "events").glob("*.jsonl") for line in p.read_text().splitlines()]
+    fetch = [r for r in rows if r.get("k") == "counter" and r.get("name") == "fetch"]
+    assert sum(r["calls"] for r in fetch) == 32 and all("cpu" in r and "rdelay" in r for r in fetch)
+    from gpudoctor.analysis import analyze
+
+    p = analyze(load_recording(out)).primary
+    assert p is not None and p.fetch_cpu_calls == 32
+    build = BuildCost(p.fetch_timed_s / 32, p.fetch_cpu_s / 32, p.fetch_thread_cpu_s / 32, p.fetch_run_delay_s / 32, False)
+    assert build.kind == ("wait" if kind == "sleep" else "cpu")
+
+
+HOG_SCRIPT = "import ctypes; ctypes.CDLL(None).prctl(15, b'gd-test-hog', 0, 0, 0)\nwhile True: pass"
+
+
+def test_the_host_sampler_names_a_busy_program_outside_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpudoctor.recording import JsonlAppender
+    from gpudoctor.recording.store import read_jsonl
+    from gpudoctor.samplers import HostSampler
+
+    monkeypatch.setattr("gpudoctor.samplers.host.OTHERS_MIN_PCT", 1.0)  # named at any share: a loaded box starves the hog
+    hog = subprocess.Popen([sys.executable, "-I", "-c", HOG_SCRIPT])
+    patient = subprocess.Popen([sys.executable, "-I", "-c", "import time; time.sleep(8)"])
+    try:
+        sampler = HostSampler(patient.pid, JsonlAppender(tmp_path / "host.jsonl"), interval_s=0.1)
+        sampler.start()
+        patient.wait()
+        sampler.stop()
+    finally:
+        hog.kill()
+        hog.wait()
+    rows, _ = read_jsonl(tmp_path / "host.jsonl")
+    scans = [r["others"] for r in rows if "others" in r]
+    assert scans  # one scan every 3 s over 8 s
+    assert any(o["name"] == "gd-test-hog" and o["pct"] >= 10 for scan in scans for o in scan), scans
