@@ -206,7 +206,17 @@ def test_mfu_is_in_every_format_on_a_gpu_run(tmp_path: Path) -> None:
     batch = low["data"]["levers"][0]
     assert batch["lever"].startswith("a 2x batch")
     assert batch["busy_per_token_removed"] == pytest.approx(optimizer_s / 2 / inputs["gpu_step_s"], abs=1e-4)
-    assert [lv["busy_per_token_removed"] for lv in low["data"]["levers"][1:]] == [None, None]  # not measured
+    # fused AdamW and compile: a range each, with its basis. Fused: the same step at 28 instead of
+    # 80 bytes per parameter (torch's foreach AdamW), 0 if the optimizer is fused already (not recorded)
+    fused, compiled = low["data"]["levers"][1:]
+    assert fused["busy_per_token_removed"] is None and compiled["busy_per_token_removed"] is None
+    busy_s = report["gpu_timeline"]["busy_fraction"] * inputs["gpu_step_s"]
+    assert fused["range"] == pytest.approx([0.0, 124e6 * (80 - 28) / (3350e9 * 0.7) / busy_s], abs=1e-4)
+    assert "bytes" in fused["basis"] and "fused already" in fused["basis"]
+    # compile: from 0 to the busy time the reachable MFU would not need
+    assert compiled["range"] == pytest.approx([0.0, 1 - mfu["value"] / inputs["reachable_mfu"]], abs=1e-3)
+    assert "reachable MFU" in compiled["basis"]
+    assert low["predicted_speedup_range"][1] > low["predicted_speedup"]
 
 
 def test_mfu_is_null_with_a_reason_on_a_cpu_run(tmp_path: Path) -> None:
