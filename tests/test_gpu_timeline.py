@@ -131,7 +131,7 @@ def test_a_save_claims_only_the_gpu_part_and_its_prediction_the_fix_keeps(tmp_pa
     busy_s = timed * p.gpu_step_s
     saving_s = inside * (p.save_copy_s + p.save_write_s)
     assert report["gpu_timeline"]["busy_fraction"] == pytest.approx(busy_s / (busy_s + saving_s), abs=0.005)
-    assert "low_gpu_utilization" not in _rules(report)
+    assert "low_gpu_utilization" not in _rules(report) and "gpu_memory_underused" not in _rules(report)
 
 
 def test_a_step_with_one_wait_costs_two_records(tmp_path: Path) -> None:
@@ -228,6 +228,8 @@ def test_mfu_is_null_with_a_reason_on_a_cpu_run(tmp_path: Path) -> None:
     assert report["gpu_timeline"] is None
     assert "unavailable" in render_report(report) and "MFU" in render_report(report)
     assert any("MFU unavailable" in line for line in summary_lines(report, tmp_path))
+    assert "unavailable: no CUDA events recorded" in HtmlRenderer().render(report)
+    assert problem(json.loads(json.dumps(report))) is None  # null with its reason is valid JSON
 
 
 def test_nvml_disagreeing_with_the_events_is_said_and_the_events_trusted(tmp_path: Path) -> None:
