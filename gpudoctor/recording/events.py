@@ -85,7 +85,8 @@ others on the host:
 ``gpu_wait``  one DataLoader wait: ``t0``, ``dt`` (host), ``idle_s`` (the part of it the GPU
               sat idle: ``elapsed(W0, W1)``, nothing being queued during a wait).
 ``gpu_step``  one step end, written once the GPU passed it: ``t`` (host), ``n``, ``gpu_s`` (GPU
-              time since the previous step end; null for the first), ``waits``,
+              time since the previous step's reference: its first wait's end, or its end
+              when it had no wait; null for the first), ``waits``,
               ``wait_idle_s``, ``syncs``, ``sync_block_s`` (host seconds blocked in them),
               ``sync_idle_s`` (GPU idle after them, at most), ``h2d``, ``h2d_s`` (copies on the
               GPU), ``h2d_block_s`` (host blocked in them), ``saves``, ``save_s`` (the GPU's
@@ -414,7 +415,7 @@ class GpuSaveEvent(TypedDict):
 class _GpuStep(TypedDict):
     k: Literal["gpu_step"]
     t: Time
-    gpu_s: Seconds | None  # GPU seconds since the previous step end; None for the first
+    gpu_s: Seconds | None  # GPU seconds since the previous step's reference; None for the first
 
 
 class GpuStepEvent(_GpuStep, total=False):
