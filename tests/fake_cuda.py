@@ -174,10 +174,12 @@ def save(p: Pattern, marks: GpuMarks, gpu: FakeGpu, rows: list[dict[str, Any]]) 
     marks.save_end()
 
 
-def replay(name: str, root: Path, steps: int = 120, nvml: bool = True, tokenize: bool = False) -> Replayed:
+def replay(name: str, root: Path, steps: int = 120, nvml: bool = True, tokenize: bool = False,
+           trainer_args: dict[str, Any] | None = None) -> Replayed:
     """Play pattern ``name`` through the fake GPU into a recording folder under ``root``.
 
-    ``tokenize``: the main-process batch build is a tokenizer's (counter lines, as the hooks flush them).
+    ``tokenize``: the main-process batch build is a tokenizer's (counter lines, as the hooks flush them);
+    ``trainer_args``: the loop is an HF Trainer's with these ``TrainingArguments``.
     """
     p = PATTERNS[name]
     gpu = FakeGpu(now=T0 + 1.0, busy_until=T0 + 1.0, queue_s=p.queue_s)
@@ -197,6 +199,9 @@ def replay(name: str, root: Path, steps: int = 120, nvml: bool = True, tokenize:
         {**MODEL, "t": start},
         {"k": "gpu_clock", "t": start, "device": "cuda:0", "source": "cuda_events"},
     ]
+    if trainer_args is not None:
+        rows.append({"k": "trainer", "t": start, "args": trainer_args, "version": "4.46.0",
+                     "max_steps": steps, "num_train_epochs": 1})
     play(p, marks, gpu, rows, steps)
     gpu.sync()  # the process exits: its queue drains
     marks.poll()

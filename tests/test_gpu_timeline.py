@@ -219,6 +219,23 @@ def test_mfu_is_in_every_format_on_a_gpu_run(tmp_path: Path) -> None:
     assert low["predicted_speedup_range"][1] > low["predicted_speedup"]
 
 
+def test_a_fused_adamw_is_one_value_when_the_trainer_says_its_optimizer_is_not_fused(tmp_path: Path) -> None:
+    """A Trainer's ``optim`` says what ran: foreach AdamW gets one predicted value and the config to
+    change; a fused one already gets no fused lever (never the value that already ran)."""
+    args = {"per_device_train_batch_size": 8, "optim": "adamw_torch", "bf16": True}
+    report, _ = _report("trap", tmp_path, trainer_args=args)
+    low = _rules(report)["low_mfu"]
+    fused = next(lv for lv in low["data"]["levers"] if "fused" in lv["lever"])
+    busy_s = report["gpu_timeline"]["busy_fraction"] * report["mfu"]["inputs"]["gpu_step_s"]
+    assert fused["busy_per_token_removed"] == pytest.approx(124e6 * (80 - 28) / (3350e9 * 0.7) / busy_s, abs=1e-4)
+    assert fused["range"] is None
+    assert low["fix"]["config"]["optim"] == "adamw_torch_fused"
+    already, _ = _report("trap", tmp_path / "fused", trainer_args={**args, "optim": "adamw_torch_fused"})
+    low = _rules(already)["low_mfu"]
+    assert not [lv for lv in low["data"]["levers"] if "fused" in lv["lever"]]
+    assert "optim" not in low["fix"]["config"]
+
+
 def test_mfu_is_null_with_a_reason_on_a_cpu_run(tmp_path: Path) -> None:
     b = RecordingBuilder(tmp_path / "cpu")
     rows = b.process()
