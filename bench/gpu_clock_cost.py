@@ -1,7 +1,8 @@
 """What the GPU clock's marks cost per step, on the fake device clock, as a share of a step.
 
-Per training step the hooks record one event at the step end and two around the loader wait
-(``gpudoctor/hooks/device_clock.py``), then read back what the GPU passed with ``query()``.
+Per training step with one loader wait the hooks record two events, around the wait; the
+wait's end is also the step's reference (``gpudoctor/hooks/device_clock.py``); at the step end
+they read back what the GPU passed with ``query()``.
 Here :class:`GpuMarks` runs that per-step sequence on ``tests/fake_cuda.FakeClock`` (whose
 ``record`` is a Python call, not a CUDA one), so the figure is gpudoctor's own bookkeeping per
 step; the CUDA part (``cudaEventRecord`` + ``cudaEventQuery``, a few microseconds each) is
@@ -54,6 +55,13 @@ def per_step_us(clock: DeviceClock | None, steps: int, advance: FakeGpu | None) 
     return 1e6 * (time.perf_counter() - t0) / steps
 
 
+def _records_per_step(steps: int = 100) -> float:
+    gpu = FakeGpu()
+    clock = FakeClock(gpu)
+    per_step_us(clock, steps, gpu)
+    return clock.records / steps
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=20_000)
@@ -77,9 +85,10 @@ def main(argv: list[str] | None = None) -> int:
             gpu = FakeGpu()
             runs.append(marked - per_step_us(None, args.steps, gpu))
         label = "fake clock (Python bookkeeping only; CUDA record/query cost pending a GPU)"
+    records = _records_per_step()
     med = statistics.median(runs)
     print(f"clock: {label}")
-    print(f"per step (3 records + read back): {med:.2f} us median of {len(runs)} "
+    print(f"per step ({records} records + read back): {med:.2f} us median of {len(runs)} "
           f"(min {min(runs):.2f}, max {max(runs):.2f})")
     print(f"ratio to a {args.step_ms:g} ms step: {med / (1000 * args.step_ms):.5f} (budget 0.01)")
     return 0

@@ -10,7 +10,8 @@ the hooks write. The busy intervals are the ground truth the tests hold the doct
 
 :func:`replay` plays one of the three patterns of issue #25 into a recording folder:
 ``trap`` (the GPU is busy while the host "waits for data"), ``sync`` (a ``.item()`` mid-step
-leaves the GPU idle), ``stall`` (a real data stall).
+leaves the GPU idle), ``stall`` (a real data stall); and ``save`` (checkpoints of CUDA tensors:
+the GPU finishes its step during the first part of each save).
 """
 
 from __future__ import annotations
@@ -35,11 +36,14 @@ class FakeGpu:
     now: float = T0
     busy_until: float = T0
     busy: list[tuple[float, float]] = field(default_factory=list)
+    queue_s: float | None = None  # GPU seconds the launch queue holds; a launch beyond blocks the host
 
     def host(self, seconds: float) -> None:
         self.now += seconds
 
     def launch(self, gpu_s: float, launch_s: float = 0.002) -> None:
+        if self.queue_s is not None:
+            self.now = max(self.now, self.busy_until - self.queue_s)
         start = max(self.now, self.busy_until)
         self.busy_until = start + gpu_s
         self.busy.append((start, self.busy_until))
@@ -85,6 +89,10 @@ class Pattern:
     pageable: bool  # ``.to("cuda")`` from pageable memory blocks the host until the copy is done
     num_workers: int = 0
     sync_python_s: float | None = None  # ``.item()`` after forward, then this much host work
+    save_every: int = 0  # ``torch.save(model.state_dict())`` after every this many steps (0: never)
+    save_copy_s: float = 0.0  # the save's copies of the CUDA tensors to the host (GPU time)
+    save_write_s: float = 0.0  # then the host serialises and writes; the GPU has nothing queued
+    queue_s: float | None = None  # how far ahead the host may queue (CUDA's launch queue is bounded)
 
     @property
     def gpu_step_s(self) -> float:
@@ -101,6 +109,12 @@ PATTERNS = {
     # A 30 ms GPU step behind a 60 ms batch build: the GPU idles half the loop.
     "stall": Pattern(build_s=0.060, forward_s=0.010, backward_s=0.015, optimizer_s=0.004, copy_s=0.001,
                      pageable=True),
+    # Workers keep batches ready; a 101 ms GPU step, the host at most one step ahead; every 10 steps
+    # a save of the CUDA weights: it waits for the queued work (up to a step), copies them (50 ms on
+    # the GPU), then writes (250 ms) while the GPU has nothing to do.
+    "save": Pattern(build_s=0.0005, forward_s=0.030, backward_s=0.060, optimizer_s=0.010, copy_s=0.001,
+                    pageable=False, num_workers=4, save_every=10, save_copy_s=0.050, save_write_s=0.250,
+                    queue_s=0.101),
 }
 
 MODEL = {"k": "model", "class": "GPT2LMHeadModel", "params": 124_000_000,
@@ -144,15 +158,31 @@ def play(p: Pattern, marks: GpuMarks, gpu: FakeGpu, rows: list[dict[str, Any]], 
         gpu.launch(p.optimizer_s)
         rows.append({"k": "step", "t": gpu.now, "n": n, "dt": 0.002})
         marks.step_end(n)
+        if p.save_every and n % p.save_every == 0:
+            save(p, marks, gpu, rows)
 
 
-def replay(name: str, root: Path, steps: int = 120, nvml: bool = True, tokenize: bool = False) -> Replayed:
+def save(p: Pattern, marks: GpuMarks, gpu: FakeGpu, rows: list[dict[str, Any]]) -> None:
+    """``torch.save`` of CUDA tensors: each copy to the host waits for the queue (a sync), then
+    the host writes. The hooks' checkpoint span and its marks, as ``install_save`` records them."""
+    t0 = gpu.now
+    marks.save_start(t0)
+    gpu.launch(p.save_copy_s, launch_s=0.0002)
+    gpu.sync()
+    gpu.host(p.save_write_s)
+    rows.append({"k": "span", "c": "checkpoint", "t0": t0, "dt": gpu.now - t0, "name": "torch.save"})
+    marks.save_end()
+
+
+def replay(name: str, root: Path, steps: int = 120, nvml: bool = True, tokenize: bool = False,
+           trainer_args: dict[str, Any] | None = None) -> Replayed:
     """Play pattern ``name`` through the fake GPU into a recording folder under ``root``.
 
-    ``tokenize``: the main-process batch build is a tokenizer's (counter lines, as the hooks flush them).
+    ``tokenize``: the main-process batch build is a tokenizer's (counter lines, as the hooks flush them);
+    ``trainer_args``: the loop is an HF Trainer's with these ``TrainingArguments``.
     """
     p = PATTERNS[name]
-    gpu = FakeGpu(now=T0 + 1.0, busy_until=T0 + 1.0)
+    gpu = FakeGpu(now=T0 + 1.0, busy_until=T0 + 1.0, queue_s=p.queue_s)
     clock = FakeClock(gpu)
     b = RecordingBuilder(root, cores=8)
     rows = b.process(libs={"torch": "2.13.0"})
@@ -169,6 +199,9 @@ def replay(name: str, root: Path, steps: int = 120, nvml: bool = True, tokenize:
         {**MODEL, "t": start},
         {"k": "gpu_clock", "t": start, "device": "cuda:0", "source": "cuda_events"},
     ]
+    if trainer_args is not None:
+        rows.append({"k": "trainer", "t": start, "args": trainer_args, "version": "4.46.0",
+                     "max_steps": steps, "num_train_epochs": 1})
     play(p, marks, gpu, rows, steps)
     gpu.sync()  # the process exits: its queue drains
     marks.poll()

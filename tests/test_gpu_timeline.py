@@ -99,6 +99,76 @@ def test_a_sync_bound_loop_gets_host_sync_and_a_prediction_the_fix_keeps(tmp_pat
     assert "sync_idle" in parts and sum(parts.values()) <= 1.0 + 1e-3
 
 
+def test_a_save_claims_only_the_gpu_part_and_its_prediction_the_fix_keeps(tmp_path: Path) -> None:
+    """``torch.save`` of CUDA tensors first waits for the queued step: the host times that as
+    saving, the GPU spent it computing. ``checkpoint`` is the save's part on the GPU (its copies
+    and the idle while it writes), and saving less often is predicted from it."""
+    report, played = _report("save", tmp_path)
+    p = PATTERNS["save"]
+    saves = played.steps // p.save_every
+    # the host's save includes the GPU finishing the step queued before it; the GPU's does not
+    host = report["gpu_timeline"]["host_breakdown"]["checkpoint"]
+    wall_s = analyze(load_recording(played.root)).duration_s
+    truth_s = saves * (p.save_copy_s + p.save_write_s)  # GPU seconds not on training: copy, then idle
+    assert report["breakdown"]["checkpoint"] == pytest.approx(truth_s / wall_s, rel=0.01)
+    assert host > report["breakdown"]["checkpoint"] + 0.05
+    saving = _rules(report)["checkpoint_overhead"]
+    assert saving["data"]["per_save_s"] == pytest.approx(p.save_copy_s + p.save_write_s, abs=0.005)
+    every = saving["fix"]["config"]["save_steps"]
+    assert every > p.save_every
+    # the fake with the fix applied: the whole run's speed-up, as the finding promises it
+    import dataclasses
+
+    PATTERNS["save_fixed"] = dataclasses.replace(p, save_every=every)
+    try:
+        fixed = replay("save_fixed", tmp_path / "save_fixed")
+    finally:
+        del PATTERNS["save_fixed"]
+    measured = wall_s / analyze(load_recording(fixed.root)).duration_s
+    assert abs(saving["predicted_speedup"] - measured) / measured <= 0.2, (saving["predicted_speedup"], measured)
+    # the GPU's time not on training is the saves' (explained by their marks), claimed once
+    timed, inside = played.steps - 1, (played.steps - 1) // p.save_every  # steps 2..n: saves between them
+    busy_s = timed * p.gpu_step_s
+    saving_s = inside * (p.save_copy_s + p.save_write_s)
+    assert report["gpu_timeline"]["busy_fraction"] == pytest.approx(busy_s / (busy_s + saving_s), abs=0.005)
+    assert "low_gpu_utilization" not in _rules(report) and "gpu_memory_underused" not in _rules(report)
+
+
+def test_a_step_with_one_wait_costs_two_records(tmp_path: Path) -> None:
+    """The step's reference on the GPU is its first wait's end (``W1``): a loop with one batch per
+    step records two events a step, and the GPU step times still add up to the GPU's own time."""
+    gpu = FakeGpu()
+    clock = FakeClock(gpu)
+    out: list[dict[str, Any]] = []
+    marks = GpuMarks(clock, out.append, now=lambda: gpu.now)
+    steps = 50
+    for n in range(1, steps + 1):
+        marks.wait_start(gpu.now)
+        gpu.host(0.03 if n % 2 else 0.001)  # a slow batch every other step: the GPU idles
+        marks.wait_end()
+        gpu.launch(0.02)
+        marks.step_end(n)
+    gpu.sync()
+    marks.poll()
+    assert clock.records == 2 * steps
+    timed = [e for e in out if e["k"] == "gpu_step" and e["gpu_s"] is not None]
+    assert len(timed) == steps - 1
+    first_w1 = next(e for e in out if e["k"] == "gpu_wait")
+    idle = [e["idle_s"] for e in out if e["k"] == "gpu_wait"]
+    # from the first step's reference (its W1) to the last's, the GPU ran 49 steps and idled in 49 waits
+    assert sum(e["gpu_s"] for e in timed) == pytest.approx(49 * 0.02 + sum(idle[1:]), abs=1e-6)
+    assert first_w1["idle_s"] == pytest.approx(0.03, abs=1e-6)
+    assert sum(e["wait_idle_s"] for e in timed) == pytest.approx(sum(idle[1:]), abs=1e-9)
+    # a loop with no loader wait (synthetic batches) records one event at each step end instead
+    gpu2 = FakeGpu()
+    clock2 = FakeClock(gpu2)
+    marks2 = GpuMarks(clock2, out.append, now=lambda: gpu2.now)
+    for n in range(1, 11):
+        gpu2.launch(0.02)
+        marks2.step_end(n)
+    assert clock2.records == 10
+
+
 def test_a_tokenizer_the_gpu_waits_for_is_claimed_only_for_the_gpu_idle(tmp_path: Path) -> None:
     """The batch build is tokenizing on the main process: in the trap the GPU never waits for it
     (no finding); in the stall pre-tokenizing gives back the GPU's idle, not the host's seconds."""
@@ -136,7 +206,34 @@ def test_mfu_is_in_every_format_on_a_gpu_run(tmp_path: Path) -> None:
     batch = low["data"]["levers"][0]
     assert batch["lever"].startswith("a 2x batch")
     assert batch["busy_per_token_removed"] == pytest.approx(optimizer_s / 2 / inputs["gpu_step_s"], abs=1e-4)
-    assert [lv["busy_per_token_removed"] for lv in low["data"]["levers"][1:]] == [None, None]  # not measured
+    # fused AdamW and compile: a range each, with its basis. Fused: the same step at 28 instead of
+    # 80 bytes per parameter (torch's foreach AdamW), 0 if the optimizer is fused already (not recorded)
+    fused, compiled = low["data"]["levers"][1:]
+    assert fused["busy_per_token_removed"] is None and compiled["busy_per_token_removed"] is None
+    busy_s = report["gpu_timeline"]["busy_fraction"] * inputs["gpu_step_s"]
+    assert fused["range"] == pytest.approx([0.0, 124e6 * (80 - 28) / (3350e9 * 0.7) / busy_s], abs=1e-4)
+    assert "bytes" in fused["basis"] and "fused already" in fused["basis"]
+    # compile: from 0 to the busy time the reachable MFU would not need
+    assert compiled["range"] == pytest.approx([0.0, 1 - mfu["value"] / inputs["reachable_mfu"]], abs=1e-3)
+    assert "reachable MFU" in compiled["basis"]
+    assert low["predicted_speedup_range"][1] > low["predicted_speedup"]
+
+
+def test_a_fused_adamw_is_one_value_when_the_trainer_says_its_optimizer_is_not_fused(tmp_path: Path) -> None:
+    """A Trainer's ``optim`` says what ran: foreach AdamW gets one predicted value and the config to
+    change; a fused one already gets no fused lever (never the value that already ran)."""
+    args = {"per_device_train_batch_size": 8, "optim": "adamw_torch", "bf16": True}
+    report, _ = _report("trap", tmp_path, trainer_args=args)
+    low = _rules(report)["low_mfu"]
+    fused = next(lv for lv in low["data"]["levers"] if "fused" in lv["lever"])
+    busy_s = report["gpu_timeline"]["busy_fraction"] * report["mfu"]["inputs"]["gpu_step_s"]
+    assert fused["busy_per_token_removed"] == pytest.approx(124e6 * (80 - 28) / (3350e9 * 0.7) / busy_s, abs=1e-4)
+    assert fused["range"] is None
+    assert low["fix"]["config"]["optim"] == "adamw_torch_fused"
+    already, _ = _report("trap", tmp_path / "fused", trainer_args={**args, "optim": "adamw_torch_fused"})
+    low = _rules(already)["low_mfu"]
+    assert not [lv for lv in low["data"]["levers"] if "fused" in lv["lever"]]
+    assert "optim" not in low["fix"]["config"]
 
 
 def test_mfu_is_null_with_a_reason_on_a_cpu_run(tmp_path: Path) -> None:
@@ -148,6 +245,8 @@ def test_mfu_is_null_with_a_reason_on_a_cpu_run(tmp_path: Path) -> None:
     assert report["gpu_timeline"] is None
     assert "unavailable" in render_report(report) and "MFU" in render_report(report)
     assert any("MFU unavailable" in line for line in summary_lines(report, tmp_path))
+    assert "unavailable: no CUDA events recorded" in HtmlRenderer().render(report)
+    assert problem(json.loads(json.dumps(report))) is None  # null with its reason is valid JSON
 
 
 def test_nvml_disagreeing_with_the_events_is_said_and_the_events_trusted(tmp_path: Path) -> None:
@@ -207,6 +306,7 @@ def test_the_hooks_mark_each_wait_step_and_sync_of_a_real_loop(tmp_path: Path) -
                 th.start_gpu_clock("cpu", _Immediate())
             torch.manual_seed(0)
             data = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+            saved: list[int] = []
             model = torch.nn.Linear(8, 1)
             opt = torch.optim.SGD(model.parameters(), lr=0.01)
             for x, y in DataLoader(data, batch_size=8):
@@ -215,6 +315,9 @@ def test_the_hooks_mark_each_wait_step_and_sync_of_a_real_loop(tmp_path: Path) -
                 loss.backward()
                 opt.step()
                 loss.item()
+                if len(saved) < 2:
+                    torch.save(model.state_dict(), tmp_path / f"{folder.name}-{len(saved)}.pt")
+                    saved.append(1)
         finally:
             hooks.uninstall()
             if old is None:
@@ -233,6 +336,8 @@ def test_the_hooks_mark_each_wait_step_and_sync_of_a_real_loop(tmp_path: Path) -
     assert [s["syncs"] for s in steps[1:]] == [1] * 7
     assert steps[0]["gpu_s"] is None and all(isinstance(s["gpu_s"], float) for s in steps[1:])
     assert kinds.count("gpu_clock") == 1
+    assert kinds.count("gpu_save") == 2  # each torch.save of the loop, marked on the GPU clock
+    assert sum(1 for e in events if e["k"] == "span" and e["c"] == "checkpoint") == 2
     plain = loop(gpu_clock=False)
     assert not [e for e in plain if str(e["k"]).startswith("gpu_")]
 

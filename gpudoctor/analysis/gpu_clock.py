@@ -7,7 +7,7 @@ process's breakdown from these, so the two stay one-way.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor.analysis import timeline as tl
@@ -20,6 +20,7 @@ class ClockView:
     steps: list[dict[str, Any]]
     waits: dict[float, float]  # wait start (host epoch) -> GPU idle seconds inside it
     device: str | None
+    saves: list[tuple[float, float, float]] = field(default_factory=list)  # (host t0, host dt, GPU s)
 
     @property
     def timed(self) -> list[dict[str, Any]]:
@@ -27,18 +28,19 @@ class ClockView:
         return [s for s in self.steps if isinstance(s.get("gpu_s"), float)]
 
     def busy_s(self, step: dict[str, Any]) -> float:
-        """GPU seconds of a step less what the events saw it idle (waits, after syncs)."""
+        """GPU seconds of a step less what the events saw it idle (waits, after syncs) or saving."""
         return max(0.0, float(step["gpu_s"]) - float(step.get("wait_idle_s") or 0.0)
-                   - float(step.get("sync_idle_s") or 0.0))
+                   - float(step.get("sync_idle_s") or 0.0) - float(step.get("save_s") or 0.0))
 
 
 def clock_view(events: list[dict[str, Any]]) -> ClockView | None:
     steps = [e for e in events if e.get("k") == "gpu_step"]
     waits = {float(e["t0"]): float(e["idle_s"]) for e in events if e.get("k") == "gpu_wait"}
+    saves = sorted((float(e["t0"]), float(e["dt"]), float(e["idle_s"])) for e in events if e.get("k") == "gpu_save")
     if not steps and not waits:
         return None
     device = next((e.get("device") for e in events if e.get("k") == "gpu_clock"), None)
-    return ClockView(sorted(steps, key=lambda s: float(s["t"])), waits, device)
+    return ClockView(sorted(steps, key=lambda s: float(s["t"])), waits, device, saves)
 
 
 def gpu_wait_intervals(spans: list[tl.Interval], clock: ClockView) -> list[tl.Interval]:
@@ -48,4 +50,26 @@ def gpu_wait_intervals(spans: list[tl.Interval], clock: ClockView) -> list[tl.In
     for a, b in spans:
         idle = clock.waits.get(a)
         out.append((a, b) if idle is None else (max(a, b - idle), b))
+    return out
+
+
+SAVE_MATCH_S = 0.005  # a save mark starts this close to its host span (two clocks read back to back)
+
+
+def gpu_save_intervals(spans: list[tl.Interval], clock: ClockView) -> list[tl.Interval]:
+    """Each checkpoint span less its head the GPU spent finishing the previous step.
+
+    A save's marks give the GPU's part of it (``idle_s``: from the GPU draining its queue to the
+    save's end); the host's save is longer by the time the GPU was still busy when it began. That
+    head is cut; a tail the host added after the marks (an ``os.fsync``, a rotation) stays, the GPU
+    having nothing queued then. A span no mark covers (before the first CUDA forward) stays whole.
+    """
+    out = []
+    for a, b in spans:
+        mark = next((m for m in clock.saves if a - SAVE_MATCH_S <= m[0] <= a + SAVE_MATCH_S), None)
+        if mark is None:
+            out.append((a, b))
+            continue
+        _, host_dt, gpu_s = mark
+        out.append((min(b, a + max(0.0, host_dt - gpu_s)), b))
     return out

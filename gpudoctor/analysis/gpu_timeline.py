@@ -12,10 +12,11 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from types import ModuleType, SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from gpudoctor.analysis import workload
 from gpudoctor.common import hardware
+from gpudoctor.replay import costmodel
 
 if TYPE_CHECKING:
     from gpudoctor.analysis.model import Analysis
@@ -29,32 +30,27 @@ WINDOW_S = 10.0
 REACHABLE_MFU = {"bf16": 0.45, "fp16": 0.45, "tf32": 0.40, "fp32": 0.60}
 
 
-def _workload() -> ModuleType:
-    """The one workload model (``run``, ``try``, ``replay``, ``sweep`` read it too), through one door:
-    it moves to ``gpudoctor/analysis/workload.py``; change this import and nothing else."""
-    from gpudoctor.replay import costmodel
-
-    return costmodel
-
-
-def model_flops_per_token(params: float, n_layers: int, hidden: int, seq_len: float) -> float:
-    """Training FLOPs per token from the workload model (forward + backward, 6N + attention)."""
-    model = _workload()
-    w = SimpleNamespace(params=params, n_layers=n_layers, hidden_size=hidden, flops_k=6.0, attention=True,
-                        recompute=False)
-    return float(model.flops_per_sample(seq_len, w)) / max(seq_len, 1e-9)
+# AdamW's memory traffic per parameter (fp32 p, g, m, v), as the replay's cost model streams it:
+# fused (one kernel: read p, g, m, v; write p, m, v) and torch's default on CUDA, foreach (one pass
+# per op: weight decay 8, lerp of m 12, v *= b2 8, v += g*g 12, sqrt 8, / bias 8, + eps 8, p -= m/d 16).
+ADAMW_FUSED_BYTES_PER_PARAM = costmodel.ADAMW_BYTES_PER_PARAM
+ADAMW_FOREACH_BYTES_PER_PARAM = 80
 
 
-def optimizer_step_s(params: float, bandwidth_gb_s: float) -> float:
-    """The workload model's AdamW step: bytes streamed per parameter at its share of the bandwidth."""
-    model = _workload()
-    return float(params * model.ADAMW_BYTES_PER_PARAM / (bandwidth_gb_s * 1e9 * model.BANDWIDTH_EFFICIENCY))
+def optimizer_step_s(params: float, bandwidth_gb_s: float,
+                     bytes_per_param: float = ADAMW_FUSED_BYTES_PER_PARAM) -> float:
+    """An AdamW step: bytes streamed per parameter at the cost model's share of the bandwidth."""
+    return float(params * bytes_per_param / (bandwidth_gb_s * 1e9 * costmodel.BANDWIDTH_EFFICIENCY))
 
 
-def infer_shape(params: float) -> tuple[int, int]:
-    """(n_layers, hidden) of a typical decoder with ``params``, as the workload model guesses it."""
-    layers, hidden = _workload().infer_shape(params)
-    return int(layers), int(hidden)
+def shape_of(model: dict[str, Any]) -> workload.Shape:
+    """The model's shape as the workload model reads it; from the parameter count alone when the
+    recording has neither a parameter walk nor a config with the sizes."""
+    shape = workload.shape_from_model_event(model)
+    if shape is not None:
+        return shape
+    layers, hidden = workload.infer_shape(float(model["params"]))
+    return workload.Shape(float(model["params"]), layers, hidden, True, "guessed from the parameter count")
 
 
 @dataclass
@@ -103,11 +99,7 @@ def mfu(a: Analysis) -> Mfu:
     if model is None or not model.get("params"):
         return Mfu(None, "no model size recorded (a model without config.to_dict())", inputs)
     params = float(model["params"])
-    config = model.get("config") or {}
-    layers = _first_int(config, "num_hidden_layers", "n_layer", "num_layers")
-    hidden = _first_int(config, "hidden_size", "n_embd", "d_model")
-    if not layers or not hidden:
-        layers, hidden = infer_shape(params)
+    shape = shape_of(model)
     batches = [b for b in p.batches if b.get("tokens")]
     if not batches or not p.step_times:
         return Mfu(None, "no tokens counted (batches are not dicts of 2-D token tensors)", inputs)
@@ -115,22 +107,15 @@ def mfu(a: Analysis) -> Mfu:
     seq_len = statistics.fmean(int(b["seq_len"]) for b in batches)
     batches_per_step = max(1.0, p.n_data_waits / max(len(p.step_times), 1))
     tokens_per_step = tokens_per_batch * batches_per_step
-    flops_step = tokens_per_step * model_flops_per_token(params, layers, hidden, seq_len)
+    flops_step = tokens_per_step * workload.flops_per_token(shape, seq_len)
     peak = spec.peak_tflops(precision) * 1e12
-    inputs.update({"params": int(params), "n_layers": layers, "hidden_size": hidden, "seq_len": round(seq_len, 1),
+    inputs.update({"params": int(params), "matmul_params": int(shape.params), "n_layers": shape.n_layers,
+                   "hidden_size": shape.hidden, "shape_source": shape.source, "seq_len": round(seq_len, 1),
                    "tokens_per_step": round(tokens_per_step, 1), "flops_per_step": flops_step,
                    "peak_tflops": spec.peak_tflops(precision), "gpu": spec.key,
                    "bandwidth_gb_s": spec.bandwidth_gb_s,
                    "reachable_mfu": REACHABLE_MFU[precision]})
     return Mfu(flops_step / gpu_step_s / peak, None, inputs)
-
-
-def _first_int(cfg: dict[str, Any], *keys: str) -> int | None:
-    for k in keys:
-        v = cfg.get(k)
-        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-            return v
-    return None
 
 
 @dataclass

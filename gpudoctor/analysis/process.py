@@ -64,6 +64,7 @@ class ProcessView:
     # A CUDA run's GPU clock (analysis.gpu_timeline): then ``breakdown`` is on the GPU's seconds and
     # the host's own figures are kept here.
     gpu_clock: Any = None
+    host_checkpoint_spans: list[tl.Interval] | None = None  # a CUDA run's saves as the host timed them
     host_breakdown: dict[str, float] = field(default_factory=dict)
     host_slice_s: dict[str, float] = field(default_factory=dict)
     host_tokenize_in_loop_s: float | None = None
@@ -172,6 +173,9 @@ def _on_gpu_clock(view: ProcessView) -> None:
     view.gpu_clock = clock
     view.host_breakdown = dict(view.breakdown)
     view.host_slice_s = dict(view.slice_s)
+    if clock.saves:  # a save costs the GPU its part only: the saving rule reads these spans too
+        view.host_checkpoint_spans = view.spans.get("checkpoint", [])
+        view.spans["checkpoint"] = gpu_clock.gpu_save_intervals(view.host_checkpoint_spans, clock)
     compute_breakdown(view, waits=gpu_clock.gpu_wait_intervals(view.spans.get("data_wait", []), clock))
     # A main-process tokenizer costs the GPU only the seconds it idles waiting for the batch: the
     # rest ran while the GPU was busy, and pre-tokenizing gives none of it back.

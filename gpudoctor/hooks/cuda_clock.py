@@ -2,8 +2,10 @@
 
 Switched on by :mod:`gpudoctor.hooks.torch_hooks` at the first training forward on a CUDA
 device, never on a CPU run (nothing is patched, nothing recorded). Per step the hot path
-adds one ``Event.record()`` at the step end and two around each loader wait (see
-:mod:`gpudoctor.hooks.device_clock`); a sync or a CPU->GPU copy adds one or two.
+adds two ``Event.record()`` around each loader wait, the first wait's end doubling as the
+step's reference (one at the step end only when it had no wait; see
+:mod:`gpudoctor.hooks.device_clock`); a sync or a CPU->GPU copy adds one or two, a checkpoint
+save two.
 """
 
 from __future__ import annotations

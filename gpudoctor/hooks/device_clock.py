@@ -9,7 +9,12 @@ passed them: it never synchronises. What the events give, exactly:
   waits for a batch, so the GPU reaches ``W1`` at ``max(end of its queue, host time of W1)``
   and ``elapsed(W0, W1)`` is the part of the wait the GPU really sat idle (0 in the
   "trap": the GPU was still running the previous step);
-* a step: ``elapsed(S[n-1], S[n])`` is the step's time on the GPU;
+* a step: ``elapsed(R[n-1], R[n])`` is the step's time on the GPU, ``R`` its reference: the end
+  ``W1`` of its first loader wait (recorded anyway), or an event at the step end when it had no
+  wait; so a step with one wait costs two records;
+* a checkpoint save between ``S0`` and ``S1``: ``elapsed(S0, S1)`` is the GPU's part of the save
+  (its copies to the host and the idle while it serialises and writes); the part of the host's
+  save before the GPU reached ``S0`` it spent finishing the previous step;
 * an H2D copy between ``A`` and ``B``: ``elapsed(A, B)`` is the copy on the GPU;
 * a host sync (``.item()``, ``.cpu()``, ``cuda.synchronize``): the GPU's queue is empty when it
   returns, so it idles until the host queues more. The events bound that idle by the host's
@@ -73,7 +78,7 @@ class _Mark:
 
     def __init__(self, kind: str, host_t: float, handles: tuple[Any, ...], host_dt: float = 0.0,
                  n: int = 0) -> None:
-        self.kind = kind  # wait | sync | h2d | step | reset
+        self.kind = kind  # wait | save | sync | h2d | step | stepref | reset
         self.host_t = host_t  # epoch seconds when the host recorded the (last) handle
         self.handles = handles
         self.host_dt = host_dt  # host seconds: the wait, the sync's block, the copy's block
@@ -81,11 +86,13 @@ class _Mark:
 
 
 class _StepSums:
-    __slots__ = ("waits", "wait_idle_s", "syncs", "sync_block_s", "sync_idle_s", "h2d", "h2d_s", "h2d_block_s")
+    __slots__ = ("waits", "wait_idle_s", "syncs", "sync_block_s", "sync_idle_s", "h2d", "h2d_s", "h2d_block_s",
+                 "saves", "save_s")
 
     def __init__(self) -> None:
-        self.waits = self.syncs = self.h2d = 0
+        self.waits = self.syncs = self.h2d = self.saves = 0
         self.wait_idle_s = self.sync_block_s = self.sync_idle_s = self.h2d_s = self.h2d_block_s = 0.0
+        self.save_s = 0.0
 
 
 class GpuMarks:
@@ -103,6 +110,8 @@ class GpuMarks:
         self.pending: deque[_Mark] = deque()
         self.dropped = 0
         self._w0: tuple[float, Any] | None = None
+        self._s0: tuple[float, Any] | None = None  # an open checkpoint save
+        self._step_ref: Any = None  # this step's reference event: its first wait's end
         self._prev_step: Any = None
         self._sums = _StepSums()
         self._open_sync: _Mark | None = None  # a sync whose idle waits for the next mark's handle
@@ -119,7 +128,25 @@ class GpuMarks:
         t0, h0 = self._w0
         self._w0 = None
         t1 = self.now()
-        self._push(_Mark("wait", t0, (h0, self.clock.record()), host_dt=t1 - t0))
+        h1 = self.clock.record()
+        if h1 is not None and self._step_ref is None:
+            self._step_ref = h1  # the step's first batch in hand: its reference on the GPU (no extra record)
+        self._push(_Mark("wait", t0, (h0, h1), host_dt=t1 - t0))
+
+    def save_start(self, t0: float) -> None:
+        """A checkpoint save begins (host epoch ``t0``, the save span's start); the outermost one only."""
+        if self._s0 is None:
+            handle = self.clock.record()
+            self._s0 = (t0, handle) if handle is not None else None
+
+    def save_end(self) -> None:
+        """The save returned. ``elapsed(S0, S1)``: the GPU's time from draining its queue (the
+        previous step's work) to the save's end: the save's copies and the idle while it wrote."""
+        if self._s0 is None:
+            return
+        t0, h0 = self._s0
+        self._s0 = None
+        self._push(_Mark("save", t0, (h0, self.clock.record()), host_dt=self.now() - t0))
 
     def sync(self, blocked_s: float) -> None:
         """A host sync just returned after blocking ``blocked_s`` seconds."""
@@ -134,11 +161,17 @@ class GpuMarks:
         return self.clock.record()
 
     def step_end(self, n: int) -> None:
-        handle = self.clock.record()
+        """The step's reference on the GPU is the end of its first loader wait (``W1``, already
+        recorded): consecutive references are one loop period apart on the GPU, so a step costs
+        no record of its own. A step with no loader wait (synthetic data) records one here."""
+        handle, self._step_ref = self._step_ref, None
+        kind = "stepref"  # an event recorded earlier: not a new mark for an open sync's idle
+        if handle is None:
+            handle, kind = self.clock.record(), "step"
         if handle is None:  # not timed (a graph capture): the next step's GPU time starts afresh
             self._push(_Mark("reset", self.now(), ()))
         else:
-            self._push(_Mark("step", self.now(), (handle,), n=n))
+            self._push(_Mark(kind, self.now(), (handle,), n=n))
         self.poll()
 
     def _push(self, mark: _Mark) -> None:
@@ -165,7 +198,7 @@ class GpuMarks:
             self._sums = _StepSums()
             return
         ms = self.clock.elapsed_ms
-        if self._open_sync is not None:  # idle after a sync: at most the host's time to this mark
+        if self._open_sync is not None and mark.kind != "stepref":  # idle after a sync: at most the host's time to this mark
             sync, self._open_sync = self._open_sync, None
             first = mark.handles[0]
             gpu_s = ms(sync.handles[0], first) / 1000.0 if self.clock.query(first) else 0.0
@@ -176,6 +209,11 @@ class GpuMarks:
             sums.waits += 1
             sums.wait_idle_s += idle_s
             self.emit({"k": "gpu_wait", "t0": mark.host_t, "dt": mark.host_dt, "idle_s": idle_s})
+        elif mark.kind == "save":
+            gpu_s = max(0.0, min(ms(*mark.handles) / 1000.0, mark.host_dt))
+            sums.saves += 1
+            sums.save_s += gpu_s
+            self.emit({"k": "gpu_save", "t0": mark.host_t, "dt": mark.host_dt, "idle_s": gpu_s})
         elif mark.kind == "sync":
             sums.syncs += 1
             sums.sync_block_s += mark.host_dt
@@ -188,7 +226,9 @@ class GpuMarks:
             self._emit_step(mark)
 
     def _host_t0(self, mark: _Mark) -> float:
-        return mark.host_t - mark.host_dt if mark.kind in ("wait", "h2d") else mark.host_t
+        if mark.kind in ("wait", "save"):
+            return mark.host_t  # their host_t is the start already
+        return mark.host_t - mark.host_dt if mark.kind == "h2d" else mark.host_t
 
     def _emit_step(self, mark: _Mark) -> None:
         s = self._sums
@@ -200,6 +240,8 @@ class GpuMarks:
             "syncs": s.syncs, "sync_block_s": s.sync_block_s, "sync_idle_s": s.sync_idle_s,
             "h2d": s.h2d, "h2d_s": s.h2d_s, "h2d_block_s": s.h2d_block_s,
         }
+        if s.saves:
+            event.update(saves=s.saves, save_s=s.save_s)
         if self.dropped:
             event["dropped"] = self.dropped
         self._prev_step = mark.handles[0]

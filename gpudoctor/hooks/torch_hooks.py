@@ -72,7 +72,13 @@ class TorchHooks:
                 if apply.active() and apply.skip_save():  # ``gpudoctor try`` thins the loop's saves
                     return None
                 began = (time.time(), time.perf_counter())
-                out = checkpoint(obj, *args, **kwargs)
+                if self.gpu is not None:
+                    self._gpu_save(began[0])
+                try:
+                    out = checkpoint(obj, *args, **kwargs)
+                finally:
+                    if self.gpu is not None:
+                        self._gpu_save(None)
                 self._save_began = began
                 return out
 
@@ -101,6 +107,15 @@ class TorchHooks:
                     hooks._save_tail(began)
 
         return fsync
+
+    @guarded("GPU clock: saves")
+    def _gpu_save(self, t0: float | None) -> None:
+        """The save's marks on the GPU clock: ``t0`` at its start, None at its end."""
+        if self.gpu is not None:
+            if t0 is not None:
+                self.gpu.save_start(t0)
+            else:
+                self.gpu.save_end()
 
     @guarded("save timing")
     def _save_tail(self, began: tuple[float, float]) -> None:

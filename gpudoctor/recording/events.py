@@ -85,10 +85,14 @@ others on the host:
 ``gpu_wait``  one DataLoader wait: ``t0``, ``dt`` (host), ``idle_s`` (the part of it the GPU
               sat idle: ``elapsed(W0, W1)``, nothing being queued during a wait).
 ``gpu_step``  one step end, written once the GPU passed it: ``t`` (host), ``n``, ``gpu_s`` (GPU
-              time since the previous step end; null for the first), ``waits``,
+              time since the previous step's reference: its first wait's end, or its end
+              when it had no wait; null for the first), ``waits``,
               ``wait_idle_s``, ``syncs``, ``sync_block_s`` (host seconds blocked in them),
               ``sync_idle_s`` (GPU idle after them, at most), ``h2d``, ``h2d_s`` (copies on the
-              GPU), ``h2d_block_s`` (host blocked in them), ``dropped`` (marks not recorded).
+              GPU), ``h2d_block_s`` (host blocked in them), ``saves``, ``save_s`` (the GPU's
+              part of checkpoint saves), ``dropped`` (marks not recorded).
+``gpu_save``  one checkpoint ``torch.save``: ``t0``, ``dt`` (host), ``idle_s`` (the save's part on
+              the GPU, ``elapsed(S0, S1)``: its copies and the idle while it writes).
 
 Sampler lines (no ``k``): see :mod:`gpudoctor.samplers.host` and
 :mod:`gpudoctor.samplers.nvml` for the fields.
@@ -410,10 +414,17 @@ class GpuWaitEvent(TypedDict):
     idle_s: Seconds  # GPU seconds idle inside it
 
 
+class GpuSaveEvent(TypedDict):
+    k: Literal["gpu_save"]
+    t0: Time  # the checkpoint save's host start
+    dt: Seconds  # host seconds, torch.save alone
+    idle_s: Seconds  # the save's part on the GPU (copies, then idle)
+
+
 class _GpuStep(TypedDict):
     k: Literal["gpu_step"]
     t: Time
-    gpu_s: Seconds | None  # GPU seconds since the previous step end; None for the first
+    gpu_s: Seconds | None  # GPU seconds since the previous step's reference; None for the first
 
 
 class GpuStepEvent(_GpuStep, total=False):
@@ -426,6 +437,8 @@ class GpuStepEvent(_GpuStep, total=False):
     h2d: Count
     h2d_s: Seconds
     h2d_block_s: Seconds
+    saves: Count
+    save_s: Seconds
     dropped: Count
 
 
@@ -477,6 +490,7 @@ CHECKED: dict[str, type] = {
     "gpu_clock": GpuClockEvent,
     "gpu_wait": GpuWaitEvent,
     "gpu_step": GpuStepEvent,
+    "gpu_save": GpuSaveEvent,
     "uncaught": UncaughtEvent,
     "lightning_checkpoint": LightningCheckpointEvent,
 }
@@ -485,6 +499,6 @@ Event = (
     SpanEvent | StepEvent | FirstStepEvent | ExitEvent | DetachEvent | MapCacheEvent | HookErrorEvent
     | CounterEvent | BatchEvent | ProcEvent | LoaderEvent | TorchCfgEvent | TrainerEvent | ModelEvent
     | PlanEvent | CliEvent | ProfilerEvent | AppliedEvent | TrackerEvent | HfProgressEvent
-    | GpuClockEvent | GpuWaitEvent | GpuStepEvent | UncaughtEvent | LightningCheckpointEvent
+    | GpuClockEvent | GpuWaitEvent | GpuStepEvent | GpuSaveEvent | UncaughtEvent | LightningCheckpointEvent
 )
 """One line of ``events/<pid>.jsonl``, as the hooks write it (:meth:`EventWriter.emit`)."""

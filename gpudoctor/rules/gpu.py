@@ -25,15 +25,17 @@ def gpu_idle_share(a: Analysis) -> float:
 
     That idle time lies inside the compute slice (the host is busy between kernels). On a CUDA
     run with the GPU clock, the idle the events measured after host syncs is ``host_sync``'s
-    (a disjoint part) and is left out; what remains is NVML's idle that no event explains.
+    (a disjoint part) and is left out, and so are the saves' marks (``checkpoint`` is then the
+    GPU's part of each save); what remains is NVML's idle that no event explains.
     """
     fig = gpu_timeline.figures(a)
     if fig is not None:
         nvml = a.gpu.busy_in_loop if a.gpu.busy_in_loop is not None else a.gpu.busy_fraction
         if nvml is None:
             return 0.0
-        loop = a.share("compute") + a.share("data_wait")
-        unexplained = (1.0 - nvml) * loop - a.share("data_wait") - fig.sync_idle_s / a.duration_s
+        explained = a.share("data_wait") + a.share("checkpoint")
+        loop = a.share("compute") + explained
+        unexplained = (1.0 - nvml) * loop - explained - fig.sync_idle_s / a.duration_s
         return min(max(0.0, unexplained), a.share("compute"))
     busy = a.gpu.busy_fraction or 0.0
     explained = sum(a.share(k) for k in ("startup", "data_wait", "checkpoint", "eval"))

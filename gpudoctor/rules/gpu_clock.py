@@ -7,6 +7,8 @@ GPU clock existed): their figures are never guessed from the host's clock.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from gpudoctor.analysis import Analysis, gpu_timeline
 from gpudoctor.rules.account import Claim, claim
@@ -76,10 +78,36 @@ class HostSync(Rule):
         )
 
 
+@dataclass(frozen=True)
+class Lever:
+    """One fix of ``low_mfu`` and the share of the GPU's busy time per token it removes: ``gain``
+    when the workload model predicts one value, else the range ``low``-``high`` and its basis."""
+
+    what: str
+    gain: float | None
+    low: float = 0.0
+    high: float = 0.0
+    basis: str = ""
+
+    def line(self) -> str:
+        if self.gain is not None:
+            return f"{self.what}: GPU time per token -{100 * self.gain:.0f}%" + (f" ({self.basis})" if self.basis else "")
+        low = f"-{100 * self.low:.0f}%" if self.low > 0 else "0"
+        return f"{self.what}: GPU time per token {low} to -{100 * self.high:.0f}% ({self.basis})"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"lever": self.what, "busy_per_token_removed": None if self.gain is None else round(self.gain, 4),
+                "range": None if self.gain is not None else [round(self.low, 4), round(self.high, 4)],
+                "basis": self.basis}
+
+
 class LowMfu(Rule):
     name = "low_mfu"
     fires_when = "the GPU is busy ≥ 70% (CUDA events) and MFU is under half of what its precision reaches"
-    fix_from = "MFU = model FLOPs per step (workload model) ÷ GPU step time ÷ datasheet peak; bf16 as `no_mixed_precision`; a batch × k (memory headroom) saves the model's optimizer step per token; compile and fused optimizers up to the reachable MFU, unpredicted"
+    fix_from = ("MFU = model FLOPs per step (workload model) ÷ GPU step time ÷ datasheet peak; bf16 as "
+                "`no_mixed_precision`; a batch × k (memory headroom) saves the optimizer step per token; a fused "
+                "AdamW streams 28 bytes per parameter where torch's foreach one streams 80 (parameters × bytes ÷ "
+                "bandwidth); torch.compile: a range from 0 to what the reachable MFU leaves")
 
     def match(self, a: Analysis) -> Finding | None:
         fig = gpu_timeline.figures(a)
@@ -92,16 +120,13 @@ class LowMfu(Rule):
             return None
         names = names_for(a.primary)
         busy_s = fig.busy_fraction * fig.gpu_step_s
-        opt_s = gpu_timeline.optimizer_step_s(float(m.inputs["params"]), float(m.inputs["bandwidth_gb_s"]))
-        levers, config = _levers(precision, names, _batch_factor(a), opt_s, busy_s)
-        gain = 1.0
-        for _, g in levers:
-            gain *= 1.0 - (g or 0.0)
-        gain = 1.0 - gain  # the levers the model predicts, together: they compound on the busy seconds
-        claims = [Claim("compute", gain, "gpu_busy", _busy_part(a, fig),
-                        up_to=max(gain, 1.0 - m.value / reachable))]
-        lever_lines = [f"{what}: GPU time per token -{100 * g:.0f}%" if g is not None
-                       else f"{what}: not predicted (its gain is not measured here)" for what, g in levers]
+        params, bandwidth = float(m.inputs["params"]), float(m.inputs["bandwidth_gb_s"])
+        opt_s = gpu_timeline.optimizer_step_s(params, bandwidth)
+        ceiling = max(0.0, 1.0 - m.value / reachable)  # busy time per token above the reachable MFU
+        levers, config = _levers(precision, names, _batch_factor(a), params, bandwidth, busy_s, ceiling)
+        gain = _compound(lv.gain or 0.0 for lv in levers)  # the levers the model predicts, together
+        best = min(ceiling, _compound(lv.gain if lv.gain is not None else lv.high for lv in levers))
+        claims = [Claim("compute", gain, "gpu_busy", _busy_part(a, fig), up_to=max(gain, best))]
         return Finding(
             rule=self.name,
             title="The GPU is busy but slow: low MFU",
@@ -114,7 +139,7 @@ class LowMfu(Rule):
                 f"and a tuned run reaches about {pct(reachable)}."
             ),
             fix=Fix(
-                summary="Raise the work per kernel: " + "; ".join(lever_lines) + ".",
+                summary="Raise the work per kernel: " + "; ".join(lv.line() for lv in levers) + ".",
                 config=config,
                 snippet="torch.backends.cuda.matmul.allow_tf32 = True\nmodel = torch.compile(model)\n"
                 "optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)",
@@ -123,9 +148,16 @@ class LowMfu(Rule):
             ),
             data={"mfu": round(m.value, 4), "reachable_mfu": reachable, "precision": precision,
                   "optimizer_step_ms": round(1000 * opt_s, 3),
-                  "levers": [{"lever": what, "busy_per_token_removed": None if g is None else round(g, 4)}
-                             for what, g in levers]},
+                  "levers": [lv.to_dict() for lv in levers]},
         )
+
+
+def _compound(gains: Iterable[float]) -> float:
+    """Gains on the same busy seconds compound: 1 - Π(1 - g)."""
+    left = 1.0
+    for g in gains:
+        left *= 1.0 - min(1.0, max(0.0, g))
+    return 1.0 - left
 
 
 def _busy_part(a: Analysis, fig: gpu_timeline.GpuFigures) -> float:
@@ -143,27 +175,50 @@ def _batch_factor(a: Analysis) -> int | None:
     return int(2 ** max(1, int(math.log2(0.8 * total / used))))
 
 
-def _levers(precision: str, names: Names, factor: int | None, opt_s: float,
-            busy_s: float) -> tuple[list[tuple[str, float | None]], dict[str, object]]:
-    """(lever, share of the GPU's busy time per token it removes, or None: not predicted), and the config.
+def _levers(precision: str, names: Names, factor: int | None, params: float, bandwidth: float,
+            busy_s: float, ceiling: float) -> tuple[list[Lever], dict[str, object]]:
+    """The fixes, each with the share of the GPU's busy time per token it removes, and the config.
 
     Precision: the gains ``no_tf32``/``no_mixed_precision`` use. A batch ``factor`` times larger:
-    the workload model's optimizer step (bytes per parameter over bandwidth) is paid once per
-    step, so per token it shrinks by ``1 - 1/factor``; the token work itself does not.
+    the optimizer step (bytes per parameter over bandwidth) is paid once per step, so per token it
+    shrinks by ``1 - 1/factor``; the token work itself does not. A fused AdamW: the same step at 28
+    bytes per parameter instead of the 80 of torch's default on CUDA (foreach), one value when the
+    run's optimizer is known not fused (a Trainer's ``optim``), else 0 to that (it may be fused
+    already). torch.compile fuses the kernels between the matmuls; how much of the busy time they
+    take is not measured here, so its range runs from 0 to what the reachable MFU leaves.
     """
-    levers: list[tuple[str, float | None]] = []
+    levers: list[Lever] = []
     config: dict[str, object] = {}
+    fused_s = gpu_timeline.optimizer_step_s(params, bandwidth)
     if precision in ("fp32", "tf32"):
-        levers.append(("bf16 autocast (as no_mixed_precision)", BF16_GAIN))
+        levers.append(Lever("bf16 autocast (as no_mixed_precision)", BF16_GAIN))
         if names.has("bf16"):
             config["bf16"] = True
     if factor is not None and busy_s > 0:
-        levers.append((f"a {factor}x batch (memory headroom)", min(1.0, opt_s * (1 - 1 / factor) / busy_s)))
+        levers.append(Lever(f"a {factor}x batch (memory headroom)", min(1.0, fused_s * (1 - 1 / factor) / busy_s),
+                            basis="the optimizer step, paid once per step"))
         key = names.loader_key("per_device_train_batch_size", "batch_size")
         bs = names.current("per_device_train_batch_size", "batch_size")
         if isinstance(bs, int) and bs > 0:
             config[key] = bs * factor
     else:
-        levers.append(("a larger batch", None))
-    levers += [("torch.compile", None), ("a fused optimizer (fused=True)", None)]
+        levers.append(Lever("a larger batch", None, basis="no GPU memory headroom measured"))
+    if busy_s > 0:
+        foreach_s = gpu_timeline.optimizer_step_s(params, bandwidth, gpu_timeline.ADAMW_FOREACH_BYTES_PER_PARAM)
+        saved = min(1.0, (foreach_s - fused_s) / busy_s)
+        traffic = (f"{params / 1e6:.0f}M params × {gpu_timeline.ADAMW_FOREACH_BYTES_PER_PARAM} -> "
+                   f"{gpu_timeline.ADAMW_FUSED_BYTES_PER_PARAM} bytes at {bandwidth:.0f} GB/s: "
+                   f"{1000 * foreach_s:.1f} -> {1000 * fused_s:.1f} ms per step")
+        optim = names.current("optim") if names.is_trainer else None
+        if isinstance(optim, str) and "fused" in optim:
+            pass  # fused already: nothing to promise
+        elif isinstance(optim, str) and optim in ("adamw_torch", "adamw_hf"):
+            levers.append(Lever("a fused AdamW (optim=adamw_torch_fused)", saved, basis=traffic))
+            config["optim"] = "adamw_torch_fused"
+        else:
+            levers.append(Lever("a fused AdamW (fused=True)", None, 0.0, saved,
+                                f"{traffic}; 0 if it is fused already: the recording does not say"))
+    levers.append(Lever("torch.compile", None, 0.0, ceiling,
+                        "it fuses the kernels between the matmuls, whose share of the busy time is not measured; "
+                        "at most what the reachable MFU leaves"))
     return levers, config
