@@ -61,7 +61,7 @@ from gpudoctor.common.wording import (
     fmt_usd,
     gpus_text,
 )
-from gpudoctor.report.schema import DIFF_STATUSES, SECTIONS, breakdown_items
+from gpudoctor.report.schema import DIFF_STATUSES, SECTIONS, Finding, Report, breakdown_items
 from gpudoctor.rules.account import BUCKETS, Claim, removed_of_bucket
 
 DIFF_SCHEMA = "gpudoctor.diff/2"
@@ -109,7 +109,7 @@ def unit_of(bucket: str | None) -> str | None:
 class RunSeconds:
     """One report's figures in seconds: per step, or per launch for startup."""
 
-    def __init__(self, report: dict[str, Any]) -> None:
+    def __init__(self, report: Report) -> None:
         self.report = report
         self.duration_s = num((report.get("run") or {}).get("duration_s"))
         steps = report.get("steps") or {}
@@ -138,7 +138,7 @@ class RunSeconds:
         parts = [self.bucket_s(k) for k in self.shares if k not in PER_LAUNCH]
         return None if not parts or any(p is None for p in parts) else sum(p for p in parts if p)
 
-    def waste_wall_s(self, finding: dict[str, Any]) -> dict[str, float]:
+    def waste_wall_s(self, finding: Finding) -> dict[str, float]:
         """Seconds of this run each bucket gives back when the finding's fix is applied alone."""
         if self.duration_s is None:
             return {}
@@ -212,9 +212,9 @@ def achieved_speedup(b: RunSeconds, a: RunSeconds, bucket: str | None) -> tuple[
     return (b.p50_s / a.p50_s if b.p50_s and a.p50_s else None), "p50 step time, before / after"
 
 
-def _by_rule(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _by_rule(report: Report) -> dict[str, Finding]:
     """The largest-waste finding of each rule (a rule may fire once per rank); no info findings."""
-    rules: dict[str, dict[str, Any]] = {}
+    rules: dict[str, Finding] = {}
     for finding in report.get("findings") or []:
         if not isinstance(finding, dict) or finding.get("severity") == "info":
             continue
@@ -227,7 +227,7 @@ def _by_rule(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return rules
 
 
-def diff_findings(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+def diff_findings(before: Report, after: Report) -> dict[str, list[dict[str, Any]]]:
     """Findings by what happened to their seconds: resolved, partial, moved, gone, new, still_present."""
     rb, ra = RunSeconds(before), RunSeconds(after)
     noise = Noise(rb, ra)
@@ -255,10 +255,10 @@ def diff_findings(before: dict[str, Any], after: dict[str, Any]) -> dict[str, li
             "verdict": verdict(None if wb is None or wa is None else wa - wb, noise.of(bucket)),
             "moved_to": [],
             "speedup": None,
-            "waste_fraction": change((fb.get(rule) or {}).get("waste_fraction"),
-                                     (fa.get(rule) or {}).get("waste_fraction")),
-            "waste_usd_per_hour": change((fb.get(rule) or {}).get("waste_usd_per_hour"),
-                                         (fa.get(rule) or {}).get("waste_usd_per_hour")),
+            "waste_fraction": change(fb[rule].get("waste_fraction") if rule in fb else None,
+                                     fa[rule].get("waste_fraction") if rule in fa else None),
+            "waste_usd_per_hour": change(fb[rule].get("waste_usd_per_hour") if rule in fb else None,
+                                         fa[rule].get("waste_usd_per_hour") if rule in fa else None),
         }
 
     def with_speedup(e: dict[str, Any]) -> dict[str, Any]:
@@ -315,7 +315,7 @@ def _grew(b: RunSeconds, a: RunSeconds, wall_b: dict[str, float], wall_a: dict[s
     return verdict(None if wb is None or wa is None else wa - wb, threshold_s) == "worse"
 
 
-def _side(report: dict[str, Any]) -> dict[str, Any]:
+def _side(report: Report) -> dict[str, Any]:
     run = report.get("run") or {}
     return {
         "command": command_text(run.get("command")),
@@ -327,7 +327,7 @@ def _side(report: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def throughput(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float | None]:
+def throughput(before: Report, after: Report) -> dict[str, float | None]:
     """Steps per second (1 / p50 step time) and the after/before ratio."""
     b, a = RunSeconds(before).p50_s, RunSeconds(after).p50_s
     out = change(1 / b if b else None, 1 / a if a else None)
@@ -335,7 +335,7 @@ def throughput(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float
     return out
 
 
-def diff_reports(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+def diff_reports(before: Report, after: Report) -> dict[str, Any]:
     """Everything that changed between two runs, in seconds per step and rule names."""
     rb, ra = RunSeconds(before), RunSeconds(after)
     noise = Noise(rb, ra)
@@ -373,7 +373,7 @@ def diff_reports(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any
     return d
 
 
-def comparability_notes(before: dict[str, Any], after: dict[str, Any],
+def comparability_notes(before: Report, after: Report,
                         rb: RunSeconds | None = None, ra: RunSeconds | None = None) -> list[str]:
     """Warnings that make the comparison less than like for like."""
     rb, ra = rb or RunSeconds(before), ra or RunSeconds(after)
@@ -404,7 +404,7 @@ def comparability_notes(before: dict[str, Any], after: dict[str, Any],
     return notes
 
 
-def present_sections(report: dict[str, Any]) -> list[str]:
+def present_sections(report: Report) -> list[str]:
     """The registered optional sections (:data:`~gpudoctor.report.schema.SECTIONS`) a report holds."""
     return [s.key for s in SECTIONS if report.get(s.key) not in (None, [], {})]
 

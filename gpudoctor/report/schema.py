@@ -283,13 +283,28 @@ class Attach(TypedDict):
 
 
 class PreflightTarget(TypedDict, total=False):
+    """The GPU the run is predicted on: :class:`gpudoctor.common.hardware.GpuSpec`'s fields, in its
+    order, the price the prediction used, the GPUs and CPU cores (``gpudoctor.replay.preflight``)."""
+
+    key: str
     name: str
-    gpus: int
+    bf16_tflops: Figure | None
+    fp16_tflops: Figure | None
+    tf32_tflops: Figure | None
+    fp32_tflops: Figure
+    memory_gb: Figure
+    bandwidth_gb_s: Figure
     price_per_gpu_hour: Usd
+    source: str
+    date: str
+    price_source: str
+    gpus: int
+    cpu_cores: int
 
 
 class PreflightFix(TypedDict, total=False):
     rule: str
+    config: dict[str, Any]
     summary: str
     saves_h: Figure
 
@@ -414,12 +429,16 @@ class Nodes(TypedDict):
     nodes: list[NodeEntry]
 
 
+TrackerKind = Literal["mlflow", "wandb", "tensorboard"]
+TrackerStatus = Literal["added", "skipped", "failed"]
+
+
 class TrackerEntry(TypedDict):
     """One experiment-tracker run the training logged to, and what the doctor added to it
     (:mod:`gpudoctor.trackers`): ``status`` added, skipped (``detail`` says why) or failed."""
 
-    kind: Literal["mlflow", "wandb", "tensorboard"]
-    status: Literal["added", "skipped", "failed"]
+    kind: TrackerKind
+    status: TrackerStatus
     target: str
     detail: str
 
@@ -519,6 +538,14 @@ class Report(Sections):
     startup: NotRequired[StartupParts | None]
     gpu_timeline: NotRequired[GpuTimeline | None]
     mfu: NotRequired[MfuSection]
+    trackers: NotRequired[list[TrackerEntry]]  # gpudoctor.trackers: the tracker runs the figures went to
+
+
+class Added(Sections, total=False):
+    """What a mode adds beside the analysis before the report is written (:func:`gpudoctor.pipeline.finish`):
+    its sections, and ``notes`` that replace the analysis' own (replay: where its recording came from)."""
+
+    notes: list[str]
 
 
 REQUIRED = tuple(sorted(Report.__required_keys__))
