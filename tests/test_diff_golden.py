@@ -23,6 +23,7 @@ import pytest
 
 from gpudoctor.commands.load import load_report, read_report_bytes
 from gpudoctor.render.diff_page import render_diff_html, render_diff_markdown
+from gpudoctor.render.diff_words import diff_json
 from gpudoctor.report.diff import diff_reports
 from tests.recording_builder import RecordingBuilder
 from tests.test_report_golden import _cpu_run, _gpu_run
@@ -85,7 +86,7 @@ def _outputs(tmp_path: Path, pair: str) -> dict[str, str]:
     for report in (before, after):  # the run folder is the only volatile figure a diff shows
         report["run"]["command"] = ["python", "train.py"]
     d = diff_reports(before, after)
-    return {"md": render_diff_markdown(d), "html": render_diff_html(d), "json": json.dumps(d, indent=2)}
+    return {"md": render_diff_markdown(d), "html": render_diff_html(d), "json": diff_json(d)}
 
 
 @pytest.mark.parametrize("pair", sorted(PAIRS))

@@ -11,6 +11,7 @@ the template inserts these strings as markup.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from html import escape
 from typing import Any
 
@@ -252,7 +253,7 @@ def timeline_svg(timeline: Timeline | None, duration_s: Any = None, cores: int |
     )
 
 
-def breakdown_bar_svg(breakdown: Breakdown | None, height: int = 34) -> str:
+def breakdown_bar_svg(breakdown: Breakdown | Mapping[str, float | None] | None, height: int = 34) -> str:
     """Stacked horizontal bar of the breakdown, labelled where a slice is wide enough."""
     items = [(k, f) for k, f in breakdown_items(breakdown) if f is not None and f > 0]
     total = sum(f for _, f in items)

@@ -580,3 +580,46 @@ def breakdown_items(breakdown: Mapping[str, Any] | None) -> list[tuple[str, floa
     breakdown = breakdown or {}
     keys = list(BREAKDOWN_KEYS) + [k for k in breakdown if k not in BREAKDOWN_KEYS]
     return [(k, num(breakdown.get(k))) for k in keys]
+
+
+# --- gpudoctor diff (gpudoctor.diff/2): not a report section, the figures two reports give ------
+
+
+class Change(TypedDict):
+    """``after - before`` when both are known; null where either is unavailable."""
+
+    before: float | None
+    after: float | None
+    delta: float | None
+
+
+class Side(TypedDict):
+    """One run as the diff shows it beside the other."""
+
+    command: str
+    started_at: str | None
+    status: str | None
+    gpus: str
+    verdict: str
+    breakdown: dict[str, float | None]
+
+
+class Diff(TypedDict):
+    """The figures of ``gpudoctor.diff/2`` (:mod:`gpudoctor.report.diff` computes them, its docstring
+    says each); the JSON adds ``notes`` and ``summary``, worded from these by
+    :mod:`gpudoctor.render.diff_words`."""
+
+    schema: str
+    before: Side
+    after: Side
+    noise: dict[str, Any]
+    duration_s: Change
+    steps: Change
+    step_time_p50_s: dict[str, Any]
+    throughput_steps_per_s: dict[str, Any]
+    seconds: dict[str, dict[str, Any]]
+    breakdown: dict[str, Change]
+    wasted_fraction: Change
+    wasted_usd_per_hour: Change
+    findings: dict[str, list[dict[str, Any]]]
+    sections: dict[str, list[str]]
