@@ -1,7 +1,7 @@
-"""Renderers: report dict -> ``report.json`` / ``report.html`` / ``report.md``.
+"""Renderers: :class:`~gpudoctor.report.schema.Report` -> ``report.json`` / ``report.html`` / ``report.md``.
 
-Each renderer is a pure function of the report dict, so a live run and a saved
-``report.json`` render the same. Renderer modules are imported on demand to
+Each renderer is a pure function of the typed report (built by ``build_report``, or a saved
+``report.json`` validated on load), so a live run and a saved one render the same. Renderer modules are imported on demand to
 keep the CLI fast.
 """
 

@@ -46,7 +46,7 @@ SEVERITY_COLORS = {"high": "#C62828", "medium": "#E65100", "low": "#B28704", "in
 
 
 class Renderer:
-    """Turns a report dict into one output file's text."""
+    """Turns a :class:`~gpudoctor.report.schema.Report` into one output file's text."""
 
     output_file_extension: str = ""
 
