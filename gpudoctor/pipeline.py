@@ -2,23 +2,23 @@
 
 ``run``, ``attach``, ``replay``, ``try``, sweep trials, ``gpudoctor.profile()`` and the
 Trainer/Lightning callbacks all record into a run folder and then call :func:`finish`:
-recording -> analysis -> rules -> report dict -> ``report.json/.html/.md``. A live run
+recording -> analysis -> rules -> ``Report`` -> ``report.json/.html/.md``. A live run
 and ``gpudoctor report FOLDER`` later give the same report.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, cast
 
 from gpudoctor.recording.store import load_recording
 from gpudoctor.render import write_all
 from gpudoctor.report.build import ReportOptions, build_report
+from gpudoctor.report.schema import Added, Report
 from gpudoctor.trackers import add_to_trackers
 
 
-def finish(folder: Path, options: ReportOptions, *, extra: dict[str, Any] | None = None,
-           trackers: bool = False) -> dict[str, Any]:
+def finish(folder: Path, options: ReportOptions, *, extra: Added | None = None,
+           trackers: bool = False) -> Report:
     """Analyse the folder's recording and write report.json/html/md into it (0600, by rename).
 
     ``extra``: sections a mode adds beside the analysis (replay's preflight, try's trial).
@@ -26,8 +26,7 @@ def finish(folder: Path, options: ReportOptions, *, extra: dict[str, Any] | None
     (``run``, ``attach`` and the in-process API; docs/trackers.md).
     """
     recording = load_recording(folder)
-    # typed up to here (schema.Report); the renderers and the commands still take a plain dict
-    report = cast(dict[str, Any], build_report(recording, options))
+    report = build_report(recording, options)
     if extra:
         report.update(extra)
     write_all(report, folder)

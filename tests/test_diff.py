@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.render.diff_page import render_diff_html, render_diff_markdown
+from gpudoctor.render.diff_words import notes as diff_notes
 from gpudoctor.report.diff import diff_reports
 
 DATA = Path(__file__).parent / "data"
@@ -119,7 +120,7 @@ def test_identical_runs_have_nothing_resolved_or_new(before: dict) -> None:
 
 def test_different_hardware_is_noted(before: dict, after: dict) -> None:
     after["run"]["gpus"][0]["name"] = "NVIDIA A100-SXM4-80GB"
-    notes = diff_reports(before, after)["notes"]
+    notes = diff_notes(diff_reports(before, after))
     assert any("different hardware" in n for n in notes)
 
 

@@ -16,6 +16,8 @@ import pytest
 from gpudoctor.analysis import step_noise
 from gpudoctor.recording.store import load_recording
 from gpudoctor.render.diff_page import render_diff_html, render_diff_markdown
+from gpudoctor.render.diff_words import notes as diff_notes
+from gpudoctor.render.diff_words import summary_line
 from gpudoctor.report.build import build_report
 from gpudoctor.report.diff import diff_reports
 from tests.recording_builder import T0, RecordingBuilder
@@ -72,8 +74,8 @@ def test_relabelled_waste_is_moved_not_resolved(tmp_path: Path, tokenizing: dict
     # its fix was applied (the finding is gone): predicted next to what was achieved
     assert moved["speedup"]["predicted"] == pytest.approx(1 / (1 - 0.36), abs=0.01)
     assert moved["speedup"]["achieved"] == pytest.approx(1.0, abs=0.02)
-    assert "relabelled: tokenization_in_loop → cpu_saturated, data wait 0.04 → 0.04 s/step" in d["summary"]
-    assert "resolved" not in d["summary"].replace("not resolved", "")
+    assert "relabelled: tokenization_in_loop → cpu_saturated, data wait 0.04 → 0.04 s/step" in summary_line(d)
+    assert "resolved" not in summary_line(d).replace("not resolved", "")
     md = render_diff_markdown(d)
     assert "✅" not in md and "relabelled, not resolved `tokenization_in_loop` → `cpu_saturated`" in md
     html = render_diff_html(d)
@@ -134,7 +136,7 @@ def test_change_inside_the_noise_is_neutral(tmp_path: Path) -> None:
     assert {c["verdict"] for c in d["seconds"].values()} == {"within_noise"}
     assert statuses(d) == {"still_present": ["data_stall"]}
     assert d["findings"]["still_present"][0]["verdict"] == "within_noise"
-    assert d["summary"].startswith("step time unchanged within noise")
+    assert summary_line(d).startswith("step time unchanged within noise")
     md = render_diff_markdown(d)
     assert "(within noise)" in md and "×" not in md.splitlines()[0]
     html = render_diff_html(d)
@@ -154,8 +156,8 @@ def test_seconds_per_step_not_points_drive_the_verdict(tmp_path: Path, tokenizin
     assert still["waste_fraction"]["delta"] < -0.05
     assert still["verdict"] == "within_noise"
     assert d["step_time_p50_s"]["verdict"] == "worse"
-    assert d["summary"].startswith("steps 1.")
-    assert "slower" in d["summary"]
+    assert summary_line(d).startswith("steps 1.")
+    assert "slower" in summary_line(d)
     md = render_diff_markdown(d)
     assert re.search(r"\| data wait \| 0\.04 s/step \(\d+\.\d%\) \| 0\.04 s/step .*\(within noise\) \|", md)
 
@@ -178,7 +180,7 @@ def test_noise_comes_from_the_runs_own_step_times(tmp_path: Path) -> None:
     d = diff_reports(steady, jittery)
     assert d["noise"]["threshold_s_per_step"] is None
     assert d["step_time_p50_s"]["verdict"] == "unavailable"
-    assert any("no step times" in n for n in d["notes"])
+    assert any("no step times" in n for n in diff_notes(d))
 
 
 def test_a_fall_that_leaves_waste_beyond_the_noise_is_partial(tmp_path: Path, tokenizing: dict) -> None:
@@ -189,4 +191,4 @@ def test_a_fall_that_leaves_waste_beyond_the_noise_is_partial(tmp_path: Path, to
     f = d["findings"]["partial"][0]
     assert f["waste_s"]["after"] == pytest.approx(0.036 - 0.015, abs=1e-3)
     assert f["moved_to"] == ["cpu_saturated"]
-    assert "partly resolved tokenization_in_loop" in d["summary"]
+    assert "partly resolved tokenization_in_loop" in summary_line(d)

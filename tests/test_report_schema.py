@@ -17,6 +17,7 @@ from gpudoctor.common.errors import UserError
 from gpudoctor.recording.store import load_recording
 from gpudoctor.render import sections
 from gpudoctor.render.base import fmt_pct
+from gpudoctor.render.diff_words import notes as diff_notes
 from gpudoctor.render.html import HtmlRenderer
 from gpudoctor.render.markdown import SECTION_MARKDOWN, MarkdownRenderer
 from gpudoctor.replay.preflight import predict
@@ -202,4 +203,4 @@ def test_diff_names_a_section_only_one_side_has() -> None:
     after["preflight"] = predict(preflight_config(), preflight_measure())
     d = diff_reports(before, after)
     assert d["sections"]["after"] == [*d["sections"]["before"], "preflight"]
-    assert any(n.startswith("Only the after report has the preflight prediction") for n in d["notes"])
+    assert any(n.startswith("Only the after report has the preflight prediction") for n in diff_notes(d))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -48,7 +49,7 @@ class StepNoise:
         return asdict(self)
 
 
-def step_intervals(report: dict[str, Any]) -> list[float]:
+def step_intervals(report: Mapping[str, Any]) -> list[float]:
     """Per-step intervals from ``timeline.steps_t_s`` (a stored every-k-th step is divided by k)."""
     timeline, steps = report.get("timeline"), report.get("steps")
     stored = timeline.get("steps_t_s") if isinstance(timeline, dict) else None
@@ -61,7 +62,7 @@ def step_intervals(report: dict[str, Any]) -> list[float]:
     return [g for g in gaps if g > 0]
 
 
-def estimate(report: dict[str, Any]) -> StepNoise:
+def estimate(report: Mapping[str, Any]) -> StepNoise:
     """The noise of this run's seconds per step, from the best step data the report holds."""
     intervals = step_intervals(report)
     n = len(intervals)

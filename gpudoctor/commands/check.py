@@ -12,10 +12,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpudoctor.commands import flags
 from gpudoctor.common.termtext import terminal_safe
+
+if TYPE_CHECKING:
+    from gpudoctor.report.schema import Report
 
 HELP = "exit 1 when more than a given share of wall time is wasted (a CI gate)"
 DESCRIPTION = ("A CI gate: exit 1 when the report's wasted share of wall time is above --max-waste, 0 when it "
@@ -52,7 +55,7 @@ def main(args: argparse.Namespace) -> int:
         return _gate(report, args.max_waste, args.allow_crash)
 
 
-def _gate(report: dict[str, Any], max_waste: float, allow_crash: bool = False) -> int:
+def _gate(report: Report, max_waste: float, allow_crash: bool = False) -> int:
     run = report.get("run") or {}
     if run.get("status") == "crashed" and not allow_crash:
         code = run.get("exit_code")
@@ -60,12 +63,13 @@ def _gate(report: dict[str, Any], max_waste: float, allow_crash: bool = False) -
               "the report covers only what ran before it (--allow-crash gates on that part)", file=sys.stderr)
         return 1
     measured = any(v is not None for v in (report.get("breakdown") or {}).values())
-    if report["cost"].get("wasted_fraction") is None or not measured:
+    wasted_fraction = report["cost"].get("wasted_fraction")
+    if wasted_fraction is None or not measured:
         # Nothing measured inside the training is not a clean bill of health.
         print("gpudoctor: cannot gate: the report measured nothing inside the training (no breakdown); "
               "profile it with 'gpudoctor run -- python train.py' and check that report", file=sys.stderr)
         return 2
-    wasted = float(report["cost"]["wasted_fraction"])
+    wasted = float(wasted_fraction)
     worst = next((f for f in report["findings"] if f["severity"] != "info"), None)
     if wasted > max_waste:
         top = f"; top: {terminal_safe(worst['rule'])} ({100 * worst['waste_fraction']:.0f}%)" if worst else ""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from gpudoctor.commands import flags
@@ -25,6 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from gpudoctor.commands.load import load_report, malformed_report_guard
     from gpudoctor.render.diff_page import render_diff_html, render_diff_markdown
+    from gpudoctor.render.diff_words import diff_json
     from gpudoctor.render.output import write_output
     from gpudoctor.report.diff import diff_reports
 
@@ -40,7 +40,7 @@ def main(args: argparse.Namespace) -> int:
         elif suffix in (".html", ".htm"):
             text = render_diff_html(d)
         else:
-            text = json.dumps(d, indent=2)
+            text = diff_json(d)
     if out is None:
         print(text)
     else:

@@ -10,16 +10,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from gpudoctor.common.errors import UserError
 from gpudoctor.report.load import MAX_REPORT_BYTES, holds_recording, load_report, read_report_bytes
-from gpudoctor.report.schema import SCHEMA
+from gpudoctor.report.schema import SCHEMA, Report
 
 __all__ = ["MAX_REPORT_BYTES", "load_job", "load_report", "malformed_report_guard", "read_report_bytes"]
 
 
-def load_job(paths: list[Path], price: float | None = None, gpus: int | None = None) -> dict[str, Any]:
+def load_job(paths: list[Path], price: float | None = None, gpus: int | None = None) -> Report:
     """One report for a multi-node job: the run folders ``gpudoctor run`` wrote on each of its nodes,
     merged (:mod:`gpudoctor.report.nodes`). A report.json cannot take part: it lacks the step ends
     the nodes' clocks are aligned on."""

@@ -18,7 +18,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpudoctor.commands import flags
 from gpudoctor.common import childpy, safefs
@@ -27,6 +27,7 @@ from gpudoctor.common.errors import UserError
 if TYPE_CHECKING:
     from gpudoctor.replay.config import ReplayConfig
     from gpudoctor.replay.derive import Derived
+    from gpudoctor.report.schema import Added, Report
 
 HELP = "run a training config for a bounded time and diagnose it"
 DESCRIPTION = ("Rebuild a training config's pipeline (dataset, tokenizer, collator, DataLoader, model) here, "
@@ -109,8 +110,8 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _sections(args: argparse.Namespace, config: ReplayConfig, folder: Path, report: dict[str, Any],
-              target: str | None, price: float | None, gpus: int | None, derived: Derived | None) -> dict[str, Any]:
+def _sections(args: argparse.Namespace, config: ReplayConfig, folder: Path, report: Report,
+              target: str | None, price: float | None, gpus: int | None, derived: Derived | None) -> Added:
     """The replay's own report sections: the prediction checked on this GPU, the preflight, and
     (for a derived config) where each value came from."""
     from gpudoctor.replay.here import ON_CPU_NOTE, compare
@@ -118,7 +119,7 @@ def _sections(args: argparse.Namespace, config: ReplayConfig, folder: Path, repo
 
     measure_path = folder / "replay_measure.json"
     measure = json.loads(measure_path.read_text()) if measure_path.exists() else None
-    extra: dict[str, Any] = {}
+    extra: Added = {}
     if measure is not None:
         check = compare(config, measure, report, mfu=args.mfu)  # on a GPU: prediction beside measurement
         if check is not None:

@@ -7,11 +7,14 @@ import json
 import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpudoctor.commands import flags
 from gpudoctor.common.errors import UserError
 from gpudoctor.common.safefs import pinned_folder
+
+if TYPE_CHECKING:
+    from gpudoctor.report.schema import Report
 
 HELP = "render a saved run (.html, .md or .json by OUT's extension)"
 DESCRIPTION = ("Re-render a saved run: a run folder is analysed again from its recording (with this gpudoctor's "
@@ -52,7 +55,7 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write(report: dict[str, Any], source: Path, pinned: Path, output: Path | None) -> None:
+def _write(report: Report, source: Path, pinned: Path, output: Path | None) -> None:
     from gpudoctor.render import renderer_for, write_all
     from gpudoctor.render.output import write_output
 

@@ -21,6 +21,7 @@ from gpudoctor.commands import flags
 from gpudoctor.common.errors import UserError
 
 if TYPE_CHECKING:
+    from gpudoctor.report.schema import Report, Trial
     from gpudoctor.tryfix.plan import Plan
 
 HELP = "measure a finding's fix on the command itself, before editing code"
@@ -115,7 +116,7 @@ def main(args: argparse.Namespace) -> int:
         applied=trial_section.applied_events(a_trial.rec.events),
         seconds=seconds,
         trial_run={"folder": TRIAL_DIR, "exit_code": trial_code, "stopped": limit.stopped,
-                   "status": (trial_report or {}).get("run", {}).get("status"), "window_s": length,
+                   "status": trial_report["run"].get("status") if trial_report else None, "window_s": length,
                    "crash": crash},
         notes=notes,
         unmeasured=unmeasured,
@@ -184,7 +185,7 @@ def _plan_notes(plan: Plan) -> list[str]:
     return notes
 
 
-def _finish(report: dict[str, Any], section: dict[str, Any], folder: Path, as_json: bool) -> None:
+def _finish(report: Report, section: Trial, folder: Path, as_json: bool) -> None:
     from gpudoctor.render import write_all
     from gpudoctor.tryfix import section as trial_section
 

@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -34,6 +34,9 @@ from gpudoctor.hooks import patch
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.launch.recorder import Recorder, RecorderOptions, default_out
 from gpudoctor.recording.store import RunFolder
+
+if TYPE_CHECKING:
+    from gpudoctor.report.schema import Report
 
 
 class profile:  # noqa: N801 - reads as a function at the call site, like torch.profiler.profile
@@ -46,7 +49,7 @@ class profile:  # noqa: N801 - reads as a function at the call site, like torch.
         self.interval_s = interval_s
         self.write_reports = write_reports
         self.trackers = trackers  # add the figures to the live MLflow / W&B / TensorBoard runs (docs/trackers.md)
-        self.report: dict[str, Any] | None = None
+        self.report: Report | None = None
         self.folder: Path | None = None
         self._recorder: Any = None
         self._owner = False

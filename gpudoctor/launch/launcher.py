@@ -25,6 +25,7 @@ from gpudoctor.pipeline import finish
 from gpudoctor.recording.store import RunFolder
 from gpudoctor.render.terminal import print_summary
 from gpudoctor.report.build import ReportOptions
+from gpudoctor.report.schema import Report
 
 
 class _Interrupts:
@@ -76,7 +77,7 @@ def run(command: list[str], out: Path | None, interval_s: float, price: float | 
         as_json: bool, nvml_binding: Any = None, mode: str = "run",
         extra_env: dict[str, str] | None = None, limit: Limit | None = None,
         summary: bool = True, shown_command: list[str] | None = None,
-        price_source: str | None = None, trackers: bool = False) -> tuple[int, dict[str, Any] | None, Path]:
+        price_source: str | None = None, trackers: bool = False) -> tuple[int, Report | None, Path]:
     """Run ``command`` under the doctor; returns its exit code (never the doctor's trouble: a
     recording or report that failed is said on stderr), the report (None if none) and the folder.
 
@@ -216,7 +217,7 @@ def _exit_code(code: int) -> int:
 
 
 def _report(folder: RunFolder, price: float | None, gpus: int | None, as_json: bool,
-            summary: bool = True, trackers: bool = False) -> dict[str, Any] | None:
+            summary: bool = True, trackers: bool = False) -> Report | None:
     report = finish(folder.root, ReportOptions(price_per_gpu_hour=price, gpus=gpus), trackers=trackers)
     if summary:
         print_summary(report, folder.root, as_json)

@@ -1,7 +1,7 @@
-"""Renderers: report dict -> ``report.json`` / ``report.html`` / ``report.md``.
+"""Renderers: :class:`~gpudoctor.report.schema.Report` -> ``report.json`` / ``report.html`` / ``report.md``.
 
-Each renderer is a pure function of the report dict, so a live run and a saved
-``report.json`` render the same. Renderer modules are imported on demand to
+Each renderer is a pure function of the typed report (built by ``build_report``, or a saved
+``report.json`` validated on load), so a live run and a saved one render the same. Renderer modules are imported on demand to
 keep the CLI fast.
 """
 
@@ -10,11 +10,14 @@ from __future__ import annotations
 import importlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpudoctor.common import safefs
 from gpudoctor.common.errors import UserError
 from gpudoctor.render.base import Renderer
+
+if TYPE_CHECKING:
+    from gpudoctor.report.schema import Report
 
 __all__ = ["Renderer", "renderer_for", "write_all", "SUPPORTED_EXTENSIONS"]
 
@@ -44,10 +47,11 @@ def renderer_for(path_or_ext: str | Path) -> Renderer:
             f"use an output ending in {', '.join(SUPPORTED_EXTENSIONS)}"
         )
     module_name, class_name = target.split(":")
-    return getattr(importlib.import_module(module_name), class_name)()
+    renderer: Renderer = getattr(importlib.import_module(module_name), class_name)()
+    return renderer
 
 
-def write_all(report: dict[str, Any], folder: str | Path) -> list[Path]:
+def write_all(report: Report, folder: str | Path) -> list[Path]:
     """Write ``report.json``, ``report.html`` and ``report.md`` into ``folder``, 0600.
 
     The folder may be someone else's (``gpudoctor report FOLDER``): it is opened once and each

@@ -27,7 +27,7 @@ from gpudoctor.common.wording import (  # noqa: F401
     gpus_text,
     plural,
 )
-from gpudoctor.report.schema import breakdown_items  # noqa: F401
+from gpudoctor.report.schema import Fix, FixTable, Report, Run, breakdown_items  # noqa: F401
 
 # One colour per slice / span kind, used by the bar, the timeline and the legend
 # (Okabe-Ito based, readable for colour-blind users).
@@ -46,11 +46,11 @@ SEVERITY_COLORS = {"high": "#C62828", "medium": "#E65100", "low": "#B28704", "in
 
 
 class Renderer:
-    """Turns a report dict into one output file's text."""
+    """Turns a :class:`~gpudoctor.report.schema.Report` into one output file's text."""
 
     output_file_extension: str = ""
 
-    def render(self, report: dict[str, Any]) -> str:
+    def render(self, report: Report) -> str:
         """Return the whole file's text for ``report``."""
         raise NotImplementedError
 
@@ -126,7 +126,7 @@ def exit_text(code: Any) -> str:
     return f"exit code {code}" + (f" (signal {code - 128}, {name})" if name else "")
 
 
-def outcome_text(run: dict[str, Any]) -> str:
+def outcome_text(run: Run) -> str:
     """How the command ended, when it did not simply finish; "" when it did (or was detached from)."""
     status = str(run.get("status") or "")
     ran = fmt_duration(run.get("duration_s"))
@@ -139,18 +139,18 @@ def outcome_text(run: dict[str, Any]) -> str:
     return ""
 
 
-def has_gpu(run: dict[str, Any]) -> bool:
+def has_gpu(run: Run) -> bool:
     """NVML described at least one GPU (``gpu_count`` alone is the GPUs priced, e.g. from --gpus)."""
     return bool(run.get("gpus"))
 
 
-def cores(run: dict[str, Any]) -> int | None:
+def cores(run: Run) -> int | None:
     """The machine's CPU count, for CPU shares stated as "% of all N cores"."""
     count = num((run.get("host") or {}).get("cpu_count") if isinstance(run.get("host"), dict) else None)
     return int(count) if count else None
 
 
-def cpu_text(fraction: Any, run: dict[str, Any]) -> str:
+def cpu_text(fraction: Any, run: Run) -> str:
     """``shares.cpu_busy`` as ``12.5% of all 8 cores``: one convention in every format."""
     n = cores(run)
     return fmt_pct(fraction) + (f" of all {n} cores" if n and num(fraction) is not None else "")
@@ -188,13 +188,13 @@ def startup_text(parts: Any) -> str:
         f"{label} {fmt_duration(parts.get(key))}" for key, label in names if num(parts.get(key)) is not None)
 
 
-def fix_tables(fix: dict[str, Any]) -> list[dict[str, Any]]:
+def fix_tables(fix: Fix) -> list[FixTable]:
     """Every call a fix changes, main first: ``[{"library", "call", "config"}]`` with values."""
     library = fix.get("library")
     call = fix.get("call")
     if call is None and isinstance(library, str) and library.split()[-1:] in (["TrainingArguments"], ["DataLoader"]):
         call = library.split()[-1]  # reports written before fixes named their call
-    tables = [{"library": library, "call": call, "config": fix.get("config")}]
+    tables: list[FixTable] = [{"library": library, "call": call, "config": fix.get("config")}]
     tables += [t for t in fix.get("also") or [] if isinstance(t, dict)]
     return [t for t in tables if isinstance(t.get("config"), dict) and t["config"]]
 
@@ -276,7 +276,7 @@ def mfu_text(mfu: Any) -> str:
     return f"{fmt_pct(value)}{detail}"
 
 
-def gpu_clock_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+def gpu_clock_rows(report: Report) -> list[tuple[str, str]]:
     """The GPU's own clock (CUDA events) and MFU, as label/value rows; MFU always, with its reason."""
     rows = [("MFU", mfu_text(report.get("mfu")))]
     g = report.get("gpu_timeline")

@@ -11,6 +11,7 @@ the template inserts these strings as markup.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from html import escape
 from typing import Any
 
@@ -22,6 +23,7 @@ from gpudoctor.render.base import (
     fmt_pct,
     num,
 )
+from gpudoctor.report.schema import Breakdown, Timeline
 
 WIDTH = 1000
 LEFT, RIGHT = 92, 12
@@ -46,7 +48,7 @@ def _text(x: float, y: float, label: str, anchor: str = "end", size: int = 11) -
     )
 
 
-def _span_xs(spans: Any, duration_s: float) -> list[tuple[float, float]]:
+def _span_xs(spans: list[list[float]] | None, duration_s: float) -> list[tuple[float, float]]:
     """``[[start_s, end_s], ...]`` as sorted pixel intervals, bad entries dropped."""
     xs = []
     for span in spans or []:
@@ -58,7 +60,7 @@ def _span_xs(spans: Any, duration_s: float) -> list[tuple[float, float]]:
     return sorted(xs)
 
 
-def _span_path(spans: Any, duration_s: float, y: float, h: float) -> str:
+def _span_path(spans: list[list[float]] | None, duration_s: float, y: float, h: float) -> str:
     """Solid rectangles for spans, merged at pixel resolution."""
     merged: list[list[float]] = []
     for x0, x1 in _span_xs(spans, duration_s):
@@ -70,7 +72,7 @@ def _span_path(spans: Any, duration_s: float, y: float, h: float) -> str:
     return "".join(f"M{a:.1f} {y:.1f}h{b - a:.1f}v{h:.1f}h{a - b:.1f}z" for a, b in merged)
 
 
-def _coverage(spans: Any, duration_s: float) -> list[float]:
+def _coverage(spans: list[list[float]] | None, duration_s: float) -> list[float]:
     """Fraction of each BIN_PX-wide column of the plot that spans cover."""
     bins = [0.0] * (PLOT_W // BIN_PX + 1)
     for x0, x1 in _span_xs(spans, duration_s):
@@ -80,7 +82,7 @@ def _coverage(spans: Any, duration_s: float) -> list[float]:
     return [min(1.0, c) for c in bins]
 
 
-def _density_paths(spans: Any, duration_s: float, y: float, color: str) -> list[str]:
+def _density_paths(spans: list[list[float]] | None, duration_s: float, y: float, color: str) -> list[str]:
     """A lane shaded by how much of each moment the spans cover (4 opacity levels),
     so thousands of short data waits read as "waiting ~half the time"."""
     levels: dict[int, list[list[int]]] = {}
@@ -103,13 +105,13 @@ def _density_paths(spans: Any, duration_s: float, y: float, color: str) -> list[
     return out
 
 
-def lane_kinds(spans: dict[str, Any]) -> list[str]:
+def lane_kinds(spans: dict[str, list[list[float]]]) -> list[str]:
     """Span lanes to draw: the standard ones (``format`` only when present), then extras."""
     kinds = [k for k in SPAN_LANES if k != "format" or spans.get(k)]
     return kinds + [k for k in spans if k not in SPAN_LANES and spans.get(k)]
 
 
-def _lanes(spans: dict[str, Any], duration_s: float, y: float) -> tuple[list[str], float]:
+def _lanes(spans: dict[str, list[list[float]]], duration_s: float, y: float) -> tuple[list[str], float]:
     out = []
     for kind in lane_kinds(spans):
         color = SLICE_COLORS.get(kind, "#777777")
@@ -122,7 +124,7 @@ def _lanes(spans: dict[str, Any], duration_s: float, y: float) -> tuple[list[str
     return out, y
 
 
-def _step_ticks(steps_t_s: Any, duration_s: float, y: float) -> list[str]:
+def _step_ticks(steps_t_s: list[float] | None, duration_s: float, y: float) -> list[str]:
     xs = sorted({round(_x(t, duration_s)) for t in map(num, steps_t_s or []) if t is not None})
     out = [_text(LEFT - 8, y + LANE_H - 1.5, "steps")]
     if xs:
@@ -202,7 +204,7 @@ def _clock(t_s: float) -> str:
     return f"{m}m{s:02d}s" if s else f"{m}m"
 
 
-def _startup_shade(spans: dict[str, Any], duration_s: float, y0: float, y1: float) -> str:
+def _startup_shade(spans: dict[str, list[list[float]]], duration_s: float, y0: float, y1: float) -> str:
     path = _span_path(spans.get("startup"), duration_s, y0, y1 - y0)
     return f'<path d="{path}" fill="{SLICE_COLORS["startup"]}" opacity="0.10"/>' if path else ""
 
@@ -212,7 +214,7 @@ def cpu_label(cores: int | None) -> str:
     return f"CPU % of all {cores} cores (training processes)" if cores else "CPU % (100 = one core)"
 
 
-def timeline_svg(timeline: dict[str, Any] | None, duration_s: Any = None, cores: int | None = None,
+def timeline_svg(timeline: Timeline | None, duration_s: Any = None, cores: int | None = None,
                  gpu: bool = True) -> str:
     """The run over time: span lanes, step ticks, GPU busy % and CPU % panels.
 
@@ -239,7 +241,7 @@ def timeline_svg(timeline: dict[str, Any] | None, duration_s: Any = None, cores:
     cpu = series.get("cpu_pct") or []
     if cores:
         # capped like shares.cpu_busy: above all cores is the sampler's jitter, not more CPU
-        cpu = [min(100.0, v / cores) if num(v) is not None else None for v in cpu]
+        cpu = [min(100.0, x / cores) if (x := num(v)) is not None else None for v in cpu]
     body += _panel(t_s, cpu, duration, y, cpu_label(cores), "#3d4852")
     y += PANEL_H
     shade = _startup_shade(spans, duration, panels_top, y)
@@ -251,7 +253,7 @@ def timeline_svg(timeline: dict[str, Any] | None, duration_s: Any = None, cores:
     )
 
 
-def breakdown_bar_svg(breakdown: dict[str, Any] | None, height: int = 34) -> str:
+def breakdown_bar_svg(breakdown: Breakdown | Mapping[str, float | None] | None, height: int = 34) -> str:
     """Stacked horizontal bar of the breakdown, labelled where a slice is wide enough."""
     items = [(k, f) for k, f in breakdown_items(breakdown) if f is not None and f > 0]
     total = sum(f for _, f in items)

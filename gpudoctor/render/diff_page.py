@@ -23,6 +23,8 @@ from gpudoctor.render.base import (
     fmt_usd,
 )
 from gpudoctor.render.charts import SPAN_LABELS
+from gpudoctor.render.diff_words import notes as diff_notes
+from gpudoctor.render.diff_words import summary_line, worded
 from gpudoctor.render.html import markup, render_template
 from gpudoctor.render.markdown import (
     NOTES_SHOWN,
@@ -35,6 +37,7 @@ from gpudoctor.render.markdown import (
     table,
 )
 from gpudoctor.report.schema import DIFF_STATUSES as STATUSES
+from gpudoctor.report.schema import Change, Diff
 
 FINDINGS_SHOWN = 8  # more findings fold their list into <details>
 
@@ -65,7 +68,7 @@ def _judged(delta_text: str, v: str) -> str:
     return delta_text + " (within noise)" if v == "within_noise" else delta_text
 
 
-def overview_rows(d: dict[str, Any]) -> list[dict[str, str]]:
+def overview_rows(d: Diff) -> list[dict[str, str]]:
     """Headline figures: label, before, after, change, and a class only beyond the noise."""
     step, rate = d["step_time_p50_s"], d["throughput_steps_per_s"]
     ratio = rate.get("ratio")
@@ -87,7 +90,7 @@ def overview_rows(d: dict[str, Any]) -> list[dict[str, str]]:
     return rows
 
 
-def _row(label: str, c: dict[str, Any], fmt: Any, delta: str, cls: str = "") -> dict[str, str]:
+def _row(label: str, c: Change | dict[str, Any], fmt: Any, delta: str, cls: str = "") -> dict[str, str]:
     return {"label": label, "before": fmt(c["before"]), "after": fmt(c["after"]), "delta": delta,
             "class": cls}
 
@@ -96,11 +99,11 @@ def _rate(value: float | None) -> str:
     return UNAVAILABLE if value is None else f"{value:.2f}"
 
 
-def breakdown_rows(d: dict[str, Any]) -> list[dict[str, str]]:
+def breakdown_rows(d: Diff) -> list[dict[str, str]]:
     """Each bucket in seconds per step (per launch for startup), with its share of wall shown."""
     rows = []
     for key, c in d["seconds"].items():
-        share = d["breakdown"].get(key) or {}
+        share: Change = d["breakdown"].get(key) or {"before": None, "after": None, "delta": None}
         rows.append(
             {
                 "key": key,
@@ -125,7 +128,7 @@ STATUS_TEXT = {
 }
 
 
-def finding_rows(d: dict[str, Any]) -> list[dict[str, Any]]:
+def finding_rows(d: Diff) -> list[dict[str, Any]]:
     """One display row per finding, in status order, for both renderers."""
     rows = []
     for status in STATUSES:
@@ -155,7 +158,7 @@ def finding_rows(d: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def noise_text(d: dict[str, Any]) -> str:
+def noise_text(d: Diff) -> str:
     t = d["noise"]["threshold_s_per_step"]
     if t is None:
         return "Noise unavailable: without step times no change can be told from noise."
@@ -167,19 +170,19 @@ def noise_text(d: dict[str, Any]) -> str:
     )
 
 
-def render_diff_markdown(d: dict[str, Any]) -> str:
+def render_diff_markdown(d: Diff) -> str:
     """The comparison as a GitHub pull-request comment, within its 65,536 characters
     (:func:`gpudoctor.render.markdown.fit_comment`)."""
     found = finding_rows(d)
     return fit_comment(lambda limit: _diff_markdown(d, found, limit), lambda: _diff_markdown(d, [], 0, minimal=True))
 
 
-def _diff_markdown(d: dict[str, Any], found: list[dict[str, Any]], limit: int | None, minimal: bool = False) -> str:
+def _diff_markdown(d: Diff, found: list[dict[str, Any]], limit: int | None, minimal: bool = False) -> str:
     def rows(items: list[dict[str, str]], first: str) -> list[list[str]]:
         return [[md_text(r[first]), r["before"], r["after"], r["delta"]] for r in items]
 
     parts = [
-        "### gpudoctor diff: " + md_text(clip(d.get("summary") or "no change measured")),
+        "### gpudoctor diff: " + md_text(clip(summary_line(d) or "no change measured")),
         f"Before: {md_code(clip(d['before']['command'] or '(unknown)'))}  \n"
         f"After: {md_code(clip(d['after']['command'] or '(unknown)'))}",
         table(["", "before", "after", "change"], rows(overview_rows(d), "label"), right={1, 2, 3}),
@@ -213,7 +216,7 @@ def _diff_markdown(d: dict[str, Any], found: list[dict[str, Any]], limit: int | 
                 right={2, 3},
             )
         )
-    notes = d.get("notes") or []
+    notes = diff_notes(d)
     if notes:
         kept = notes if limit is None else notes[:limit]
         text = "\n".join("- " + md_text(n) for n in kept)
@@ -240,11 +243,11 @@ def _findings_markdown(found: list[dict[str, Any]], md_code: Any, md_text: Any) 
     return "\n".join(lines) or "No findings in either run."
 
 
-def render_diff_html(d: dict[str, Any]) -> str:
+def render_diff_html(d: Diff) -> str:
     """The comparison as one self-contained, escaped HTML page."""
     found = finding_rows(d)
     view = {
-        "d": d,
+        "d": worded(d),
         "overview": overview_rows(d),
         "noise": noise_text(d),
         "breakdown": breakdown_rows(d),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor.render import charts, sections
 from gpudoctor.render.base import (
@@ -43,12 +43,27 @@ from gpudoctor.render.base import (
     plural,
     startup_text,
 )
+from gpudoctor.report.schema import (
+    Breakdown,
+    Cost,
+    Finding,
+    Padding,
+    RankEntry,
+    Report,
+    Run,
+    Shares,
+    Steps,
+    Timeline,
+)
+
+if TYPE_CHECKING:
+    import jinja2
 
 TEMPLATES = Path(__file__).parent / "templates"
 
 
 @lru_cache(maxsize=1)
-def environment() -> Any:
+def environment() -> jinja2.Environment:
     """The Jinja2 environment (imported lazily; autoescape always on)."""
     import jinja2
 
@@ -95,11 +110,11 @@ class HtmlRenderer(Renderer):
 
     output_file_extension = "html"
 
-    def render(self, report: dict[str, Any]) -> str:
+    def render(self, report: Report) -> str:
         return render_template("report.html.j2", build_view(report))
 
 
-def build_view(report: dict[str, Any]) -> dict[str, Any]:
+def build_view(report: Report) -> dict[str, Any]:
     """Everything the template prints, as display strings."""
     run = report.get("run") or {}
     cost = report.get("cost") or {}
@@ -130,7 +145,7 @@ def build_view(report: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def header_view(run: dict[str, Any], cost: dict[str, Any], noted: bool = False) -> dict[str, Any]:
+def header_view(run: Run, cost: Cost, noted: bool = False) -> dict[str, Any]:
     """Command, status and the facts about where it ran. A missing price is said once: by the
     ``cost_unavailable`` note when there is one (``noted``), else here."""
     exit_code = run.get("exit_code")
@@ -161,14 +176,14 @@ def header_view(run: dict[str, Any], cost: dict[str, Any], noted: bool = False) 
     }
 
 
-def verdict_color(findings: list[dict[str, Any]]) -> str:
+def verdict_color(findings: list[Finding]) -> str:
     """The colour of the most severe finding; calm blue-grey when nothing is wrong."""
     severities = {str(f.get("severity")) for f in findings}
     worst = next((s for s in ("high", "medium", "low") if s in severities), "info")
     return SEVERITY_COLORS[worst]
 
 
-def kpi_view(report: dict[str, Any]) -> list[tuple[str, str]]:
+def kpi_view(report: Report) -> list[tuple[str, str]]:
     """The few headline figures under the verdict: dollars only with a price, GPU busy only
     with a GPU (what is missing is said once, in the header and the notes, not in every tile)."""
     run = report.get("run") or {}
@@ -187,7 +202,7 @@ def kpi_view(report: dict[str, Any]) -> list[tuple[str, str]]:
     return kpis
 
 
-def timeline_legend(timeline: dict[str, Any] | None, run: dict[str, Any]) -> list[tuple[str, str]]:
+def timeline_legend(timeline: Timeline | None, run: Run) -> list[tuple[str, str]]:
     """``(label, colour)`` for the lanes and lines the timeline draws."""
     spans = (timeline or {}).get("spans") or {}
     kinds = charts.lane_kinds(spans)
@@ -198,7 +213,7 @@ def timeline_legend(timeline: dict[str, Any] | None, run: dict[str, Any]) -> lis
 
 
 def breakdown_rows(
-    breakdown: dict[str, Any] | None, duration_s: float | None
+    breakdown: Breakdown | None, duration_s: float | None
 ) -> list[dict[str, str]]:
     """Legend rows: colour, slice, share of wall time, seconds."""
     rows = []
@@ -215,7 +230,7 @@ def breakdown_rows(
     return rows
 
 
-def shares_view(shares: dict[str, Any] | None, run: dict[str, Any]) -> list[tuple[str, str]]:
+def shares_view(shares: Shares | None, run: Run) -> list[tuple[str, str]]:
     """Tokenization (of wall time), GPU busy (only with a GPU), CPU busy (of all cores)."""
     shares = shares or {}
     rows = [("tokenization, of wall time", fmt_pct(shares.get("tokenization")))]
@@ -225,7 +240,7 @@ def shares_view(shares: dict[str, Any] | None, run: dict[str, Any]) -> list[tupl
     return rows
 
 
-def padding_view(padding: dict[str, Any] | None) -> list[tuple[str, str]]:
+def padding_view(padding: Padding | None) -> list[tuple[str, str]]:
     """Pad fraction and the sequence lengths behind it."""
     padding = padding or {}
     return [
@@ -237,7 +252,7 @@ def padding_view(padding: dict[str, Any] | None) -> list[tuple[str, str]]:
     ]
 
 
-def steps_view(steps: dict[str, Any] | None) -> list[tuple[str, str]]:
+def steps_view(steps: Steps | None) -> list[tuple[str, str]]:
     """Step count, step-time percentiles and when training began."""
     steps = steps or {}
     times = steps.get("step_time_s") or {}
@@ -251,7 +266,7 @@ def steps_view(steps: dict[str, Any] | None) -> list[tuple[str, str]]:
     ]
 
 
-def finding_view(finding: dict[str, Any]) -> dict[str, Any]:
+def finding_view(finding: Finding) -> dict[str, Any]:
     """One finding card."""
     fix = finding.get("fix") or {}
     severity = str(finding.get("severity") or "info")
@@ -278,7 +293,7 @@ def finding_view(finding: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def cost_view(cost: dict[str, Any]) -> list[tuple[str, str]]:
+def cost_view(cost: Cost) -> list[tuple[str, str]]:
     """Price of the run, waste, and the whole-run projection when known."""
     rows = [
         ("run cost per hour", fmt_usd(cost.get("usd_per_hour"))),
@@ -302,7 +317,7 @@ def sentence(text: Any) -> str:
     return s if not s or s[-1] in ".!?" else s + "."
 
 
-def notes_view(findings: list[dict[str, Any]], notes: Any) -> list[dict[str, str]]:
+def notes_view(findings: list[Finding], notes: Any) -> list[dict[str, str]]:
     """The report's plain notes (attach's lines lead them), then the info findings: notes, not
     problems, each a title, what was seen and what it means, with no waste, dollars or "Fix:".
     A plain note an info finding already says is said once."""
@@ -313,7 +328,7 @@ def notes_view(findings: list[dict[str, Any]], notes: Any) -> list[dict[str, str
          "means": str((f.get("fix") or {}).get("summary") or "")} for f in infos]
 
 
-def ranks_view(per_rank: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+def ranks_view(per_rank: list[RankEntry] | None) -> dict[str, Any] | None:
     """A per-rank table, only when there is more than one rank."""
     if not per_rank or len(per_rank) < 2:
         return None

@@ -13,6 +13,7 @@ import numbers
 from typing import Any
 
 from gpudoctor.render.base import Renderer
+from gpudoctor.report.schema import Report
 
 
 def sanitize(obj: Any) -> Any:
@@ -41,5 +42,5 @@ class JsonRenderer(Renderer):
 
     output_file_extension = "json"
 
-    def render(self, report: dict[str, Any]) -> str:
+    def render(self, report: Report) -> str:
         return dumps(report)

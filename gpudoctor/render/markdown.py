@@ -45,7 +45,16 @@ from gpudoctor.render.base import (
     startup_text,
 )
 from gpudoctor.render.charts import SPAN_LABELS
-from gpudoctor.report.schema import BREAKDOWN_KEYS, SECTIONS
+from gpudoctor.report.schema import (
+    BREAKDOWN_KEYS,
+    SECTIONS,
+    Cost,
+    Finding,
+    Padding,
+    RankEntry,
+    Report,
+    Run,
+)
 
 SEVERITY_MARKS = {"high": "🔴", "medium": "🟠", "low": "🟡", "info": "⚪"}
 COMMENT_LIMIT = 65_536  # GitHub's most characters in an issue or pull-request comment
@@ -142,11 +151,11 @@ class MarkdownRenderer(Renderer):
 
     output_file_extension = "md"
 
-    def render(self, report: dict[str, Any]) -> str:
+    def render(self, report: Report) -> str:
         return fit_comment(lambda limit: render_report(report, limit), lambda: minimal_report(report))
 
 
-def render_report(report: dict[str, Any], limit: int | None = None) -> str:
+def render_report(report: Report, limit: int | None = None) -> str:
     """The whole report, with at most ``limit`` rows in each long section (None: all)."""
     findings = [f for f in report.get("findings") or [] if isinstance(f, dict)]
     parts = [
@@ -165,35 +174,34 @@ def render_report(report: dict[str, Any], limit: int | None = None) -> str:
     return "\n\n".join(p for p in parts if p) + "\n"
 
 
-def minimal_report(report: dict[str, Any]) -> str:
+def minimal_report(report: Report) -> str:
     """Headline, run, cost and the six slices: what a comment shows when nothing else fits."""
-    known = {k: (report.get("breakdown") or {}).get(k) for k in BREAKDOWN_KEYS}
     noted = _price_noted([f for f in report.get("findings") or [] if isinstance(f, dict)])
     parts = [headline(report), outcome_line(report.get("run") or {}), run_line(report.get("run") or {}, noted),
              cost_line(report.get("cost") or {}, noted),
-             "### Where the time went\n\n" + breakdown_table({**report, "breakdown": known}),
+             "### Where the time went\n\n" + breakdown_table(report, known_only=True),
              "*The findings, per-rank figures and notes are too long for a pull-request comment: "
              "see report.html or report.json.*", footer(report)]
     return "\n\n".join(p for p in parts if p) + "\n"
 
 
-def headline(report: dict[str, Any]) -> str:
+def headline(report: Report) -> str:
     """The one-line verdict as the comment's heading."""
     return "### gpudoctor: " + md_text(clip(report.get("verdict") or "no verdict"))
 
 
-def outcome_line(run: dict[str, Any]) -> str:
+def outcome_line(run: Run) -> str:
     """The command crashed or was interrupted, and the report covers what ran; "" when it finished."""
     text = outcome_text(run)
     return f"**{md_text(text[:1].upper() + text[1:])}.**" if text else ""
 
 
-def _price_noted(findings: list[dict[str, Any]]) -> bool:
+def _price_noted(findings: list[Finding]) -> bool:
     """A ``cost_unavailable`` note says why there are no dollars: the rest need not say it again."""
     return any(f.get("rule") == "cost_unavailable" for f in findings)
 
 
-def run_line(run: dict[str, Any], noted: bool = False) -> str:
+def run_line(run: Run, noted: bool = False) -> str:
     """Command, status, start, duration, GPUs and price on one line (a missing price only when no
     note says it)."""
     status = str(run.get("status") or "finished")
@@ -211,7 +219,7 @@ def run_line(run: dict[str, Any], noted: bool = False) -> str:
     return " · ".join(b for b in bits if b)
 
 
-def cost_line(cost: dict[str, Any], noted: bool = False) -> str:
+def cost_line(cost: Cost, noted: bool = False) -> str:
     """Wasted share and dollars, and the whole-run projection when known."""
     line = f"**Wasted:** {fmt_pct(cost.get('wasted_fraction'))} of wall time"
     if num(cost.get("wasted_usd_per_hour")) is None:
@@ -227,17 +235,19 @@ def cost_line(cost: dict[str, Any], noted: bool = False) -> str:
     return line
 
 
-def breakdown_table(report: dict[str, Any]) -> str:
-    """Slice, share of wall time, seconds."""
+def breakdown_table(report: Report, known_only: bool = False) -> str:
+    """Slice, share of wall time, seconds; ``known_only``: the six slices, no extra ones."""
     duration = num((report.get("run") or {}).get("duration_s"))
     rows = []
     for key, frac in breakdown_items(report.get("breakdown")):
+        if known_only and key not in BREAKDOWN_KEYS:
+            continue
         seconds = fmt_duration(frac * duration) if frac is not None and duration else ""
         rows.append([md_text(SPAN_LABELS.get(key, key)), fmt_pct(frac), seconds])
     return table(["slice", "share", "time"], rows, right={1, 2})
 
 
-def facts_lines(report: dict[str, Any]) -> str:
+def facts_lines(report: Report) -> str:
     """Shares, padding and steps, one line each."""
     run = report.get("run") or {}
     shares = report.get("shares") or {}
@@ -258,7 +268,7 @@ def facts_lines(report: dict[str, Any]) -> str:
     )
 
 
-def padding_line(padding: dict[str, Any]) -> str:
+def padding_line(padding: Padding) -> str:
     """Pad share and the lengths behind it, or why it is unavailable."""
     batches = fmt_int(padding.get("batches_seen") or 0)
     if num(padding.get("pad_fraction")) is None:
@@ -270,7 +280,7 @@ def padding_line(padding: dict[str, Any]) -> str:
     )
 
 
-def findings_section(findings: list[dict[str, Any]], limit: int | None = None) -> str:
+def findings_section(findings: list[Finding], limit: int | None = None) -> str:
     """The findings table, then each finding's evidence and fix (past :data:`DETAILS_SHOWN`,
     folded); at most ``limit`` of each, the rest counted."""
     if not findings:
@@ -306,7 +316,7 @@ def findings_section(findings: list[dict[str, Any]], limit: int | None = None) -
     return f"### Findings: {plural(len(findings), 'problem')}\n\n" + "\n\n".join(parts)
 
 
-def finding_detail(index: int, finding: dict[str, Any]) -> str:
+def finding_detail(index: int, finding: Finding) -> str:
     """Title, evidence, fix summary, config block and snippet of one finding."""
     fix = finding.get("fix") or {}
     title = finding.get("title") or finding.get("rule") or "finding"
@@ -325,7 +335,7 @@ def finding_detail(index: int, finding: dict[str, Any]) -> str:
     return "\n\n".join(p for p in out if p)
 
 
-def ranks_section(per_rank: list[dict[str, Any]] | None, limit: int | None = None) -> str:
+def ranks_section(per_rank: list[RankEntry] | None, limit: int | None = None) -> str:
     """Per-rank breakdown, only for more than one rank; folded past :data:`RANKS_SHOWN` ranks.
     With ``limit``, only the ``limit`` slowest ranks (by p50 step time): the stragglers."""
     if not per_rank or len(per_rank) < 2:
@@ -353,16 +363,16 @@ def ranks_section(per_rank: list[dict[str, Any]] | None, limit: int | None = Non
     return "### Per rank\n\n" + details(f"{len(per_rank):,} ranks: breakdown and step times", body)
 
 
-def _slowest(per_rank: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+def _slowest(per_rank: list[RankEntry], limit: int) -> list[RankEntry]:
     """The ``limit`` ranks with the longest p50 step, in rank order (unknown step times last)."""
-    def p50(r: dict[str, Any]) -> float:
+    def p50(r: RankEntry) -> float:
         return num(((r.get("steps") or {}).get("step_time_s") or {}).get("p50")) or -1.0
 
     keep = {id(r) for r in sorted(per_rank, key=p50, reverse=True)[:limit]}
     return [r for r in per_rank if id(r) in keep]
 
 
-def section_parts(report: dict[str, Any]) -> list[str]:
+def section_parts(report: Report) -> list[str]:
     """Each registered optional section (:mod:`gpudoctor.render.sections`), in report order;
     every string from the report made inert Markdown before it is formatted."""
     views = sections.views(_inert({s.key: report.get(s.key) for s in SECTIONS} | {
@@ -444,7 +454,7 @@ def _inert(value: Any) -> Any:
     return value
 
 
-def info_notes(findings: list[dict[str, Any]], notes: Any) -> list[str]:
+def info_notes(findings: list[Finding], notes: Any) -> list[str]:
     """The report's own notes (attach's lines lead them), then the info findings: notes, not
     problems (no waste, no "Fix:"), as "title: what was seen. What it means"; each said once."""
     infos = [f for f in findings if f.get("severity") == "info"]
@@ -470,7 +480,7 @@ def notes_section(notes: list[Any] | None, limit: int | None = None) -> str:
     return "### Notes\n\n" + details(f"{len(notes):,} notes", body)
 
 
-def footer(report: dict[str, Any]) -> str:
+def footer(report: Report) -> str:
     """Which gpudoctor wrote it."""
     version = (report.get("run") or {}).get("gpudoctor_version") or ""
     return f"<sub>gpudoctor {md_text(version)} · {md_text(report.get('schema') or '')}</sub>"

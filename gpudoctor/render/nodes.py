@@ -12,6 +12,7 @@ from typing import Any
 
 from gpudoctor.common.wording import plural
 from gpudoctor.render.base import fmt_duration, fmt_pct, fmt_step_time, num
+from gpudoctor.report.schema import NodeEntry, Nodes, Report
 
 MAX_NODE_ROWS = 64
 MAX_RANK_ROWS = 32
@@ -27,7 +28,7 @@ def _ranks_text(ranks: Any) -> str:
     return ", ".join(map(str, ranks))
 
 
-def _offset(node: dict[str, Any]) -> str:
+def _offset(node: NodeEntry) -> str:
     off = num(node.get("clock_offset_s"))
     if off is None:
         return "not aligned"
@@ -41,7 +42,7 @@ def _seconds(value: float, signed: bool = False) -> str:
     return f"{value * 1000:{sign}.1f} ms" if abs(value) < 1 else f"{value:{sign}.3f} s"
 
 
-def skew_line(section: dict[str, Any]) -> str:
+def skew_line(section: Nodes) -> str:
     ref = section.get("reference")
     skew = num(section.get("skew_corrected_s"))
     if ref is None or skew is None:
@@ -50,9 +51,17 @@ def skew_line(section: dict[str, Any]) -> str:
             f"up to {_seconds(skew)}.")
 
 
-def view(section: Any, report: Any) -> dict[str, Any] | None:
+def view(section: Nodes | None, report: Report) -> dict[str, Any] | None:
+    """The nodes table, or None for no section or one a renderer trips on."""
     if not isinstance(section, dict) or not isinstance(section.get("nodes"), list):
         return None
+    try:
+        return _view(section, report)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+        return None
+
+
+def _view(section: Nodes, report: Report) -> dict[str, Any]:
     nodes = [n for n in section["nodes"] if isinstance(n, dict)]
     rows = [[
         str(n.get("node", "")), str(n.get("host") or "unknown host"), _ranks_text(n.get("ranks")), _offset(n),
@@ -83,7 +92,7 @@ def view(section: Any, report: Any) -> dict[str, Any] | None:
     }
 
 
-def terminal_lines(report: dict[str, Any]) -> list[str]:
+def terminal_lines(report: Report) -> list[str]:
     """A few lines for stderr after a merge: the verdict, the findings, each node, the skew."""
     v = view(report.get("nodes"), report)
     lines = [f"gpudoctor: {report.get('verdict')}"]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpudoctor.report.schema import PredictionCheck, Preflight
+
 ROWS: tuple[tuple[str, str, str], ...] = (
     ("wall time", "wall_h", "{:.2f} h"),
     ("cost", "cost_usd", "${:,.2f}"),
@@ -39,7 +41,7 @@ def _cell(fig: dict[str, Any], key: str, fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def table(prediction: dict[str, Any]) -> dict[str, Any]:
+def table(prediction: Preflight) -> dict[str, Any]:
     """Display strings for the before/after table; shared by this Markdown and the HTML report."""
     target = prediction["target"]
     before, after = prediction["before"], prediction["after"]
@@ -55,7 +57,7 @@ def table(prediction: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def markdown(prediction: dict[str, Any]) -> str:
+def markdown(prediction: Preflight) -> str:
     """The before/after table, the fixes and the notes."""
     t = table(prediction)
     lines = [t["title"], "", "| | before | after fixes |", "|---|---|---|"]
@@ -69,7 +71,7 @@ def markdown(prediction: dict[str, Any]) -> str:
 _UNITS = {"s": "{:.4f} s", "fraction": "{:.1%}", "per_s": "{:,.1f}"}
 
 
-def check_table(check: dict[str, Any]) -> dict[str, Any]:
+def check_table(check: PredictionCheck) -> dict[str, Any]:
     """Display strings for the prediction-vs-measurement table of a replay on a GPU."""
     if not check.get("known"):
         return {"title": f"Prediction check on {check.get('gpu') or 'this GPU'}: not predicted", "rows": [],
@@ -89,7 +91,7 @@ def check_table(check: dict[str, Any]) -> dict[str, Any]:
     return {"title": title, "rows": rows, "notes": [str(n) for n in check.get("notes") or []]}
 
 
-def check_markdown(check: dict[str, Any]) -> str:
+def check_markdown(check: PredictionCheck) -> str:
     """The prediction-vs-measurement table and its notes."""
     t = check_table(check)
     lines = [t["title"], ""]

@@ -10,39 +10,29 @@ nothing rather than failing the page (a hand-edited report.json that still valid
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from gpudoctor.render import nodes, preflight, trial
 from gpudoctor.render.base import fmt_duration, fmt_pct, num, plural
-from gpudoctor.report.schema import SECTIONS
+from gpudoctor.report.schema import SECTIONS, ProfilerWindow, Report, Saves
+
+T = TypeVar("T")
 
 IN_NOTES = frozenset({"attach", "trackers"})  # shown through the report's notes
 MAX_PROFILER_ROWS = 12
 
 
-def _guarded(build: Callable[[dict[str, Any]], dict[str, Any] | None]) -> Callable[[Any, Any], Any]:
-    def view(section: Any, report: Any) -> dict[str, Any] | None:
-        if not isinstance(section, dict):
-            return None
-        try:
-            return build(section)
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError):
-            return None
-
-    return view
+def _guarded(build: Callable[[T], dict[str, Any]], section: T | None) -> dict[str, Any] | None:
+    """``build(section)``, or None for no section or one a renderer trips on."""
+    if not isinstance(section, dict):
+        return None
+    try:
+        return build(section)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+        return None
 
 
-def _guarded_with_report(build: Callable[[Any, Any], dict[str, Any] | None]) -> Callable[[Any, Any], Any]:
-    def view(section: Any, report: Any) -> dict[str, Any] | None:
-        try:
-            return build(section, report)
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError):
-            return None
-
-    return view
-
-
-def profiler_view(section: Any, report: Any) -> dict[str, Any] | None:
+def profiler_view(section: list[ProfilerWindow] | None, report: Report) -> dict[str, Any] | None:
     """torch.profiler's windows beside the hooks' figures: the profiler's DataLoader wait as a
     share of each window (compare with the breakdown's data wait) and the GPU kernels' busy share.
     Two instruments agreeing is why the data wait can be trusted; disagreeing is worth a look."""
@@ -72,7 +62,7 @@ def profiler_view(section: Any, report: Any) -> dict[str, Any] | None:
             "more": f"{plural(more, 'more window')} in report.json" if more > 0 else ""}
 
 
-def saves_view(section: Any, report: Any) -> dict[str, Any] | None:
+def saves_view(section: Saves | None) -> dict[str, Any] | None:
     """Each save counted once, by kind; nothing when the run saved nothing."""
     if not isinstance(section, dict):
         return None
@@ -84,16 +74,16 @@ def saves_view(section: Any, report: Any) -> dict[str, Any] | None:
     return {"rows": rows} if rows else None
 
 
-VIEWS: dict[str, Callable[[Any, Any], dict[str, Any] | None]] = {
-    "saves": saves_view,
-    "profiler": profiler_view,
-    "prediction_check": _guarded(preflight.check_table),
-    "preflight": _guarded(preflight.table),
-    "trial": lambda section, report: trial.view(section),
-    "nodes": _guarded_with_report(nodes.view),
+VIEWS: dict[str, Callable[[Report], dict[str, Any] | None]] = {
+    "saves": lambda r: saves_view(r.get("saves")),
+    "profiler": lambda r: profiler_view(r.get("profiler"), r),
+    "prediction_check": lambda r: _guarded(preflight.check_table, r.get("prediction_check")),
+    "preflight": lambda r: _guarded(preflight.table, r.get("preflight")),
+    "trial": lambda r: trial.view(r.get("trial")),
+    "nodes": lambda r: nodes.view(r.get("nodes"), r),
 }
 
 
-def views(report: dict[str, Any]) -> dict[str, Any]:
+def views(report: Report) -> dict[str, Any]:
     """``{key: view or None}`` for every registered section that has a view."""
-    return {s.key: VIEWS[s.key](report.get(s.key), report) for s in SECTIONS if s.key in VIEWS}
+    return {s.key: VIEWS[s.key](report) for s in SECTIONS if s.key in VIEWS}

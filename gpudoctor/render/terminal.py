@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
-from gpudoctor.render.base import NO_GPU, cpu_text, fmt_pct, has_gpu, mfu_text, outcome_text
+from gpudoctor.render.base import NO_GPU, cpu_text, fmt_pct, has_gpu, mfu_text, num, outcome_text
+from gpudoctor.report.schema import Breakdown, Finding, Report
 
 
-def summary_lines(report: dict[str, Any], folder: Path) -> list[str]:
+def summary_lines(report: Report, folder: Path) -> list[str]:
     """What the user reads first: how the command ended (when it did not simply finish), the
     verdict, where the time went, the busy shares, each problem (notes are for the report), and
     where the report is."""
@@ -22,7 +22,7 @@ def summary_lines(report: dict[str, Any], folder: Path) -> list[str]:
         lines.append(f"gpudoctor: {outcome}.")
     lines.append(f"gpudoctor: {report['verdict']}")
     if b.get("compute") is not None:
-        parts = ", ".join(f"{k} {100 * (v or 0):.0f}%" for k, v in b.items() if (v or 0) >= 0.005)
+        parts = ", ".join(f"{k} {100 * (num(v) or 0):.0f}%" for k, v in b.items() if (num(v) or 0) >= 0.005)
         lines.append(f"  wall time {run['duration_s']:.1f} s: {parts}")
     shares = report.get("shares") or {}
     gpu = f"GPU busy {fmt_pct(shares.get('gpu_busy'), 0)}" if has_gpu(run) else NO_GPU
@@ -45,20 +45,22 @@ def summary_lines(report: dict[str, Any], folder: Path) -> list[str]:
     return lines
 
 
-def _measured(finding: dict[str, Any], breakdown: dict[str, Any]) -> str:
+def _measured(finding: Finding, breakdown: Breakdown) -> str:
     """``data_wait 79% measured; `` for the bucket the finding's fix claims, "" when unknown."""
     claims = finding.get("claims") or []
-    first = claims[0] if claims and isinstance(claims[0], dict) else {}
-    bucket, part = first.get("bucket"), first.get("part")
-    share = breakdown.get(bucket) if isinstance(bucket, str) else None
-    if not isinstance(share, (int, float)) or share <= 0:
+    if not claims:
         return ""
-    if isinstance(part, str) and part and isinstance(first.get("part_share"), (int, float)):
-        share, bucket = share * first["part_share"], f"{bucket} ({part.replace('_', ' ')})"
+    first = claims[0]
+    bucket, part = first["bucket"], first.get("part")
+    share = breakdown.get(bucket)
+    if share is None or share <= 0:
+        return ""
+    if part:
+        return f"{bucket} ({part.replace('_', ' ')}) {100 * share * first['part_share']:.0f}% measured; "
     return f"{bucket} {100 * share:.0f}% measured; "
 
 
-def print_summary(report: dict[str, Any], folder: Path, as_json: bool) -> None:
+def print_summary(report: Report, folder: Path, as_json: bool) -> None:
     """A short summary on stderr (stdout stays the patient's), or JSON on stdout."""
     if as_json:
         print(json.dumps(report, indent=2))

@@ -9,9 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from gpudoctor.render.base import num
+from gpudoctor.report.schema import Trial
 
 
-def view(section: Any) -> dict[str, Any] | None:
+def view(section: Trial | None) -> dict[str, Any] | None:
     """Display strings: title, rows (figure, baseline, trial), applied and not-applied lines, notes."""
     if not isinstance(section, dict):
         return None
@@ -21,7 +22,7 @@ def view(section: Any) -> dict[str, Any] | None:
         return None
 
 
-def _view(s: dict[str, Any]) -> dict[str, Any]:
+def _view(s: Trial) -> dict[str, Any]:
     base, trial = s.get("baseline") or {}, s.get("trial") or {}
     applied = [f"{row['call']}: " + ", ".join(f"{k}={_show(v)} (was {_show((row.get('was') or {}).get(k))})"
                                               for k, v in (row.get("values") or {}).items())
@@ -43,7 +44,7 @@ def _view(s: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def speedups(section: dict[str, Any]) -> str:
+def speedups(section: Trial) -> str:
     """``predicted 1.20x, achieved 1.15x (steps/s 8.10 -> 9.30)``: the title here, the terminal line in try."""
     rng = section.get("predicted_speedup_range")
     predicted = section.get("predicted_speedup")

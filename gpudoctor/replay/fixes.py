@@ -15,6 +15,7 @@ from gpudoctor.common.wording import plural
 from gpudoctor.replay import costmodel
 from gpudoctor.replay.config import ReplayConfig
 from gpudoctor.replay.costmodel import Plan, Workload, simulate
+from gpudoctor.report.schema import PreflightFix
 from gpudoctor.rules import values
 
 STALL_TOLERANCE = 0.02
@@ -22,12 +23,12 @@ PAD_TOLERANCE = 0.25
 MIN_GAIN = 0.005  # a fix must save this share of wall time ...
 MIN_GAIN_S = 60.0  # ... or this many seconds of the whole run (idle GPUs at each launch add up)
 
-Fix = tuple[Plan, dict[str, Any]]
+Fix = tuple[Plan, PreflightFix]
 
 
-def apply_fixes(plan: Plan, w: Workload, config: ReplayConfig) -> tuple[Plan, list[dict[str, Any]]]:
+def apply_fixes(plan: Plan, w: Workload, config: ReplayConfig) -> tuple[Plan, list[PreflightFix]]:
     """Turn each knob the way the report's rules would, keeping fixes that save time."""
-    fixes: list[dict[str, Any]] = []
+    fixes: list[PreflightFix] = []
     for step in (_fix_precision, _fix_padding, _fix_startup, _fix_input, _fix_checkpoint):
         candidate = step(plan, w, config)
         if candidate is None:
@@ -43,6 +44,7 @@ def apply_fixes(plan: Plan, w: Workload, config: ReplayConfig) -> tuple[Plan, li
 def _fix_precision(plan: Plan, w: Workload, config: ReplayConfig) -> Fix | None:
     if plan.precision in ("bf16", "fp16"):
         return None
+    fix: PreflightFix
     if w.gpu.bf16_tflops is not None:
         fix = {
             "rule": "no_mixed_precision",
@@ -109,7 +111,7 @@ def _fix_startup(plan: Plan, w: Workload, config: ReplayConfig) -> Fix | None:
         for k, on in (("format_at", plan.startup_format), ("tokenize_at", plan.startup_tokenize))
         if on
     }
-    fix = {
+    fix: PreflightFix = {
         "rule": "startup_idle",
         "config": changes,
         "summary": f"{what} of {w.examples:,} examples at startup keeps {plural(w.gpus, 'GPU')} idle for {seconds / 60:.1f} min: "
@@ -174,7 +176,7 @@ def _fix_checkpoint(plan: Plan, w: Workload, config: ReplayConfig) -> Fix | None
         if every <= steps
         else f"(one save alone is {each_s:.0f} s: save at the end, or write faster storage)"
     )
-    fix = {
+    fix: PreflightFix = {
         "rule": "checkpoint_overhead",
         "config": {"save_steps": every},
         "summary": f"{fig['checkpoint_count']} checkpoints of {each_s:.0f} s take {share:.0%} of the run: "

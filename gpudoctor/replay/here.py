@@ -22,20 +22,21 @@ from gpudoctor.replay import gpus
 from gpudoctor.replay.config import ReplayConfig
 from gpudoctor.replay.costmodel import simulate
 from gpudoctor.replay.preflight import plan_from_config, workload
+from gpudoctor.report.schema import CheckRow, PredictionCheck, Report
 
 ON_CPU_NOTE = ("the replay ran on the CPU, so there is no GPU measurement to set beside the prediction; "
                "run it on a machine with a GPU to check the model there")
 
 
-def compare(config: ReplayConfig, measure: dict[str, Any], report: dict[str, Any],
-            mfu: float | None = None) -> dict[str, Any] | None:
+def compare(config: ReplayConfig, measure: dict[str, Any], report: Report,
+            mfu: float | None = None) -> PredictionCheck | None:
     """Prediction vs measurement for the replay on this machine's GPU; ``None`` after a CPU replay."""
     if measure.get("device") != "cuda":
         return None
     names = [str(g.get("name") or "") for g in (report.get("run") or {}).get("gpus") or []]
     name = names[0] if names else ""
     spec = gpus.find(name) if name else None  # hardware.gpu_spec describes the target, not this GPU
-    section: dict[str, Any] = {"gpu": name or None, "known": spec is not None, "rows": [], "notes": []}
+    section: PredictionCheck = {"gpu": name or None, "known": spec is not None, "rows": [], "notes": []}
     if spec is None:
         section["notes"].append(
             f"this GPU ({name or 'not seen by NVML'}) is not in gpudoctor's table "
@@ -86,12 +87,12 @@ def compare(config: ReplayConfig, measure: dict[str, Any], report: dict[str, Any
     return section
 
 
-def _row(label: str, unit: str, predicted: float | None, measured: float | None) -> dict[str, Any]:
+def _row(label: str, unit: str, predicted: float | None, measured: float | None) -> CheckRow:
     ratio = measured / predicted if predicted and measured is not None else None
     return {"figure": label, "unit": unit, "predicted": predicted, "measured": measured, "measured_over_predicted": ratio}
 
 
-def _measured(report: dict[str, Any], training: dict[str, Any]) -> dict[str, float | None]:
+def _measured(report: Report, training: dict[str, Any]) -> dict[str, float | None]:
     """The replay's own figures, over its training (not its startup)."""
     steps = report.get("steps") or {}
     p50 = ((steps.get("step_time_s") or {}).get("p50"))
@@ -107,7 +108,7 @@ def _measured(report: dict[str, Any], training: dict[str, Any]) -> dict[str, flo
     }
 
 
-def _busy_while_training(report: dict[str, Any]) -> float | None:
+def _busy_while_training(report: Report) -> float | None:
     """Mean NVML utilization from the first step on (the timeline's GPU series)."""
     series = (report.get("timeline") or {}).get("series") or {}
     times, busy = series.get("gpu_t_s"), series.get("gpu_busy_pct")

@@ -19,6 +19,7 @@ from gpudoctor.replay import costmodel, gpus
 from gpudoctor.replay.config import ReplayConfig
 from gpudoctor.replay.costmodel import Plan, Workload, simulate
 from gpudoctor.replay.fixes import apply_fixes
+from gpudoctor.report.schema import Preflight, PreflightTarget
 from gpudoctor.rules import values
 
 __all__ = ["predict", "workload", "plan_from_config", "apply_fixes"]
@@ -36,7 +37,7 @@ def predict(
     price_per_gpu_hour: float | None = None,
     gpus_count: int | None = None,
     recorded_padding: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> Preflight:
     """The whole-run prediction on ``target`` (default ``hardware.target``), before and after fixes.
 
     ``recorded_padding`` is the replay report's ``padding`` section: when it has lengths,
@@ -56,12 +57,7 @@ def predict(
     notes.extend(_memory_notes(w))
     return {
         "schema": SCHEMA,
-        "target": {
-            **gpu.as_dict(),
-            "gpus": w.gpus,
-            "cpu_cores": w.cores_per_rank * w.gpus,
-            "price_per_gpu_hour": w.price_per_gpu_hour,
-        },
+        "target": _target_section(gpu, w),
         "assumptions": _assumptions(w),
         "before": before,
         "after": after,
@@ -70,6 +66,15 @@ def predict(
         "saved_usd": before["cost_usd"] - after["cost_usd"],
         "notes": notes,
     }
+
+
+def _target_section(gpu: gpus.GpuSpec, w: Workload) -> PreflightTarget:
+    """The spec's fields in its order, at the price the prediction used, with the GPUs and cores."""
+    return {"key": gpu.key, "name": gpu.name, "bf16_tflops": gpu.bf16_tflops, "fp16_tflops": gpu.fp16_tflops,
+            "tf32_tflops": gpu.tf32_tflops, "fp32_tflops": gpu.fp32_tflops, "memory_gb": gpu.memory_gb,
+            "bandwidth_gb_s": gpu.bandwidth_gb_s, "price_per_gpu_hour": w.price_per_gpu_hour,
+            "source": gpu.source, "date": gpu.date, "price_source": gpu.price_source,
+            "gpus": w.gpus, "cpu_cores": w.cores_per_rank * w.gpus}
 
 
 def _target(config: ReplayConfig, target: str | None) -> gpus.GpuSpec:

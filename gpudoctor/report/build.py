@@ -57,7 +57,7 @@ def build_report(rec: Recording, options: ReportOptions | None = None) -> Report
         # each save counted once, by kind (analysis/saves.py); null when no process was hooked
         "saves": cast(schema.Saves, split_saves(a.primary).to_dict()) if a.primary is not None else None,
         "findings": finding_dicts + [f.to_dict(None) for f in infos],
-        "cost": cast(schema.Cost, cost_section(price, wasted, a.duration_s, _projected_run_s(a))),
+        "cost": cost_section(price, wasted, a.duration_s, _projected_run_s(a)),
         "verdict": _verdict(a, findings, wasted, rec.meta),
         "per_rank": _per_rank(a),
         "timeline": _timeline(a),

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
 
 from gpudoctor.common.errors import UserError
 from gpudoctor.common.hardware import PRICE_DATE, price_per_gpu_hour
+from gpudoctor.report.schema import Cost
 
 PRICE_TABLE_DATE = PRICE_DATE
 PRICE_TABLE_SOURCE = f"gpudoctor built-in table ({PRICE_TABLE_DATE}, approximate on-demand prices)"
@@ -65,11 +65,11 @@ def resolve_price(cli_price: float | None, cli_gpus: int | None, gpu_names: list
 
 def cost_section(
     price: Price, wasted_fraction: float, duration_s: float, projected_run_s: float | None
-) -> dict[str, Any]:
+) -> Cost:
     per_hour = price.usd_per_hour
     wasted = per_hour * wasted_fraction if per_hour is not None else None
     run_h = projected_run_s / 3600 if projected_run_s else None
-    section: dict[str, Any] = {
+    section: Cost = {
         "usd_per_hour": _r(per_hour),
         "wasted_usd_per_hour": _r(wasted),
         "wasted_fraction": round(wasted_fraction, 4),

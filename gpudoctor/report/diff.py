@@ -53,15 +53,17 @@ from typing import Any
 
 from gpudoctor.analysis import step_noise
 from gpudoctor.common.numbers import num
-from gpudoctor.common.wording import (
-    SPAN_LABELS,
-    bucket_text,
-    command_text,
-    fmt_seconds,
-    fmt_usd,
-    gpus_text,
+from gpudoctor.common.wording import command_text, gpus_text
+from gpudoctor.report.schema import (
+    DIFF_STATUSES,
+    SECTIONS,
+    Change,
+    Diff,
+    Finding,
+    Report,
+    Side,
+    breakdown_items,
 )
-from gpudoctor.report.schema import DIFF_STATUSES, SECTIONS, breakdown_items
 from gpudoctor.rules.account import BUCKETS, Claim, removed_of_bucket
 
 DIFF_SCHEMA = "gpudoctor.diff/2"
@@ -85,7 +87,7 @@ RULE_BUCKETS = {
 STATUSES = DIFF_STATUSES
 
 
-def change(before: Any, after: Any) -> dict[str, float | None]:
+def change(before: Any, after: Any) -> Change:
     """``{"before", "after", "delta"}`` with ``delta = after - before`` when both are known."""
     b, a = num(before), num(after)
     return {"before": b, "after": a, "delta": None if a is None or b is None else a - b}
@@ -109,7 +111,7 @@ def unit_of(bucket: str | None) -> str | None:
 class RunSeconds:
     """One report's figures in seconds: per step, or per launch for startup."""
 
-    def __init__(self, report: dict[str, Any]) -> None:
+    def __init__(self, report: Report) -> None:
         self.report = report
         self.duration_s = num((report.get("run") or {}).get("duration_s"))
         steps = report.get("steps") or {}
@@ -138,7 +140,7 @@ class RunSeconds:
         parts = [self.bucket_s(k) for k in self.shares if k not in PER_LAUNCH]
         return None if not parts or any(p is None for p in parts) else sum(p for p in parts if p)
 
-    def waste_wall_s(self, finding: dict[str, Any]) -> dict[str, float]:
+    def waste_wall_s(self, finding: Finding) -> dict[str, float]:
         """Seconds of this run each bucket gives back when the finding's fix is applied alone."""
         if self.duration_s is None:
             return {}
@@ -212,9 +214,9 @@ def achieved_speedup(b: RunSeconds, a: RunSeconds, bucket: str | None) -> tuple[
     return (b.p50_s / a.p50_s if b.p50_s and a.p50_s else None), "p50 step time, before / after"
 
 
-def _by_rule(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _by_rule(report: Report) -> dict[str, Finding]:
     """The largest-waste finding of each rule (a rule may fire once per rank); no info findings."""
-    rules: dict[str, dict[str, Any]] = {}
+    rules: dict[str, Finding] = {}
     for finding in report.get("findings") or []:
         if not isinstance(finding, dict) or finding.get("severity") == "info":
             continue
@@ -227,7 +229,7 @@ def _by_rule(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return rules
 
 
-def diff_findings(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+def diff_findings(before: Report, after: Report) -> dict[str, list[dict[str, Any]]]:
     """Findings by what happened to their seconds: resolved, partial, moved, gone, new, still_present."""
     rb, ra = RunSeconds(before), RunSeconds(after)
     noise = Noise(rb, ra)
@@ -255,10 +257,10 @@ def diff_findings(before: dict[str, Any], after: dict[str, Any]) -> dict[str, li
             "verdict": verdict(None if wb is None or wa is None else wa - wb, noise.of(bucket)),
             "moved_to": [],
             "speedup": None,
-            "waste_fraction": change((fb.get(rule) or {}).get("waste_fraction"),
-                                     (fa.get(rule) or {}).get("waste_fraction")),
-            "waste_usd_per_hour": change((fb.get(rule) or {}).get("waste_usd_per_hour"),
-                                         (fa.get(rule) or {}).get("waste_usd_per_hour")),
+            "waste_fraction": change(fb[rule].get("waste_fraction") if rule in fb else None,
+                                     fa[rule].get("waste_fraction") if rule in fa else None),
+            "waste_usd_per_hour": change(fb[rule].get("waste_usd_per_hour") if rule in fb else None,
+                                         fa[rule].get("waste_usd_per_hour") if rule in fa else None),
         }
 
     def with_speedup(e: dict[str, Any]) -> dict[str, Any]:
@@ -315,7 +317,7 @@ def _grew(b: RunSeconds, a: RunSeconds, wall_b: dict[str, float], wall_a: dict[s
     return verdict(None if wb is None or wa is None else wa - wb, threshold_s) == "worse"
 
 
-def _side(report: dict[str, Any]) -> dict[str, Any]:
+def _side(report: Report) -> Side:
     run = report.get("run") or {}
     return {
         "command": command_text(run.get("command")),
@@ -327,16 +329,16 @@ def _side(report: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def throughput(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float | None]:
+def throughput(before: Report, after: Report) -> dict[str, float | None]:
     """Steps per second (1 / p50 step time) and the after/before ratio."""
     b, a = RunSeconds(before).p50_s, RunSeconds(after).p50_s
-    out = change(1 / b if b else None, 1 / a if a else None)
-    out["ratio"] = b / a if a and b else None
-    return out
+    c = change(1 / b if b else None, 1 / a if a else None)
+    return {"before": c["before"], "after": c["after"], "delta": c["delta"], "ratio": b / a if a and b else None}
 
 
-def diff_reports(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """Everything that changed between two runs, in seconds per step and rule names."""
+def diff_reports(before: Report, after: Report) -> Diff:
+    """Everything that changed between two runs, in seconds per step and rule names: figures only
+    (:mod:`gpudoctor.render.diff_words` words them: the notes and the summary line)."""
     rb, ra = RunSeconds(before), RunSeconds(after)
     noise = Noise(rb, ra)
     b_cost, a_cost = before.get("cost") or {}, after.get("cost") or {}
@@ -349,7 +351,7 @@ def diff_reports(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any
     for key in keys:
         c = change(rb.bucket_s(key), ra.bucket_s(key))
         seconds[key] = {"unit": unit_of(key), **c, "verdict": verdict(c["delta"], noise.of(key))}
-    d: dict[str, Any] = {
+    return {
         "schema": DIFF_SCHEMA,
         "before": _side(before),
         "after": _side(after),
@@ -366,92 +368,9 @@ def diff_reports(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any
         ),
         "findings": diff_findings(before, after),
         "sections": {"before": present_sections(before), "after": present_sections(after)},
-        "notes": comparability_notes(before, after, rb, ra),
     }
-    d["notes"] += shared_fall_notes(d["findings"])
-    d["summary"] = summary_line(d)
-    return d
 
 
-def comparability_notes(before: dict[str, Any], after: dict[str, Any],
-                        rb: RunSeconds | None = None, ra: RunSeconds | None = None) -> list[str]:
-    """Warnings that make the comparison less than like for like."""
-    rb, ra = rb or RunSeconds(before), ra or RunSeconds(after)
-    notes = []
-    b_gpus, a_gpus = gpus_text(before.get("run") or {}), gpus_text(after.get("run") or {})
-    if b_gpus != a_gpus:
-        notes.append(f"The runs used different hardware: {b_gpus} before, {a_gpus} after.")
-    for label, report in (("before", before), ("after", after)):
-        status = (report.get("run") or {}).get("status")
-        if status not in (None, "finished"):
-            notes.append(f"The {label} run is {status}; its figures cover only what was recorded.")
-    for label, run in (("before", rb), ("after", ra)):
-        if run.noise.method == "unavailable":
-            notes.append(f"The {label} run has no step times: its noise, and every change measured "
-                         "against it, is unavailable.")
-        elif run.noise.method == "p50_p90":
-            notes.append(f"The {label} report holds no step timestamps: its noise comes from the p50 "
-                         "and p90 step times only, without the drift over the run.")
-    b_sections, a_sections = present_sections(before), present_sections(after)
-    for s in SECTIONS:
-        if (s.key in b_sections) != (s.key in a_sections):
-            side, other = ("before", "after") if s.key in b_sections else ("after", "before")
-            notes.append(f"Only the {side} report has the {s.title} ({s.written_by}); the {other} "
-                         "has none, so it is not compared.")
-    if any(run.shares.get("startup") for run in (rb, ra)):
-        notes.append("Startup is one launch per run: its own noise cannot be observed, so it is "
-                     "held to the steps' relative noise.")
-    return notes
-
-
-def present_sections(report: dict[str, Any]) -> list[str]:
+def present_sections(report: Report) -> list[str]:
     """The registered optional sections (:data:`~gpudoctor.report.schema.SECTIONS`) a report holds."""
     return [s.key for s in SECTIONS if report.get(s.key) not in (None, [], {})]
-
-
-def shared_fall_notes(found: dict[str, list[dict[str, Any]]]) -> list[str]:
-    """Where two findings no longer reported claimed the same bucket, its fall is credited to each
-    (up to its own seconds): which fix removed which seconds is not observable."""
-    by_bucket: dict[str, list[str]] = {}
-    for f in found["resolved"] + found["partial"]:
-        if f["bucket"]:
-            by_bucket.setdefault(f["bucket"], []).append(f["rule"])
-    return [
-        f"{', '.join(rules)} all lived in {SPAN_LABELS.get(b, b)}: its fall is credited to each, "
-        "as which fix removed which seconds cannot be told apart."
-        for b, rules in by_bucket.items() if len(rules) > 1
-    ]
-
-
-def summary_line(d: dict[str, Any]) -> str:
-    """One line of conclusions, all from seconds: speed, resolved/relabelled/new rules."""
-    parts = []
-    step, t = d["step_time_p50_s"], d["noise"]["threshold_s_per_step"]
-    ratio = d["throughput_steps_per_s"].get("ratio")
-    if step["verdict"] in ("better", "worse") and ratio:
-        parts.append(
-            f"steps {ratio:.2f}× as fast" if ratio >= 1 else f"steps {1 / ratio:.2f}× slower"
-        )
-    elif step["verdict"] == "within_noise":
-        parts.append(
-            f"step time unchanged within noise ({fmt_seconds(step['before'])} → "
-            f"{fmt_seconds(step['after'])}, noise ±{fmt_seconds(t)})"
-        )
-    else:
-        parts.append("step time unavailable")
-    found = d["findings"]
-    if found["resolved"]:
-        parts.append("resolved " + ", ".join(f["rule"] for f in found["resolved"]))
-    if found["partial"]:
-        parts.append("partly resolved " + ", ".join(f["rule"] for f in found["partial"]))
-    for f in found["moved"]:
-        parts.append(f"relabelled: {f['rule']} → {', '.join(f['moved_to'])}, " + bucket_text(f))
-    if found["gone"]:
-        parts.append("no longer reported, not confirmed by seconds: "
-                     + ", ".join(f["rule"] for f in found["gone"]))
-    if found["new"]:
-        parts.append("new " + ", ".join(f["rule"] for f in found["new"]))
-    usd = d["wasted_usd_per_hour"]
-    if usd["before"] is not None and usd["after"] is not None:
-        parts.append(f"wasted {fmt_usd(usd['before'])}/h → {fmt_usd(usd['after'])}/h")
-    return "; ".join(parts)

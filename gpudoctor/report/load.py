@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from gpudoctor.common import safefs
 from gpudoctor.common.errors import UserError
 from gpudoctor.recording.read import folder_owner
 from gpudoctor.report.check import problem
-from gpudoctor.report.schema import KEPT_ON_RERENDER, REQUIRED, SCHEMA, Sections
+from gpudoctor.report.schema import KEPT_ON_RERENDER, REQUIRED, SCHEMA, Report, Sections
 
 if TYPE_CHECKING:
     from gpudoctor.recording.store import Recording
@@ -54,7 +54,7 @@ def holds_recording(path: Path) -> bool:
                               or (path / "samples").is_dir())
 
 
-def load_report(path: Path, price: float | None = None, gpus: int | None = None) -> dict[str, Any]:
+def load_report(path: Path, price: float | None = None, gpus: int | None = None) -> Report:
     """The report of a run folder (re-analysed from its recording) or of a saved report.json.
 
     A folder is opened once (``O_NOFOLLOW``) and read through that descriptor
@@ -69,22 +69,21 @@ def load_report(path: Path, price: float | None = None, gpus: int | None = None)
         return read_report(pinned)
 
 
-def report_of_recording(rec: Recording, price: float | None = None, gpus: int | None = None) -> dict[str, Any]:
+def report_of_recording(rec: Recording, price: float | None = None, gpus: int | None = None) -> Report:
     """``rec`` analysed into its report, with the sections a mode added kept from its report.json."""
     from gpudoctor.report.build import (  # the analysis: only for a recording
         ReportOptions,
         build_report,
     )
 
-    # typed up to here (schema.Report); the renderers and the commands still take a plain dict
-    report = cast(dict[str, Any], build_report(rec, ReportOptions(price_per_gpu_hour=price, gpus=gpus)))
+    report = build_report(rec, ReportOptions(price_per_gpu_hour=price, gpus=gpus))
     saved = rec.root / "report.json"
     if saved.exists():
         report.update(_kept_sections(saved))
     return report
 
 
-def read_report(path: Path) -> dict[str, Any]:
+def read_report(path: Path) -> Report:
     """A saved report.json (or a folder's), read safely and validated against the schema."""
     if path.is_dir():
         if not (path / "report.json").exists():
@@ -111,10 +110,10 @@ def read_report(path: Path) -> dict[str, Any]:
     wrong = problem(report)
     if wrong:
         raise UserError(f"{path} does not match {SCHEMA}: {wrong}; re-render it from its run folder")
-    return report
+    return cast(Report, report)  # the one boundary: validated against Report just above
 
 
-def _kept_sections(saved: Path) -> dict[str, Any]:
+def _kept_sections(saved: Path) -> Sections:
     """The sections a mode added beside the analysis (:data:`~gpudoctor.report.schema.SECTIONS`
     marked ``kept``: replay's preflight and prediction_check, try's trial), from the folder's
     report.json, each only when it still matches the schema; the recording rebuilds the rest."""
@@ -124,4 +123,5 @@ def _kept_sections(saved: Path) -> dict[str, Any]:
         return {}
     if not isinstance(old, dict) or old.get("schema") != SCHEMA:
         return {}
-    return {key: old[key] for key in KEPT_ON_RERENDER if key in old and problem({key: old[key]}, Sections) is None}
+    kept = {key: old[key] for key in KEPT_ON_RERENDER if key in old and problem({key: old[key]}, Sections) is None}
+    return cast(Sections, kept)  # each kept section validated against Sections just above

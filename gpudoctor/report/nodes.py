@@ -18,7 +18,7 @@ import datetime as dt
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from gpudoctor._version import __version__
 from gpudoctor.analysis import analyze
@@ -28,7 +28,16 @@ from gpudoctor.common.wording import plural
 from gpudoctor.recording.store import load_recording
 from gpudoctor.report.build import ReportOptions
 from gpudoctor.report.cost import cost_section, resolve_price
-from gpudoctor.report.schema import SCHEMA
+from gpudoctor.report.schema import (
+    SCHEMA,
+    Breakdown,
+    NodeEntry,
+    Nodes,
+    RankEntry,
+    Report,
+    Run,
+    StepTimes,
+)
 from gpudoctor.rules import Finding, Fix, account, run_rules
 from gpudoctor.rules.base import settle_findings
 from gpudoctor.rules.nodes import StragglerNode
@@ -56,7 +65,7 @@ def labels(folders: list[Path]) -> list[str]:
     return [n if names.count(n) == 1 else str(f) for n, f in zip(names, folders, strict=True)]
 
 
-def merge_report(folders: list[Path], options: ReportOptions | None = None) -> dict[str, Any]:
+def merge_report(folders: list[Path], options: ReportOptions | None = None) -> Report:
     options = options or ReportOptions()
     nodes: list[NodeSummary] = []
     seen: dict[str, _Seen] = {}
@@ -117,7 +126,7 @@ def _rebase(nodes: list[NodeSummary]) -> None:
 
 
 def _report(nodes: list[NodeSummary], seen: dict[str, _Seen], node_rules: dict[str, list[str]],
-            options: ReportOptions) -> dict[str, Any]:
+            options: ReportOptions) -> Report:
     job = job_analysis(nodes)
     first = nodes[0].meta
     price = resolve_price(options.price_per_gpu_hour if options.price_per_gpu_hour is not None
@@ -135,11 +144,11 @@ def _report(nodes: list[NodeSummary], seen: dict[str, _Seen], node_rules: dict[s
     return {
         "schema": SCHEMA,
         "run": _run(nodes, job.start, job.duration_s, price),
-        "breakdown": _rounded(job.breakdown()),
+        "breakdown": _breakdown(job.breakdown()),
         "steps": {
             "count": lead.steps if lead else 0,
             "first_step_at_s": round(lead.first_step - job.start, 3) if lead and lead.first_step else None,
-            "step_time_s": _rounded(lead.step_time_s) if lead else {"p50": None, "p90": None},
+            "step_time_s": _step_times(lead.step_time_s) if lead else {"p50": None, "p90": None},
         },
         "findings": [f.to_dict(price.usd_per_hour) for f in findings] + [f.to_dict(None) for f in infos],
         "cost": cost_section(price, wasted, job.duration_s, None),
@@ -164,7 +173,7 @@ def _named(s: _Seen) -> Finding:
     return f
 
 
-def _run(nodes: list[NodeSummary], start: float, duration_s: float, price: Any) -> dict[str, Any]:
+def _run(nodes: list[NodeSummary], start: float, duration_s: float, price: Any) -> Run:
     first = nodes[0].meta
     statuses = [str(n.meta.get("status") or "running") for n in nodes]
     status = next((s for s in ("crashed", "interrupted", "running") if s in statuses), "finished")
@@ -187,14 +196,14 @@ def _run(nodes: list[NodeSummary], start: float, duration_s: float, price: Any) 
     }
 
 
-def _rank_entry(r: Any) -> dict[str, Any]:
+def _rank_entry(r: Any) -> RankEntry:
     return {"rank": r.rank, "pid": r.pid, "node": r.node, "local_rank": r.local_rank,
-            "breakdown": _rounded(r.breakdown), "data_wait_s": round(r.seconds["data_wait"], 3),
+            "breakdown": _breakdown(r.breakdown), "data_wait_s": round(r.seconds["data_wait"], 3),
             "checkpoint_s": round(float(r.seconds["checkpoint"]), 3), "wall_s": round(r.end - r.start, 3),
-            "steps": {"count": r.steps, "step_time_s": _rounded(r.step_time_s)}}
+            "steps": {"count": r.steps, "step_time_s": _step_times(r.step_time_s)}}
 
 
-def _nodes_section(nodes: list[NodeSummary], node_rules: dict[str, list[str]]) -> dict[str, Any]:
+def _nodes_section(nodes: list[NodeSummary], node_rules: dict[str, list[str]]) -> Nodes:
     aligned = [n for n in nodes if n.residual_s is not None]
     ref = next((n for n in aligned if n.offset_s == 0.0), None)
     return {
@@ -205,7 +214,7 @@ def _nodes_section(nodes: list[NodeSummary], node_rules: dict[str, list[str]]) -
     }
 
 
-def _node_entry(n: NodeSummary, rules: list[str]) -> dict[str, Any]:
+def _node_entry(n: NodeSummary, rules: list[str]) -> NodeEntry:
     waits = [r.seconds["data_wait"] for r in n.ranks]
     keys = n.ranks[0].breakdown if n.ranks else {}
     lead = n.ranks[0] if n.ranks else None
@@ -219,11 +228,11 @@ def _node_entry(n: NodeSummary, rules: list[str]) -> dict[str, Any]:
         "clock_offset_s": round(n.offset_s, 4) if n.residual_s is not None else None,
         "alignment_residual_s": round(n.residual_s, 4) if n.residual_s is not None else None,
         "aligned_steps": n.aligned_steps,
-        "breakdown": _rounded({k: sum(r.breakdown[k] for r in n.ranks) / len(n.ranks) for k in keys}),
+        "breakdown": _breakdown({k: sum(r.breakdown[k] for r in n.ranks) / len(n.ranks) for k in keys}),
         "data_wait_s": round(sum(waits) / len(waits), 3) if waits else None,
         "data_wait_s_max": round(max(waits), 3) if waits else None,
         "checkpoint_s": round(float(max((r.seconds["checkpoint"] for r in n.ranks), default=0.0)), 3),
-        "step_time_s": _rounded(lead.step_time_s) if lead else {"p50": None, "p90": None},
+        "step_time_s": _step_times(lead.step_time_s) if lead else {"p50": None, "p90": None},
         "findings": sorted(set(rules)),
     }
 
@@ -239,6 +248,14 @@ def _verdict(nodes: list[NodeSummary], findings: list[Finding], wasted: float) -
     speed = account.speedup(wasted) or 1.0
     return (f"{where}. {plural(len(real), 'problem')} found; the biggest: {real[0].title} "
             f"({100 * real[0].waste_fraction:.0f}%). Fixing them could make this job about {speed:.1f}x faster.")
+
+
+def _breakdown(d: dict[str, Any]) -> Breakdown:
+    return cast(Breakdown, _rounded(d))  # the analysis' slices (BREAKDOWN_KEYS), as report/build.py does
+
+
+def _step_times(d: dict[str, Any]) -> StepTimes:
+    return cast(StepTimes, _rounded(d))  # p50/p90 of the analysis' quantiles, as report/build.py does
 
 
 def _rounded(d: dict[str, Any]) -> dict[str, Any]:

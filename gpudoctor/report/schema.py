@@ -283,13 +283,28 @@ class Attach(TypedDict):
 
 
 class PreflightTarget(TypedDict, total=False):
+    """The GPU the run is predicted on: :class:`gpudoctor.common.hardware.GpuSpec`'s fields, in its
+    order, the price the prediction used, the GPUs and CPU cores (``gpudoctor.replay.preflight``)."""
+
+    key: str
     name: str
-    gpus: int
+    bf16_tflops: Figure | None
+    fp16_tflops: Figure | None
+    tf32_tflops: Figure | None
+    fp32_tflops: Figure
+    memory_gb: Figure
+    bandwidth_gb_s: Figure
     price_per_gpu_hour: Usd
+    source: str
+    date: str
+    price_source: str
+    gpus: int
+    cpu_cores: int
 
 
 class PreflightFix(TypedDict, total=False):
     rule: str
+    config: dict[str, Any]
     summary: str
     saves_h: Figure
 
@@ -414,12 +429,16 @@ class Nodes(TypedDict):
     nodes: list[NodeEntry]
 
 
+TrackerKind = Literal["mlflow", "wandb", "tensorboard"]
+TrackerStatus = Literal["added", "skipped", "failed"]
+
+
 class TrackerEntry(TypedDict):
     """One experiment-tracker run the training logged to, and what the doctor added to it
     (:mod:`gpudoctor.trackers`): ``status`` added, skipped (``detail`` says why) or failed."""
 
-    kind: Literal["mlflow", "wandb", "tensorboard"]
-    status: Literal["added", "skipped", "failed"]
+    kind: TrackerKind
+    status: TrackerStatus
     target: str
     detail: str
 
@@ -519,6 +538,14 @@ class Report(Sections):
     startup: NotRequired[StartupParts | None]
     gpu_timeline: NotRequired[GpuTimeline | None]
     mfu: NotRequired[MfuSection]
+    trackers: NotRequired[list[TrackerEntry]]  # gpudoctor.trackers: the tracker runs the figures went to
+
+
+class Added(Sections, total=False):
+    """What a mode adds beside the analysis before the report is written (:func:`gpudoctor.pipeline.finish`):
+    its sections, and ``notes`` that replace the analysis' own (replay: where its recording came from)."""
+
+    notes: list[str]
 
 
 REQUIRED = tuple(sorted(Report.__required_keys__))
@@ -553,3 +580,46 @@ def breakdown_items(breakdown: Mapping[str, Any] | None) -> list[tuple[str, floa
     breakdown = breakdown or {}
     keys = list(BREAKDOWN_KEYS) + [k for k in breakdown if k not in BREAKDOWN_KEYS]
     return [(k, num(breakdown.get(k))) for k in keys]
+
+
+# --- gpudoctor diff (gpudoctor.diff/2): not a report section, the figures two reports give ------
+
+
+class Change(TypedDict):
+    """``after - before`` when both are known; null where either is unavailable."""
+
+    before: float | None
+    after: float | None
+    delta: float | None
+
+
+class Side(TypedDict):
+    """One run as the diff shows it beside the other."""
+
+    command: str
+    started_at: str | None
+    status: str | None
+    gpus: str
+    verdict: str
+    breakdown: dict[str, float | None]
+
+
+class Diff(TypedDict):
+    """The figures of ``gpudoctor.diff/2`` (:mod:`gpudoctor.report.diff` computes them, its docstring
+    says each); the JSON adds ``notes`` and ``summary``, worded from these by
+    :mod:`gpudoctor.render.diff_words`."""
+
+    schema: str
+    before: Side
+    after: Side
+    noise: dict[str, Any]
+    duration_s: Change
+    steps: Change
+    step_time_p50_s: dict[str, Any]
+    throughput_steps_per_s: dict[str, Any]
+    seconds: dict[str, dict[str, Any]]
+    breakdown: dict[str, Change]
+    wasted_fraction: Change
+    wasted_usd_per_hour: Change
+    findings: dict[str, list[dict[str, Any]]]
+    sections: dict[str, list[str]]

@@ -21,11 +21,11 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import cast
+from typing import get_args
 
 from gpudoctor.report import schema
 
-BUCKETS = ("startup", "data_wait", "compute", "checkpoint", "eval", "other")
+BUCKETS: tuple[schema.Bucket, ...] = get_args(schema.Bucket)  # one list: the schema's
 WHOLE = ""  # the part name of a claim on the whole bucket
 MAX_WASTED = 0.99  # some compute always remains: a 100x claim is a bug, not a prediction
 
@@ -40,7 +40,7 @@ class Claim:
     (``part=""``) compounds with whatever the parts left.
     """
 
-    bucket: str
+    bucket: schema.Bucket
     fraction: float  # the conservative figure: what the measurement supports for sure
     part: str = WHOLE
     part_share: float = 1.0
@@ -48,7 +48,7 @@ class Claim:
 
     def to_dict(self) -> schema.Claim:
         """The report's claim (:class:`gpudoctor.report.schema.Claim`), rounded."""
-        return {"bucket": cast("schema.Bucket", self.bucket), "part": self.part or None,
+        return {"bucket": self.bucket, "part": self.part or None,
                 "part_share": round(self.part_share, 4), "fraction": round(self.fraction, 4)}
 
     def optimistic(self) -> Claim:
@@ -59,7 +59,7 @@ class Claim:
             raise ValueError(f"unknown breakdown bucket {self.bucket!r}")
 
 
-def claim(bucket: str, removed_s: float, bucket_s: float, part: str = WHOLE,
+def claim(bucket: schema.Bucket, removed_s: float, bucket_s: float, part: str = WHOLE,
           part_s: float | None = None, up_to_s: float | None = None) -> Claim:
     """A claim from seconds: ``removed_s`` (at best ``up_to_s``) out of ``part_s`` (default:
     the whole ``bucket_s``)."""

@@ -9,6 +9,7 @@ from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.nodes import slow_node
 from gpudoctor.analysis.process import ProcessView
 from gpudoctor.common.wording import plural
+from gpudoctor.report import schema
 from gpudoctor.rules.account import Claim
 from gpudoctor.rules.base import Finding, Fix, Rule
 
@@ -164,7 +165,7 @@ def _round(x: float | None) -> float | None:
 def sync_claim(a: Analysis, lead_is_slow: bool, gap: float) -> Claim:
     """What a slow rank (or node) costs the job: the others sit in the gradient sync while it waits
     for data, so their compute carries the gap, or the lead rank's own wait when it is the slow one."""
-    bucket = "data_wait" if lead_is_slow else "compute"
+    bucket: schema.Bucket = "data_wait" if lead_is_slow else "compute"
     held = a.share(bucket)
     return Claim(bucket, 1.0, "loader" if lead_is_slow else "rank_sync",
                  min(1.0, gap / held) if held > 0 else 0.0)

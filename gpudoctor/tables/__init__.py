@@ -27,6 +27,7 @@ from gpudoctor.analysis import analyze
 from gpudoctor.common.safefs import pinned_folder
 from gpudoctor.recording.store import load_recording
 from gpudoctor.report.load import holds_recording, read_report, report_of_recording
+from gpudoctor.report.schema import Report
 from gpudoctor.tables import rows as R
 from gpudoctor.tables.columns import COLUMNS, TABLES
 from gpudoctor.tables.frames import frame, pandas
@@ -41,7 +42,7 @@ class RunTables:
 
     name: str  # the run folder's name: the ``run`` column, so tables of many runs concatenate
     path: Path
-    report: dict[str, Any]
+    report: Report
     samples: Any
     events: Any
     steps: Any
@@ -91,6 +92,6 @@ def _load(path: Path, shown: Path, price_per_gpu_hour: float | None, gpus: int |
     return _tables(name, shown, report, rows, notes)
 
 
-def _tables(name: str, path: Path, report: dict[str, Any], rows: dict[str, R.Rows], notes: list[str]) -> RunTables:
+def _tables(name: str, path: Path, report: Report, rows: dict[str, R.Rows], notes: list[str]) -> RunTables:
     frames = {k: frame(k, rows[k]) for k in TABLES}
     return RunTables(name=name, path=path, report=report, notes=notes, **frames)

@@ -7,7 +7,6 @@ through :func:`html.escape`; the breakdown bar is the report page's own SVG of n
 from __future__ import annotations
 
 from html import escape
-from typing import Any
 
 from gpudoctor.render.base import (
     breakdown_items,
@@ -18,9 +17,10 @@ from gpudoctor.render.base import (
     fmt_usd,
 )
 from gpudoctor.render.charts import SPAN_LABELS, breakdown_bar_svg
+from gpudoctor.report.schema import Report
 
 
-def summary_html(report: dict[str, Any], sizes: dict[str, int], notes: list[str]) -> str:
+def summary_html(report: Report, sizes: dict[str, int], notes: list[str]) -> str:
     run, cost = report.get("run") or {}, report.get("cost") or {}
     duration = run.get("duration_s")
     rows = "".join(

@@ -15,11 +15,14 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor.common.redact import redact_value
 from gpudoctor.trackers import mlflow_sink, tensorboard_sink, wandb_sink
 from gpudoctor.trackers.figures import Figures
+
+if TYPE_CHECKING:
+    from gpudoctor.report.schema import Report, TrackerEntry
 from gpudoctor.trackers.found import TrackerRun, tracker_runs
 from gpudoctor.trackers.outcome import Outcome
 
@@ -31,7 +34,7 @@ SINKS: dict[str, Callable[[TrackerRun, Figures, Path], Outcome]] = {
 NAMES = {"mlflow": "MLflow", "wandb": "W&B", "tensorboard": "TensorBoard"}
 
 
-def add_to_trackers(report: dict[str, Any], folder: Path, events: dict[int, list[dict[str, Any]]],
+def add_to_trackers(report: Report, folder: Path, events: dict[int, list[dict[str, Any]]],
                     owners: dict[int, int] | None = None) -> bool:
     """Add to each tracker run the recording names; the report gains ``trackers`` and a note per
     run. Returns whether there was any (the caller then writes the report again).
@@ -46,7 +49,7 @@ def add_to_trackers(report: dict[str, Any], folder: Path, events: dict[int, list
         return False
     figures = Figures.of(report)
     html = Path(folder) / "report.html"
-    entries = []
+    entries: list[TrackerEntry] = []
     for run in runs:
         outcome = _foreign(run, owners) or _add(run, figures, html)
         entries.append({"kind": run.kind, "status": outcome.status, "target": outcome.target,
@@ -81,7 +84,7 @@ def _add(run: TrackerRun, figures: Figures, html: Path) -> Outcome:
         return Outcome("failed", target, f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
 
 
-def note(entry: dict[str, Any]) -> str:
+def note(entry: TrackerEntry) -> str:
     """One line for the report's notes and the terminal."""
     verb = {"added": "figures added to", "skipped": "figures not added to", "failed": "adding figures failed for"}
     return f"{verb.get(entry['status'], entry['status'])} {entry['target']}: {entry['detail']}"

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudoctor.report.schema import BREAKDOWN_KEYS
+from gpudoctor.report.schema import BREAKDOWN_KEYS, Report
 
 PREFIX = "gpudoctor"
 TOP_FINDINGS = 10
@@ -26,7 +26,7 @@ class Figures:
     step: int = 0  # the run's last optimizer step, where TensorBoard puts the figures
 
     @classmethod
-    def of(cls, report: dict[str, Any]) -> Figures:
+    def of(cls, report: Report) -> Figures:
         figures = cls(verdict=str(report.get("verdict") or ""))
         breakdown = _dict(report.get("breakdown"))
         for key in BREAKDOWN_KEYS:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpudoctor.report.schema import TrackerKind
+
 KINDS = ("mlflow", "wandb", "tensorboard")
 MAX_FIELD = 4096  # a path or URI longer than this is not one the hooks wrote
 FIELDS = ("run_id", "experiment_id", "tracking_uri", "artifact_uri", "cwd", "project", "entity", "mode",
@@ -19,7 +21,7 @@ FIELDS = ("run_id", "experiment_id", "tracking_uri", "artifact_uri", "cwd", "pro
 class TrackerRun:
     """One run of one tracker, as the training process saw it."""
 
-    kind: str
+    kind: TrackerKind
     pid: int | None
     fields: dict[str, str]
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpudoctor.report.schema import TrackerStatus
+
 
 @dataclass(frozen=True)
 class Outcome:
-    status: str  # "added", "skipped" (on purpose, with the reason) or "failed"
+    status: TrackerStatus  # "added", "skipped" (on purpose, with the reason) or "failed"
     target: str  # the run, as its tracker names it
     detail: str
 

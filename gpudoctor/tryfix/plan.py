@@ -22,6 +22,7 @@ from gpudoctor.hooks.apply import (
     SCHEMA,
     TOKENIZER_KEYS,
 )
+from gpudoctor.report.schema import Finding, FixTable, NotApplied, Report
 from gpudoctor.rules.names import Names, names_for
 
 TARGETS = {"TrainingArguments": "training_arguments", "DataLoader": "dataloader", "tokenizer": "tokenizer",
@@ -56,7 +57,7 @@ class Part:
 @dataclass
 class Plan:
     rule: str
-    finding: dict[str, Any]
+    finding: Finding
     parts: list[Part]
     user_set: dict[str, Any] = field(default_factory=dict)
 
@@ -85,13 +86,13 @@ class Plan:
                 out.setdefault(p.target, {}).update(p.apply)
         return out
 
-    def not_applied(self) -> list[dict[str, Any]]:
+    def not_applied(self) -> list[NotApplied]:
         return [{"call": p.call, "key": k, "reason": why} for p in self.parts for k, why in p.code_change.items()]
 
 
-def tables(finding: dict[str, Any]) -> list[dict[str, Any]]:
-    fix = finding.get("fix") or {}
-    main = {"library": fix.get("library"), "call": fix.get("call"), "config": fix.get("config") or {}}
+def tables(finding: Finding) -> list[FixTable]:
+    fix = finding["fix"]
+    main: FixTable = {"library": fix.get("library"), "call": fix.get("call"), "config": fix.get("config") or {}}
     also = [t for t in fix.get("also") or [] if isinstance(t, dict)]
     return [t for t in [main, *also] if t.get("config")]
 
@@ -114,7 +115,7 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def make_plan(report: dict[str, Any], a: Analysis, rule: str | None, sets: dict[str, Any]) -> Plan | None:
+def make_plan(report: Report, a: Analysis, rule: str | None, sets: dict[str, Any]) -> Plan | None:
     """The plan for ``rule``, else for the top finding whose fix the hooks can apply fully, else
     partly, else the top finding's (nothing applicable). None: no finding at all."""
     findings = [f for f in report.get("findings") or [] if f.get("severity") != "info"]
@@ -131,7 +132,7 @@ def make_plan(report: dict[str, Any], a: Analysis, rule: str | None, sets: dict[
             or (plans[0] if plans else None))
 
 
-def _plan(finding: dict[str, Any], names: Names, a: Analysis, sets: dict[str, Any]) -> Plan:
+def _plan(finding: Finding, names: Names, a: Analysis, sets: dict[str, Any]) -> Plan:
     parts = [_part(t, names, a, finding) for t in tables(finding)]
     for key, value in sets.items():  # every key was checked before the baseline: none is refused here
         part = _part_for(key, parts, names)
@@ -147,7 +148,7 @@ def _plan(finding: dict[str, Any], names: Names, a: Analysis, sets: dict[str, An
 
 
 
-def _thinned_saves(table: dict[str, Any], finding: dict[str, Any]) -> Part | None:
+def _thinned_saves(table: FixTable, finding: Finding) -> Part | None:
     """A hand-written loop's save interval is its own code, but its ``torch.save`` calls are
     ours to thin in the trial: keep every k-th, k = the finding's ``save_steps`` ÷ the interval
     that ran (rounded up), so the trial runs as ``save_steps = interval × k`` would."""
@@ -259,8 +260,8 @@ def _settable(target: str | None, key: str, names: Names) -> bool:
     return target == "training_arguments" and (not names.trainer_fields or key in names.trainer_fields)
 
 
-def _part(table: dict[str, Any], names: Names, a: Analysis, finding: dict[str, Any] | None = None) -> Part:
-    thinned = _thinned_saves(table, finding or {})
+def _part(table: FixTable, names: Names, a: Analysis, finding: Finding | None = None) -> Part:
+    thinned = _thinned_saves(table, finding) if finding is not None else None
     if thinned is not None:
         return thinned
     call = table.get("call")
@@ -279,7 +280,7 @@ def _part(table: dict[str, Any], names: Names, a: Analysis, finding: dict[str, A
 
 
 def _why_not(target: str | None, key: str, value: Any, names: Names, saw_tokenizer: bool,
-             table: dict[str, Any]) -> str | None:
+             table: FixTable) -> str | None:
     if target is None:
         call = table.get("call")
         if isinstance(call, str) and call in _CODE_REASONS:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpudoctor.render.trial import speedups
+from gpudoctor.report.schema import Applied, NotApplied, Trial
 from gpudoctor.tryfix.plan import Plan
 from gpudoctor.tryfix.steady import Prediction, Rate
 
@@ -17,14 +18,14 @@ SIDE_EFFECTS = ("The trial ran the command itself, with its side effects (output
                 "stopped after its seconds of training.")
 
 
-def applied_events(events: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def applied_events(events: dict[int, list[dict[str, Any]]]) -> list[Applied]:
     """Distinct ``applied`` events of a recording: which call got which values, in which process."""
-    seen: list[dict[str, Any]] = []
+    seen: list[Applied] = []
     for pid_events in events.values():
         for e in pid_events:
             if e.get("k") != "applied":
                 continue
-            row = {"call": str(e.get("call")), "values": _dict(e.get("values")), "was": _dict(e.get("was")),
+            row: Applied = {"call": str(e.get("call")), "values": _dict(e.get("values")), "was": _dict(e.get("was")),
                    "skipped": _dict(e.get("skipped"))}
             if row not in seen:
                 seen.append(row)
@@ -35,7 +36,7 @@ def _dict(value: Any) -> dict[str, Any]:
     return dict(value) if isinstance(value, dict) else {}
 
 
-def not_applied(plan: Plan, applied: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+def not_applied(plan: Plan, applied: list[Applied] | None) -> list[NotApplied]:
     """What needs a code change, what a library refused, and what the trial never had a call for."""
     rows = plan.not_applied()
     if applied is None:  # no trial ran
@@ -56,14 +57,14 @@ def not_applied(plan: Plan, applied: list[dict[str, Any]] | None) -> list[dict[s
 
 
 def build(plan: Plan, *, prediction: Prediction | None, baseline: Rate | None, trial: Rate | None,
-          applied: list[dict[str, Any]] | None, seconds: float, trial_run: dict[str, Any] | None,
-          notes: list[str], unmeasured: str | None = None) -> dict[str, Any]:
-    fix = plan.finding.get("fix") or {}
+          applied: list[Applied] | None, seconds: float, trial_run: dict[str, Any] | None,
+          notes: list[str], unmeasured: str | None = None) -> Trial:
+    fix = plan.finding["fix"]
     b = baseline.steps_per_s if baseline else None
     t = trial.steps_per_s if trial else None
     achieved = t / b if b and t is not None else None
     missing = not_applied(plan, applied)
-    section: dict[str, Any] = {
+    section: Trial = {
         "rule": plan.rule,
         "fix": fix,
         "values": {k: v for k, v in plan.spec().items() if k not in ("schema", "rule")},
@@ -73,7 +74,7 @@ def build(plan: Plan, *, prediction: Prediction | None, baseline: Rate | None, t
         "not_applied": missing,
         "complete": bool(applied) and not missing,
         "predicted_speedup": _r(prediction.speedup) if prediction else None,
-        "predicted_speedup_range": ([_r(prediction.speedup or 1.0), _r(prediction.up_to)]
+        "predicted_speedup_range": ([round(prediction.speedup or 1.0, 4), round(prediction.up_to, 4)]
                                     if prediction and prediction.up_to is not None else None),
         "prediction_basis": prediction.basis if prediction else None,
         "finding_predicted_speedup": plan.finding.get("predicted_speedup"),
@@ -92,7 +93,7 @@ def build(plan: Plan, *, prediction: Prediction | None, baseline: Rate | None, t
     return section
 
 
-def headline(section: dict[str, Any]) -> str:
+def headline(section: Trial) -> str:
     """One terminal line: ``predicted 1.2x, achieved 1.15x (steps/s 8.1 -> 9.3)``."""
     rule = section.get("rule")
     if not section.get("applied"):

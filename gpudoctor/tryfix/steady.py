@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.common.wording import plural
+from gpudoctor.report.schema import Rate as RateSection
 from gpudoctor.rules import account, data, run_rules
 from gpudoctor.rules.account import Claim
 
@@ -30,7 +30,7 @@ class Rate:
     warmup_steps: int
     window_s: float | None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> RateSection:
         return {"steps_per_s": _r(self.steps_per_s), "steps": self.steps, "warmup_steps": self.warmup_steps,
                 "window_s": _r(self.window_s)}
 
