@@ -27,7 +27,9 @@ In-process events (key ``k``):
               ``optimizer.step``; 0 for a hand-written update).
 ``loader``    a DataLoader iterator was created: ``id, num_workers, batch_size,
               pin_memory, prefetch_factor, persistent_workers, dataset``,
-              ``params`` (the installed DataLoader's argument names).
+              ``params`` (the installed DataLoader's argument names), ``item_keys`` (the
+              dataset items' keys: a ``datasets`` table's columns or the first item's keys;
+              ``[]`` when items are not mappings).
 ``batch``     padding seen in a training batch: ``t, tokens, pad, seq_len``,
               ``lengths`` (non-pad length of each row; at most 1,024 evenly spaced rows, then
               ``rows`` and ``lengths_max`` give the exact count and longest, see
@@ -256,6 +258,8 @@ class LoaderEvent(_Loader, total=False):
     collate_fn: str | None
     params: list[str]
     pid: Int | None
+    # the training items' keys (hooks/dataset_items.py): [] when an item is not a mapping
+    item_keys: list[str] | None
 
 
 class _TorchCfg(TypedDict):

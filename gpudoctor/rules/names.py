@@ -48,6 +48,15 @@ class Names:
         """How the call whose arguments the fix names is spelled in the user's code."""
         return "TrainingArguments" if self.is_trainer else "DataLoader"
 
+    def items_carry_lengths(self) -> bool:
+        """Can the Trainer's ``LengthGroupedSampler`` size the training items? Only when they
+        carry ``input_ids`` or the ``length_column_name`` column (it raises otherwise); unknown
+        keys (an iterable dataset, an older recording) count as no."""
+        keys = (self.loader or {}).get("item_keys")
+        if not isinstance(keys, list):
+            return False
+        return "input_ids" in keys or self.args.get("length_column_name", "length") in keys
+
     def has(self, trainer_field: str) -> bool:
         return trainer_field in self.trainer_fields
 
