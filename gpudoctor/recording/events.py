@@ -57,6 +57,9 @@ In-process events (key ``k``):
               (``every_n_train_steps``, ``every_n_epochs``, ``train_time_interval``, ``save_top_k``,
               ``save_weights_only``, ``save_last``, ``monitor``), ``params`` (the installed
               ``ModelCheckpoint.__init__``'s argument names), ``class``, ``version`` (Lightning's).
+``accelerator`` an Accelerate ``Accelerator`` was built: ``t``, ``params`` (the installed
+              ``__init__``'s argument names), ``mixed_precision``, ``gradient_accumulation_steps``,
+              ``version``.
 ``cli``       the script's own options, so a fix can name its flag: ``style``
               (``argparse``: a parse, HfArgumentParser's included; ``globals``: literal
               module globals a configurator overrides from ``--key=value``), ``parser``,
@@ -449,6 +452,20 @@ class LightningCheckpointEvent(_LightningCheckpoint, _LightningCheckpointOptiona
     pass
 
 
+class _Accelerator(TypedDict):
+    k: Literal["accelerator"]
+
+
+class AcceleratorEvent(_Accelerator, total=False):
+    """Accelerate's ``Accelerator`` as built (hooks/accelerate_hooks.py)."""
+
+    t: Time
+    params: list[str]  # the installed ``Accelerator.__init__``'s argument names
+    mixed_precision: str | None  # "no", "fp16", "bf16", "fp8"
+    gradient_accumulation_steps: Int | None
+    version: str | None
+
+
 # The kinds the loader checks (validate.EVENT_FIELDS is derived from these), by ``k``.
 CHECKED: dict[str, type] = {
     "span": SpanEvent,
@@ -474,6 +491,7 @@ CHECKED: dict[str, type] = {
     "gpu_step": GpuStepEvent,
     "uncaught": UncaughtEvent,
     "lightning_checkpoint": LightningCheckpointEvent,
+    "accelerator": AcceleratorEvent,
 }
 
 Event = (
@@ -481,5 +499,6 @@ Event = (
     | CounterEvent | BatchEvent | ProcEvent | LoaderEvent | TorchCfgEvent | TrainerEvent | ModelEvent
     | PlanEvent | CliEvent | ProfilerEvent | AppliedEvent | TrackerEvent | HfProgressEvent
     | GpuClockEvent | GpuWaitEvent | GpuStepEvent | UncaughtEvent | LightningCheckpointEvent
+    | AcceleratorEvent
 )
 """One line of ``events/<pid>.jsonl``, as the hooks write it (:meth:`EventWriter.emit`)."""
