@@ -149,7 +149,7 @@ class TorchHooks:
         if id(loader) not in self._seen_loaders:
             self._seen_loaders.add(id(loader))
             event = _loader_event(loader)
-            event["item_keys"] = dataset_items.item_keys(safe_attr(loader, "dataset"))
+            event["item_keys"], event["item_libs"] = dataset_items.describe(safe_attr(loader, "dataset"))
             self.writer.emit(event)
 
     def _wrap_next(self, fn: Any) -> Any:

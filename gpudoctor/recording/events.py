@@ -29,7 +29,8 @@ In-process events (key ``k``):
               pin_memory, prefetch_factor, persistent_workers, dataset``,
               ``params`` (the installed DataLoader's argument names), ``item_keys`` (the
               dataset items' keys: a ``datasets`` table's columns or the first item's keys;
-              ``[]`` when items are not mappings).
+              ``[]`` when items are not mappings), ``item_libs`` (the packages of the dataset's
+              class, its transforms and the first item's values: ``torchvision``, ``PIL``).
 ``batch``     padding seen in a training batch: ``t, tokens, pad, seq_len``,
               ``lengths`` (non-pad length of each row; at most 1,024 evenly spaced rows, then
               ``rows`` and ``lengths_max`` give the exact count and longest, see
@@ -263,6 +264,8 @@ class LoaderEvent(_Loader, total=False):
     pid: Int | None
     # the training items' keys (hooks/dataset_items.py): [] when an item is not a mapping
     item_keys: list[str] | None
+    # the packages its items are made with (their transforms, values): "torchvision", "PIL"
+    item_libs: list[str]
 
 
 class _TorchCfg(TypedDict):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.common.wording import plural
-from gpudoctor.rules import values
+from gpudoctor.rules import values, vocabulary
 from gpudoctor.rules.account import Claim, claim
 from gpudoctor.rules.base import Finding, Fix, Rule, Table, pct
 from gpudoctor.rules.names import Names, names_for
@@ -346,10 +346,9 @@ class CpuSaturated(Rule):
                 "compete for the same cores."
             ),
             fix=Fix(
-                summary="Do the per-example work (tokenizing, formatting, decoding) once offline and load the "
-                "result; keep workers at most the free cores, or rent a machine with more CPU per GPU.",
+                **vocabulary.cpu_work_words(d.names, a.primary.tokenize_calls if a.primary else 0, d.cores,
+                                            min(d.num_workers or 0, d.free_cores)),
                 config={d.names.loader_key("dataloader_num_workers", "num_workers"): min(d.num_workers or 0, d.free_cores)},
-                snippet=f"ds = ds.map(preprocess, batched=True, num_proc={max(1, d.cores)})\nds.save_to_disk('data/ready')",
                 library=d.names.library,
                 call=d.names.call,
             ),

@@ -9,7 +9,7 @@ parameters). A name the installed version lacks is never prescribed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from gpudoctor.rules.base import Table
 from gpudoctor.rules.names import Names
@@ -170,3 +170,50 @@ def current_accumulation(names: Names) -> Any:
     if names.framework == "accelerate":
         return (names.accelerator or {}).get("gradient_accumulation_steps")
     return names.current("gradient_accumulation_steps")
+
+
+# Packages whose presence in a loader's items says the per-example work is image decoding and
+# augmentation, not text: a tokenizer call in the process says text whatever else is loaded.
+IMAGE_LIBS = frozenset({"torchvision", "PIL", "albumentations", "kornia", "timm", "cv2"})
+
+
+def is_image_pipeline(names: Names, tokenize_calls: int) -> bool:
+    """The training loader's items are made with an image library (its transforms, its values)
+    and the process made no tokenizer call."""
+    libs = set((names.loader or {}).get("item_libs") or [])
+    return tokenize_calls == 0 and bool(libs & IMAGE_LIBS)
+
+
+class FixWords(TypedDict):
+    """A ``Fix``'s ``summary`` and ``snippet``, passed as ``Fix(**words, …)``."""
+
+    summary: str
+    snippet: str
+
+
+def cpu_work_words(names: Names, tokenize_calls: int, cores: int, workers: int) -> FixWords:
+    """``Fix`` ``summary`` and ``snippet`` for per-example CPU work when every core is busy:
+    for text, tokenize once with ``datasets.map``; for images, decode and resize once into a
+    cache of small images and augment on the GPU (torchvision.transforms.v2 on the device, DALI)."""
+    if is_image_pipeline(names, tokenize_calls):
+        return {
+            "summary": "Decode and resize the images once offline into a cache of small images, and move "
+            "augmentation to the GPU (torchvision.transforms.v2 on the device, or NVIDIA DALI); keep workers "
+            "at most the free cores, or rent a machine with more CPU per GPU.",
+            "snippet": (
+                "# once, offline: decode and resize to the training size (a cache of small images)\n"
+                "for src in image_paths:\n"
+                "    Image.open(src).convert('RGB').resize((256, 256)).save(cache_dir / (src.stem + '.jpg'), quality=90)\n"
+                "# per item on the CPU: read the small image only (no augmentation here)\n"
+                f"loader = DataLoader(cached_ds, batch_size=batch_size, num_workers={workers}, pin_memory=True)\n"
+                "augment = v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip()])\n"
+                "for images, labels in loader:\n"
+                "    images = augment(images.to('cuda', non_blocking=True))  # augmentation on the GPU\n"
+                "# or NVIDIA DALI: fn.decoders.image(..., device='mixed') decodes on the GPU"
+            ),
+        }
+    return {
+        "summary": "Do the per-example work (tokenizing, formatting, decoding) once offline and load the "
+        "result; keep workers at most the free cores, or rent a machine with more CPU per GPU.",
+        "snippet": f"ds = ds.map(preprocess, batched=True, num_proc={max(1, cores)})\nds.save_to_disk('data/ready')",
+    }
