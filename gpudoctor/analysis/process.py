@@ -40,6 +40,7 @@ class ProcessView:
     model: dict[str, Any] | None = None  # the first ``model`` event: config and parameter shape
     trainer: dict[str, Any] | None = None
     lightning_checkpoint: dict[str, Any] | None = None  # the first ModelCheckpoint's settings
+    accelerator: dict[str, Any] | None = None  # the first Accelerator's settings
     plan: dict[str, Any] | None = None
     tokenize_s: float = 0.0
     tokenize_in_loop_s: float = 0.0
@@ -148,6 +149,8 @@ def build_process_view(
             view.trainer = e
         elif kind == "lightning_checkpoint" and view.lightning_checkpoint is None:
             view.lightning_checkpoint = e
+        elif kind == "accelerator" and view.accelerator is None:
+            view.accelerator = e
         elif kind in ("plan", "hf_plan"):  # "hf_plan": recordings from before 0.1's rename
             view.plan = e
         elif kind == "counter":

@@ -9,7 +9,7 @@ from types import ModuleType
 from typing import Any
 
 from gpudoctor.common.redact import redact_mapping, redact_value
-from gpudoctor.hooks import apply, patch
+from gpudoctor.hooks import accelerate_hooks, apply, patch
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.torch_hooks import TorchHooks, safe_attr
 from gpudoctor.hooks.writer import EventWriter
@@ -165,3 +165,4 @@ def install_accelerate(writer: EventWriter, mod: ModuleType) -> None:
     acc = getattr(mod, "Accelerator", None)
     if acc is not None:
         patch.replace(acc, "save_state", patch.span(writer, "checkpoint", "Accelerator.save_state"))
+        accelerate_hooks.install(writer, acc)

@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from gpudoctor.common import batchlengths
 from gpudoctor.common.redact import redact_mapping, redact_value
-from gpudoctor.hooks import apply, patch
+from gpudoctor.hooks import apply, dataset_items, patch
 from gpudoctor.hooks.device_clock import DeviceClock, GpuMarks
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.profiler_windows import ProfilerWindows
@@ -163,7 +163,9 @@ class TorchHooks:
     def _on_iter_init(self, loader: Any) -> None:
         if id(loader) not in self._seen_loaders:
             self._seen_loaders.add(id(loader))
-            self.writer.emit(_loader_event(loader))
+            event = _loader_event(loader)
+            event["item_keys"], event["item_libs"] = dataset_items.describe(safe_attr(loader, "dataset"))
+            self.writer.emit(event)
 
     def _wrap_next(self, fn: Any) -> Any:
         hooks = self

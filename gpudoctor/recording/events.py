@@ -27,7 +27,10 @@ In-process events (key ``k``):
               ``optimizer.step``; 0 for a hand-written update).
 ``loader``    a DataLoader iterator was created: ``id, num_workers, batch_size,
               pin_memory, prefetch_factor, persistent_workers, dataset``,
-              ``params`` (the installed DataLoader's argument names).
+              ``params`` (the installed DataLoader's argument names), ``item_keys`` (the
+              dataset items' keys: a ``datasets`` table's columns or the first item's keys;
+              ``[]`` when items are not mappings), ``item_libs`` (the packages of the dataset's
+              class, its transforms and the first item's values: ``torchvision``, ``PIL``).
 ``batch``     padding seen in a training batch: ``t, tokens, pad, seq_len``,
               ``lengths`` (non-pad length of each row; at most 1,024 evenly spaced rows, then
               ``rows`` and ``lengths_max`` give the exact count and longest, see
@@ -55,6 +58,9 @@ In-process events (key ``k``):
               (``every_n_train_steps``, ``every_n_epochs``, ``train_time_interval``, ``save_top_k``,
               ``save_weights_only``, ``save_last``, ``monitor``), ``params`` (the installed
               ``ModelCheckpoint.__init__``'s argument names), ``class``, ``version`` (Lightning's).
+``accelerator`` an Accelerate ``Accelerator`` was built: ``t``, ``params`` (the installed
+              ``__init__``'s argument names), ``mixed_precision``, ``gradient_accumulation_steps``,
+              ``version``.
 ``cli``       the script's own options, so a fix can name its flag: ``style``
               (``argparse``: a parse, HfArgumentParser's included; ``globals``: literal
               module globals a configurator overrides from ``--key=value``), ``parser``,
@@ -269,6 +275,10 @@ class LoaderEvent(_Loader, total=False):
     params: list[str]
     pid: Int | None
     dataset_len: Count | None  # len(dataset) when it has one
+    # the training items' keys (hooks/dataset_items.py): [] when an item is not a mapping
+    item_keys: list[str] | None
+    # the packages its items are made with (their transforms, values): "torchvision", "PIL"
+    item_libs: list[str]
 
 
 class _TorchCfg(TypedDict):
@@ -467,6 +477,20 @@ class LightningCheckpointEvent(_LightningCheckpoint, _LightningCheckpointOptiona
     pass
 
 
+class _Accelerator(TypedDict):
+    k: Literal["accelerator"]
+
+
+class AcceleratorEvent(_Accelerator, total=False):
+    """Accelerate's ``Accelerator`` as built (hooks/accelerate_hooks.py)."""
+
+    t: Time
+    params: list[str]  # the installed ``Accelerator.__init__``'s argument names
+    mixed_precision: str | None  # "no", "fp16", "bf16", "fp8"
+    gradient_accumulation_steps: Int | None
+    version: str | None
+
+
 # The kinds the loader checks (validate.EVENT_FIELDS is derived from these), by ``k``.
 CHECKED: dict[str, type] = {
     "span": SpanEvent,
@@ -493,6 +517,7 @@ CHECKED: dict[str, type] = {
     "gpu_save": GpuSaveEvent,
     "uncaught": UncaughtEvent,
     "lightning_checkpoint": LightningCheckpointEvent,
+    "accelerator": AcceleratorEvent,
 }
 
 Event = (
@@ -500,5 +525,6 @@ Event = (
     | CounterEvent | BatchEvent | ProcEvent | LoaderEvent | TorchCfgEvent | TrainerEvent | ModelEvent
     | PlanEvent | CliEvent | ProfilerEvent | AppliedEvent | TrackerEvent | HfProgressEvent
     | GpuClockEvent | GpuWaitEvent | GpuStepEvent | GpuSaveEvent | UncaughtEvent | LightningCheckpointEvent
+    | AcceleratorEvent
 )
 """One line of ``events/<pid>.jsonl``, as the hooks write it (:meth:`EventWriter.emit`)."""

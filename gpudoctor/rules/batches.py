@@ -10,7 +10,7 @@ from gpudoctor.analysis.process import ProcessView, dynamic_padding_tokens
 from gpudoctor.common import batchlengths
 from gpudoctor.rules.account import Claim
 from gpudoctor.rules.base import Finding, Fix, Rule, Table, pct
-from gpudoctor.rules.names import names_for
+from gpudoctor.rules.names import Names, names_for
 from gpudoctor.rules.values import max_length_for, pad_multiple_for
 
 MIN_PAD_FRACTION = 0.10
@@ -20,7 +20,7 @@ MIN_RECOVERABLE = 0.05
 class PaddingWaste(Rule):
     name = "padding_waste"
     fires_when = 'pad tokens ≥ 10% and per-batch padding would save ≥ 5% of the tokens'
-    fix_from = '`max_length` = observed p99 rounded up to the pad multiple (64/32/16/8, fitted to the rows), never above what is padded now; per-batch padding / `group_by_length` (names checked against the recorded TrainingArguments); packing; gain from the workload model (PaLM FLOPs of the recorded model shape, or per-token and per-token² costs fitted to the steps), between linear token work and quadratic attention when the shape is unknown'
+    fix_from = '`max_length` = observed p99 rounded up to the pad multiple (64/32/16/8, fitted to the rows), never above what is padded now; per-batch padding / `group_by_length` (names checked against the recorded TrainingArguments; only when the dataset items carry `input_ids` or the length column); packing; gain from the workload model (PaLM FLOPs of the recorded model shape, or per-token and per-token² costs fitted to the steps), between linear token work and quadratic attention when the shape is unknown'
 
     def match(self, a: Analysis) -> Finding | None:
         batches = [b for p in a.procs for b in p.batches]
@@ -41,11 +41,8 @@ class PaddingWaste(Rule):
             return None
         truncate: dict[str, object] = {"truncation": True, "max_length": new_max} if new_max else {}
         if names.is_trainer:
-            args: dict[str, object] = {}
-            if names.has("train_sampling_strategy"):
-                args["train_sampling_strategy"] = "group_by_length"
-            elif names.has("group_by_length"):
-                args["group_by_length"] = True
+            # Sorting by length needs items the sampler can size: applied without, the run crashes.
+            args: dict[str, object] = _group_by_length(names) if names.items_carry_lengths() else {}
             tables = [Table(names.library, names.call, args),
                       Table("transformers tokenizer", "tokenizer", truncate),
                       Table("transformers DataCollatorWithPadding", "DataCollatorWithPadding",
@@ -105,6 +102,12 @@ class PaddingWaste(Rule):
                 "packing_compute_after_ratio": round(gain.packing_ratio, 4) if gain.packing_ratio else None,
             },
         )
+
+
+def _group_by_length(names: Names) -> dict[str, object]:
+    if names.has("train_sampling_strategy"):
+        return {"train_sampling_strategy": "group_by_length"}
+    return {"group_by_length": True} if names.has("group_by_length") else {}
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.buildcost import BuildCost, LoopModel, crowd_of, share, worker_cap
 from gpudoctor.common.wording import plural
-from gpudoctor.rules import values
+from gpudoctor.rules import values, vocabulary
 from gpudoctor.rules.account import Claim, claim
 from gpudoctor.rules.base import Finding, Fix, Rule, Table, pct
 from gpudoctor.rules.names import Names, names_for
@@ -527,8 +527,8 @@ class CpuSaturated(Rule):
         key = d.names.loader_key("dataloader_num_workers", "num_workers")
         fewer = min(d.num_workers or 0, d.free_cores)
         config = {key: fewer} if fewer != (d.num_workers or 0) and diag is None else {}  # never the value that ran
-        summary = ("Do the per-example work (tokenizing, formatting, decoding) once offline and load the "
-                   "result, or rent a machine with more CPU per GPU.")
+        words = vocabulary.cpu_work_words(d.names, a.primary.tokenize_calls if a.primary else 0, d.cores, fewer)
+        summary = words["summary"]  # text or images, in the pipeline's own terms (rules/vocabulary.py)
         others = d.others_text()
         if diag is not None and others:
             if diag.alone is not None:
@@ -549,7 +549,7 @@ class CpuSaturated(Rule):
             fix=Fix(
                 summary=summary,
                 config=config,
-                snippet=f"ds = ds.map(preprocess, batched=True, num_proc={max(1, d.cores)})\nds.save_to_disk('data/ready')",
+                snippet=words["snippet"],
                 library=d.names.library,
                 call=d.names.call,
             ),

@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from gpudoctor.analysis import Analysis, gpu_timeline
+from gpudoctor.rules import vocabulary
 from gpudoctor.rules.account import Claim
 from gpudoctor.rules.base import Finding, Fix, Rule, pct
 from gpudoctor.rules.names import names_for
@@ -125,7 +126,7 @@ class _BatchHeadroom(Rule):
         if not self.applies(int(bs)):
             return None
         factor = 2 ** max(1, int(math.log2(0.8 * total / used)))
-        accum = names.current("gradient_accumulation_steps")
+        accum = vocabulary.current_accumulation(names)
         config: dict[str, object] = {names.loader_key("per_device_train_batch_size", "batch_size"): int(bs) * factor}
         if isinstance(accum, int) and accum >= factor:
             config["gradient_accumulation_steps"] = accum // factor
@@ -134,6 +135,7 @@ class _BatchHeadroom(Rule):
             return None  # every idle second is in a wait or after a sync: a larger batch gives none back
         # Larger batches amortize launch overhead: about half of the idle time below 85% busy.
         fraction = min(1.0, max(0.0, (0.85 - busy) * 0.5) / idle) if idle > 0 else 0.0
+        said = vocabulary.batch_fix(names, config)
         return Finding(
             rule=self.name,
             title="Batches are small for this GPU",
@@ -147,10 +149,11 @@ class _BatchHeadroom(Rule):
                 + (" and lower accumulation to keep the global batch" if "gradient_accumulation_steps" in config else
                    " (the global batch changes: scale the learning rate with it)")
                 + ".",
-                config=config,
-                snippet=None,
-                library=names.library,
-                call=names.call,
+                config=said.config,
+                snippet=said.snippet or None,
+                library=said.library,
+                call=said.call,
+                also=said.also,
             ),
             data={"mem_used_mib": used, "mem_total_mib": total, "batch_size": bs},
         )
@@ -214,7 +217,7 @@ class NoMixedPrecision(Rule):
         cfg = p.torch_cfg if p else None
         if not cfg or not _ampere_or_newer(cfg) or cfg.get("autocast") or cfg.get("param_dtype") != "torch.float32":
             return None
-        names = names_for(p)
+        said = vocabulary.mixed_precision_fix(names_for(p))
         return Finding(
             rule=self.name,
             title="Training in FP32 without autocast",
@@ -222,10 +225,10 @@ class NoMixedPrecision(Rule):
             evidence=f"Parameters are float32 and autocast was off at the first training forward on {cfg.get('device_name')}.",
             fix=Fix(
                 summary="Train with bf16 autocast.",
-                config={"bf16": True} if names.has("bf16") else {},
-                snippet="with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = model(**batch).loss",
-                library=names.library,
-                call=names.call,
+                config=said.config,
+                snippet=said.snippet,
+                library=said.library,
+                call=said.call,
             ),
             data={"param_dtype": cfg.get("param_dtype")},
         )

@@ -29,6 +29,8 @@ class Names:
     accelerate: bool = False  # the run saved with ``Accelerator.save_state``
     # Lightning's Trainer settings (its ``plan`` event: val_check_interval, limit_val_batches, precision)
     lightning_trainer: dict[str, Any] | None = None
+    # Accelerate's Accelerator as built (``accelerator`` event): mixed_precision, accumulation, params
+    accelerator: dict[str, Any] | None = None
 
     @property
     def framework(self) -> str:
@@ -37,7 +39,7 @@ class Names:
             return "trainer"
         if self.lightning is not None or self.lightning_trainer is not None:
             return "lightning"
-        return "accelerate" if self.accelerate else "loop"
+        return "accelerate" if self.accelerate or self.accelerator is not None else "loop"
 
     @property
     def is_trainer(self) -> bool:
@@ -47,6 +49,15 @@ class Names:
     def call(self) -> str:
         """How the call whose arguments the fix names is spelled in the user's code."""
         return "TrainingArguments" if self.is_trainer else "DataLoader"
+
+    def items_carry_lengths(self) -> bool:
+        """Can the Trainer's ``LengthGroupedSampler`` size the training items? Only when they
+        carry ``input_ids`` or the ``length_column_name`` column (it raises otherwise); unknown
+        keys (an iterable dataset, an older recording) count as no."""
+        keys = (self.loader or {}).get("item_keys")
+        if not isinstance(keys, list):
+            return False
+        return "input_ids" in keys or self.args.get("length_column_name", "length") in keys
 
     def has(self, trainer_field: str) -> bool:
         return trainer_field in self.trainer_fields
@@ -84,7 +95,8 @@ def names_for(p: ProcessView | None) -> Names:
     lightning = p.lightning_checkpoint if p is not None else None
     accelerate = p is not None and "Accelerator.save_state" in p.span_names.get("checkpoint", {})
     plan = p.plan if p is not None and (p.plan or {}).get("framework") == "lightning" else None
-    return Names("dataloader", label, set(), params, {}, loader, lightning, accelerate, plan)
+    return Names("dataloader", label, set(), params, {}, loader, lightning, accelerate, plan,
+                 p.accelerator if p is not None else None)
 
 
 def _training_loader(p: ProcessView | None) -> dict[str, Any] | None:

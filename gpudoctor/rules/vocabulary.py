@@ -9,8 +9,9 @@ parameters). A name the installed version lacks is never prescribed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
+from gpudoctor.rules.base import Table
 from gpudoctor.rules.names import Names
 
 
@@ -64,7 +65,9 @@ def save_fix(names: Names, every_steps: int | None) -> SaveFix:
     if framework == "lightning":
         return _lightning(names, every_steps)
     if framework == "accelerate":
-        return SaveFix("accelerate Accelerator.save_state", None, {"save_steps": every_steps},
+        version = accelerate_version(names)
+        return SaveFix(f"accelerate {version} Accelerator.save_state" if version else "accelerate Accelerator.save_state",
+                       None, {"save_steps": every_steps},
                        f"if step % {every_steps} == 0:\n    accelerator.save_state(output_dir)")
     return SaveFix("your training loop", None, {"save_steps": every_steps},
                    f"if step % {every_steps} == 0:\n    torch.save(state, path)")
@@ -105,3 +108,112 @@ def current_save_steps(names: Names) -> Any:
     if names.framework == "lightning":
         return ((names.lightning or {}).get("args") or {}).get("every_n_train_steps")
     return names.current("save_steps")
+
+
+@dataclass
+class CallFix:
+    """One call's arguments, as the user's framework spells them; ``also`` for a second call."""
+
+    library: str | None
+    call: str | None
+    config: dict[str, Any]
+    snippet: str
+    also: list[Table] = field(default_factory=list)
+
+
+def accelerate_version(names: Names) -> str | None:
+    version = (names.accelerator or {}).get("version")
+    return str(version) if version else None
+
+
+def _accelerator_label(names: Names) -> str:
+    version = accelerate_version(names)
+    return f"accelerate {version} Accelerator" if version else "accelerate Accelerator"
+
+
+def _accelerator_takes(names: Names, arg: str) -> bool:
+    return arg in set((names.accelerator or {}).get("params") or [])
+
+
+def mixed_precision_fix(names: Names) -> CallFix:
+    """Train in bf16: ``Trainer(precision="bf16-mixed")`` (Lightning 1.x: ``"bf16"``),
+    ``Accelerator(mixed_precision="bf16")``, ``TrainingArguments(bf16=True)``, else autocast."""
+    plan = names.lightning_trainer or {}
+    if names.framework == "lightning" and "precision" in plan:
+        version = lightning_version(names)
+        value = "bf16" if (version or "").startswith("1.") else "bf16-mixed"  # the 2.x spelling
+        return CallFix(f"lightning {version} Trainer" if version else "lightning Trainer", "Trainer",
+                       {"precision": value}, f"Trainer(..., precision={value!r})  # was {plan.get('precision')!r}")
+    if names.framework == "accelerate" and _accelerator_takes(names, "mixed_precision"):
+        was = (names.accelerator or {}).get("mixed_precision")
+        return CallFix(_accelerator_label(names), "Accelerator", {"mixed_precision": "bf16"},
+                       f"accelerator = Accelerator(..., mixed_precision='bf16')  # was {was!r}\n"
+                       "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)")
+    return CallFix(names.library, names.call, {"bf16": True} if names.has("bf16") else {},
+                   "with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = model(**batch).loss")
+
+
+def batch_fix(names: Names, config: dict[str, Any]) -> CallFix:
+    """A larger per-device batch (and less accumulation): for Accelerate, accumulation is the
+    ``Accelerator``'s argument and the batch the ``DataLoader``'s, one table each."""
+    accum = config.get("gradient_accumulation_steps")
+    if names.framework == "accelerate" and accum is not None and _accelerator_takes(names, "gradient_accumulation_steps"):
+        loader = {k: v for k, v in config.items() if k != "gradient_accumulation_steps"}
+        return CallFix(names.library, names.call, loader,
+                       f"accelerator = Accelerator(..., gradient_accumulation_steps={accum})",
+                       [Table(_accelerator_label(names), "Accelerator", {"gradient_accumulation_steps": accum})])
+    return CallFix(names.library, names.call, config, "")
+
+
+def current_accumulation(names: Names) -> Any:
+    """The run's gradient accumulation, as its framework recorded it (None: not recorded)."""
+    if names.framework == "accelerate":
+        return (names.accelerator or {}).get("gradient_accumulation_steps")
+    return names.current("gradient_accumulation_steps")
+
+
+# Packages whose presence in a loader's items says the per-example work is image decoding and
+# augmentation, not text: a tokenizer call in the process says text whatever else is loaded.
+IMAGE_LIBS = frozenset({"torchvision", "PIL", "albumentations", "kornia", "timm", "cv2"})
+
+
+def is_image_pipeline(names: Names, tokenize_calls: int) -> bool:
+    """The training loader's items are made with an image library (its transforms, its values)
+    and the process made no tokenizer call."""
+    libs = set((names.loader or {}).get("item_libs") or [])
+    return tokenize_calls == 0 and bool(libs & IMAGE_LIBS)
+
+
+class FixWords(TypedDict):
+    """A ``Fix``'s ``summary`` and ``snippet``, passed as ``Fix(**words, …)``."""
+
+    summary: str
+    snippet: str
+
+
+def cpu_work_words(names: Names, tokenize_calls: int, cores: int, workers: int) -> FixWords:
+    """``Fix`` ``summary`` and ``snippet`` for per-example CPU work when every core is busy:
+    for text, tokenize once with ``datasets.map``; for images, decode and resize once into a
+    cache of small images and augment on the GPU (torchvision.transforms.v2 on the device, DALI)."""
+    if is_image_pipeline(names, tokenize_calls):
+        return {
+            "summary": "Decode and resize the images once offline into a cache of small images, and move "
+            "augmentation to the GPU (torchvision.transforms.v2 on the device, or NVIDIA DALI); keep workers "
+            "at most the free cores, or rent a machine with more CPU per GPU.",
+            "snippet": (
+                "# once, offline: decode and resize to the training size (a cache of small images)\n"
+                "for src in image_paths:\n"
+                "    Image.open(src).convert('RGB').resize((256, 256)).save(cache_dir / (src.stem + '.jpg'), quality=90)\n"
+                "# per item on the CPU: read the small image only (no augmentation here)\n"
+                f"loader = DataLoader(cached_ds, batch_size=batch_size, num_workers={workers}, pin_memory=True)\n"
+                "augment = v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip()])\n"
+                "for images, labels in loader:\n"
+                "    images = augment(images.to('cuda', non_blocking=True))  # augmentation on the GPU\n"
+                "# or NVIDIA DALI: fn.decoders.image(..., device='mixed') decodes on the GPU"
+            ),
+        }
+    return {
+        "summary": "Do the per-example work (tokenizing, formatting, decoding) once offline and load the "
+        "result; keep workers at most the free cores, or rent a machine with more CPU per GPU.",
+        "snippet": f"ds = ds.map(preprocess, batched=True, num_proc={max(1, cores)})\nds.save_to_disk('data/ready')",
+    }

@@ -1,0 +1,148 @@
+"""What a training dataset's items are made of: their keys, read once and cheaply.
+
+A fix that sorts rows by length (the Trainer's ``group_by_length``) needs each item to carry
+``input_ids`` (or a ``length`` column): the Trainer's ``LengthGroupedSampler`` reads
+``dataset[0]`` and raises otherwise. The loader event records what the sampler would see, so
+the padding rule prescribes it only when it can run.
+
+A ``datasets.Dataset`` names its columns without reading a row; any other map-style dataset
+gives its first item once (the same read the sampler makes). An iterable dataset is not read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gpudoctor.common.redact import redact_value
+
+MAX_KEYS = 64  # an item with more keys than this is not a tokenized row
+MAX_KEY_CHARS = 64
+
+
+_NO_ITEM = object()
+
+
+def describe(dataset: Any) -> tuple[list[str] | None, list[str]]:
+    """``(item_keys, item_libs)`` of ``dataset``, with at most one item read."""
+    first = _NO_ITEM
+    columns = _columns(dataset)
+    if columns is None:
+        first = _first_item(dataset)
+    try:
+        libs = _libs(dataset, first)
+    except Exception:  # a user object's ``__getattr__`` raising: the packages are unknown
+        libs = []
+    return (columns if columns is not None else _keys_of(first)), libs
+
+
+def item_keys(dataset: Any) -> list[str] | None:
+    """The keys of ``dataset``'s items; ``[]`` when an item is not a mapping; None when unknown."""
+    return describe(dataset)[0]
+
+
+def _columns(dataset: Any) -> list[str] | None:
+    try:
+        columns = getattr(dataset, "column_names", None)
+    except Exception:
+        return None
+    if isinstance(columns, (list, tuple)) and all(isinstance(c, str) for c in columns):
+        return _clean(columns)
+    return None
+
+
+def _first_item(dataset: Any) -> Any:
+    try:
+        if dataset is None or not hasattr(type(dataset), "__getitem__") or not hasattr(type(dataset), "__len__"):
+            return _NO_ITEM
+        if _is_iterable_dataset(dataset) or len(dataset) < 1:
+            return _NO_ITEM
+        return dataset[0]
+    except Exception:  # the user's dataset: whatever it raises, the item is unknown
+        return _NO_ITEM
+
+
+def _keys_of(first: Any) -> list[str] | None:
+    if first is _NO_ITEM:
+        return None
+    if not isinstance(first, Mapping):
+        return []
+    return _clean(list(first.keys())[:MAX_KEYS])
+
+
+_LIBS_MAX = 32  # transforms and item values looked at
+# Media decoders: an import of one in the dataset's module (or its ``__getitem__``'s closure) says
+# what the items are made of; others (numpy, os) say nothing.
+MEDIA_LIBS = frozenset({"PIL", "torchvision", "cv2", "albumentations", "kornia", "timm", "imageio", "skimage",
+                        "torchaudio", "librosa", "soundfile", "decord", "av"})
+# The packages recorded: library names only, never a name from the user's own code.
+KNOWN_LIBS = MEDIA_LIBS | {"torch", "datasets", "transformers", "tokenizers", "numpy"}
+
+
+def _libs(dataset: Any, first: Any) -> list[str]:
+    """Top-level packages the items are made with: the dataset's class, its ``transform(s)``
+    (a ``Compose``'s members too) and the first item's values (a ``PIL.Image``), e.g. ``torchvision``."""
+    found: set[str] = set()
+    todo: list[Any] = [type(dataset)]
+    for attr in ("transform", "transforms", "target_transform"):
+        try:
+            todo.append(getattr(dataset, attr, None))
+        except Exception:
+            continue
+    if first is not _NO_ITEM:
+        values = first.values() if isinstance(first, Mapping) else first if isinstance(first, (tuple, list)) else [first]
+        todo.extend(type(v) for v in list(values)[:_LIBS_MAX])
+    found.update(_imported_by(type(dataset)))
+    seen = 0
+    while todo and seen < 2 * _LIBS_MAX:
+        obj = todo.pop()
+        seen += 1
+        if obj is None:
+            continue
+        if isinstance(obj, (list, tuple)):
+            todo.extend(obj[:_LIBS_MAX])
+            continue
+        module = getattr(obj if isinstance(obj, type) else type(obj), "__module__", None)
+        if isinstance(module, str) and module.split(".")[0] in KNOWN_LIBS:
+            found.add(module.split(".")[0])
+        inner = getattr(obj, "transforms", None) if not isinstance(obj, type) else None
+        if isinstance(inner, (list, tuple)):
+            todo.extend(inner[:_LIBS_MAX])
+    return sorted(found)
+
+
+_GLOBALS_MAX = 500
+
+
+def _imported_by(cls: type) -> set[str]:
+    """The modules the dataset class's own module imported (``from PIL import Image``): only its
+    namespace is read, never run; a library's dataset (``datasets``, ``torch``) is not looked into."""
+    import sys
+    import types
+
+    name = getattr(cls, "__module__", None)
+    module = sys.modules.get(name) if isinstance(name, str) else None
+    if module is None or name is None or name.split(".")[0] in ("torch", "datasets", "transformers", "builtins"):
+        return set()
+    values = list(getattr(module, "__dict__", {}).values())[:_GLOBALS_MAX]
+    # ``__getitem__``'s own free variables: a class defined inside ``main()`` sees its imports there
+    getitem = cls.__dict__.get("__getitem__")
+    for cell in getattr(getitem, "__closure__", None) or ():
+        try:
+            values.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            continue
+    return {v.__name__.split(".")[0] for v in values
+            if isinstance(v, types.ModuleType) and v.__name__.split(".")[0] in MEDIA_LIBS}
+
+
+def _is_iterable_dataset(dataset: Any) -> bool:
+    import sys
+
+    data = sys.modules.get("torch.utils.data")
+    iterable = getattr(data, "IterableDataset", None)
+    return isinstance(iterable, type) and isinstance(dataset, iterable)
+
+
+def _clean(keys: list[Any] | tuple[Any, ...]) -> list[str]:
+    return [redact_value(k)[:MAX_KEY_CHARS] for k in list(keys)[:MAX_KEYS] if isinstance(k, str)]
