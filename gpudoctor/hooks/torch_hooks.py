@@ -20,10 +20,31 @@ from gpudoctor.hooks.device_clock import DeviceClock, GpuMarks
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.profiler_windows import ProfilerWindows
 from gpudoctor.hooks.writer import EventWriter
-from gpudoctor.recording.events import SIDE_FILE, BatchEvent, LoaderEvent, ModelEvent, TorchCfgEvent
+from gpudoctor.recording.events import (
+    SIDE_FILE,
+    BatchEvent,
+    Event,
+    LoaderEvent,
+    ModelEvent,
+    TorchCfgEvent,
+)
 
 # Padding is counted on every batch up to this many, then on every 10th.
 _PAD_EVERY_BATCH_UNTIL = 5000
+
+
+_SAVE = "checkpoint save"  # the writer's hold key for the last checkpoint save's span
+_ROTATED = "checkpoint save, rotated"  # the same, extended over removals that follow it
+
+
+class _Held:
+    """A writer for :func:`patch.span` that holds its event back under ``key`` (see EventWriter.hold)."""
+
+    def __init__(self, writer: EventWriter, key: str) -> None:
+        self.writer, self.key = writer, key
+
+    def emit(self, event: Event) -> None:
+        self.writer.hold(self.key, event)
 
 
 class TorchHooks:
@@ -60,7 +81,8 @@ class TorchHooks:
     def install_save(self, torch: ModuleType) -> None:
         """``torch.save`` as a checkpoint span, or a ``save_side`` span for a file without tensors
         (``training_args.bin``, a config): timed as saving, never counted as a checkpoint."""
-        as_checkpoint = patch.span(self.writer, "checkpoint", "torch.save")
+        # held, not written: an os.fsync/remove that follows before the next step extends it (_save_tail)
+        as_checkpoint = patch.span(cast(EventWriter, _Held(self.writer, _SAVE)), "checkpoint", "torch.save")
         as_side = patch.span(self.writer, SIDE_FILE, "torch.save (no tensors)")
 
         def make(fn: Any) -> Any:
@@ -71,6 +93,7 @@ class TorchHooks:
                     return side(obj, *args, **kwargs)
                 if apply.active() and apply.skip_save():  # ``gpudoctor try`` thins the loop's saves
                     return None
+                self._end_save()  # the previous save is final: a new one begins
                 began = (time.time(), time.perf_counter())
                 if self.gpu is not None:
                     self._gpu_save(began[0])
@@ -94,9 +117,12 @@ class TorchHooks:
     def _wrap_fsync(self, fn: Any) -> Any:
         """``os.fsync`` (or ``os.remove``/``os.unlink``, rotating old checkpoints) after a checkpoint
         ``torch.save`` and before the next step is part of that save: the save's span is extended to
-        its end (one save, merged), so a loop that saves to an open file, fsyncs it and deletes the
-        oldest is timed whole. Any other call is left alone, at the cost of one attribute read."""
+        its end (one save, held until the next step and written once), so a loop that saves to an open
+        file, fsyncs it and deletes the oldest is timed whole. A removal counts only once a step
+        follows: files removed when training is over (a temporary folder's cleanup) are no save.
+        Any other call is left alone, at the cost of one attribute read."""
         hooks = self
+        rotation = getattr(fn, "__name__", "") in ("remove", "unlink")
 
         def fsync(*args: Any, **kwargs: Any) -> Any:
             began = hooks._save_began
@@ -104,7 +130,7 @@ class TorchHooks:
                 return fn(*args, **kwargs)
             finally:
                 if began is not None:
-                    hooks._save_tail(began)
+                    hooks._save_tail(began, rotation)
 
         return fsync
 
@@ -118,9 +144,19 @@ class TorchHooks:
                 self.gpu.save_end()
 
     @guarded("save timing")
-    def _save_tail(self, began: tuple[float, float]) -> None:
-        self.writer.emit({"k": "span", "c": "checkpoint", "t0": began[0], "dt": time.perf_counter() - began[1],
-                          "name": "torch.save + os.fsync/remove"})
+    def _save_tail(self, began: tuple[float, float], rotation: bool) -> None:
+        event: Event = {"k": "span", "c": "checkpoint", "t0": began[0], "dt": time.perf_counter() - began[1],
+                        "name": "torch.save + os.fsync/remove"}
+        if rotation:  # counts once a step follows (_end_save)
+            self.writer.hold(_ROTATED, event, at_exit=False)
+        else:
+            self.writer.hold(_SAVE, event)
+            self.writer.drop(_ROTATED)  # the fsync's span covers it
+
+    def _end_save(self) -> None:
+        """The last save is over (a step, or a new save): write its span once, rotation included."""
+        self.writer.release(_ROTATED if self.writer.holds(_ROTATED) else _SAVE)
+        self.writer.drop(_SAVE)
 
     def install_optimizer(self, optim_mod: ModuleType) -> None:
         self._handles.append(optim_mod.register_optimizer_step_pre_hook(self._on_step_pre))
@@ -286,6 +322,7 @@ class TorchHooks:
     def _record_step(self, dt: float, t: float | None = None) -> None:
         self.steps += 1
         self._save_began = None
+        self._end_save()  # the last save's span is final: written before this step
         if not self.first_step_seen:
             self.mark_first_step()
         self.writer.emit({"k": "step", "t": time.time() if t is None else t, "n": self.steps, "dt": dt})

@@ -69,6 +69,8 @@ class EventWriter:
         self._counters_due = 0.0  # monotonic time of the next counter lines
         self._cpu_s = 0.0  # the flush thread's own CPU seconds, as of its last flush
         self._written = 0  # events written
+        self._held: dict[str, Event] = {}  # events that may still grow (hold/release), by key
+        self._not_at_exit: set[str] = set()  # held keys dropped, not written, when the process ends
 
     # -- hot path -----------------------------------------------------------
     def emit(self, event: Event) -> None:
@@ -170,8 +172,42 @@ class EventWriter:
         self._stop.set()
         self._wake.set()
 
+    def hold(self, key: str, event: Event, at_exit: bool = True) -> None:
+        """Keep ``event`` back, replacing what ``key`` held: a span that may still grow (a save whose
+        fsync and rotation follow) is written once, as it finally is, never once per extension.
+        ``at_exit=False``: dropped if the process ends before :meth:`release`."""
+        if self.enabled:
+            if not self._announced:
+                self._announce()
+            with self._lock:
+                self._held[key] = event
+                if at_exit:
+                    self._not_at_exit.discard(key)
+                else:
+                    self._not_at_exit.add(key)
+
+    def release(self, key: str) -> None:
+        """Write what ``key`` holds (nothing if it holds nothing)."""
+        if self._held:
+            with self._lock:
+                event = self._held.pop(key, None)
+            if event is not None:
+                self.emit(event)
+
+    def holds(self, key: str) -> bool:
+        return key in self._held
+
+    def drop(self, key: str) -> None:
+        """Forget what ``key`` holds."""
+        if self._held:
+            with self._lock:
+                self._held.pop(key, None)
+
     def _flush(self, final: bool) -> None:
         with self._lock:
+            if final and self._held:  # the process ends: what was held is final now
+                self._buf.extend(e for k, e in self._held.items() if k not in self._not_at_exit)
+                self._held.clear()
             self._had_events = bool(self._buf)  # before the counter lines join them
             if final or time.monotonic() >= self._counters_due:
                 self._cut_counters()
