@@ -93,7 +93,9 @@ class TorchHooks:
                     return side(obj, *args, **kwargs)
                 if apply.active() and apply.skip_save():  # ``gpudoctor try`` thins the loop's saves
                     return None
-                self._end_save()  # the previous save is final: a new one begins
+                outer = patch.depth("checkpoint") == 0  # not inside a framework's save (Lightning's)
+                if outer:
+                    self._end_save()  # the previous save is final: a new one begins
                 began = (time.time(), time.perf_counter())
                 if self.gpu is not None:
                     self._gpu_save(began[0])
@@ -102,7 +104,7 @@ class TorchHooks:
                 finally:
                     if self.gpu is not None:
                         self._gpu_save(None)
-                self._save_began = began
+                self._save_began = began if outer else None  # a framework's save times its own end
                 return out
 
             return save
