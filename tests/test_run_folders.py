@@ -101,8 +101,9 @@ def test_straggler_compares_only_ranks_that_ran_together(tmp_path):
     report = _report(b)
     straggler = next(f for f in report["findings"] if f["rule"] == "straggler_rank")
     assert "Rank 1" in straggler["title"]
-    assert straggler["data"] == {"rank0_data_wait": pytest.approx(0.18, abs=0.03),
-                                 "rank1_data_wait": pytest.approx(0.63, abs=0.03)}
+    waits = {k: straggler["data"][k] for k in ("rank0_data_wait", "rank1_data_wait")}
+    assert waits == {"rank0_data_wait": pytest.approx(0.18, abs=0.03),  # the slow rank's own figures
+                     "rank1_data_wait": pytest.approx(0.63, abs=0.03)}  # sit beside these now
 
 
 def test_two_side_by_side_trainings_with_one_rank_are_not_ranks_of_one_job(tmp_path):
