@@ -36,5 +36,6 @@ def test_the_straggler_finding_says_the_slow_ranks_own_figures(tmp_path):
     assert "DistributedSampler" not in f["fix"]["summary"]
     assert "__getitem__" in f["fix"]["summary"]
     # The job's pace is the slow rank's: the prediction is its step time less its extra wait.
-    assert d["loop_speedup"] == pytest.approx(d["step_s"] / (d["step_s"] - d["freed_per_step_s"]), rel=1e-3)
+    # from the shown figures, rounded to the millisecond: a 1 ms rounding moves the ratio ~1%
+    assert d["loop_speedup"] == pytest.approx(d["step_s"] / (d["step_s"] - d["freed_per_step_s"]), rel=0.02)
     assert f"about {d['loop_speedup']:.1f}x faster" in f["fix"]["summary"]

@@ -5,8 +5,9 @@ A fix that sorts rows by length (the Trainer's ``group_by_length``) needs each i
 ``dataset[0]`` and raises otherwise. The loader event records what the sampler would see, so
 the padding rule prescribes it only when it can run.
 
-A ``datasets.Dataset`` names its columns without reading a row; any other map-style dataset
-gives its first item once (the same read the sampler makes). An iterable dataset is not read.
+A ``datasets.Dataset`` names its columns without reading a row. No other dataset is read: an
+extra ``dataset[0]`` is the patient's own code run once more (a read from object storage, a
+counter, a random augmentation), so its keys stay unknown and the rule does not prescribe.
 """
 
 from __future__ import annotations
@@ -25,10 +26,8 @@ _NO_ITEM = object()
 
 def describe(dataset: Any) -> tuple[list[str] | None, list[str]]:
     """``(item_keys, item_libs)`` of ``dataset``, with at most one item read."""
-    first = _NO_ITEM
+    first = _NO_ITEM  # never read: see the module's docstring
     columns = _columns(dataset)
-    if columns is None:
-        first = _first_item(dataset)
     try:
         libs = _libs(dataset, first)
     except Exception:  # a user object's ``__getattr__`` raising: the packages are unknown
