@@ -12,7 +12,6 @@ counter, a random augmentation), so its keys stay unknown and the rule does not 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from gpudoctor.common.redact import redact_value
@@ -21,18 +20,14 @@ MAX_KEYS = 64  # an item with more keys than this is not a tokenized row
 MAX_KEY_CHARS = 64
 
 
-_NO_ITEM = object()
-
-
 def describe(dataset: Any) -> tuple[list[str] | None, list[str]]:
     """``(item_keys, item_libs)`` of ``dataset``, with at most one item read."""
-    first = _NO_ITEM  # never read: see the module's docstring
-    columns = _columns(dataset)
+    columns = _columns(dataset)  # no item is read: see the module's docstring
     try:
-        libs = _libs(dataset, first)
+        libs = _libs(dataset)
     except Exception:  # a user object's ``__getattr__`` raising: the packages are unknown
         libs = []
-    return (columns if columns is not None else _keys_of(first)), libs
+    return columns, libs
 
 
 def item_keys(dataset: Any) -> list[str] | None:
@@ -50,25 +45,6 @@ def _columns(dataset: Any) -> list[str] | None:
     return None
 
 
-def _first_item(dataset: Any) -> Any:
-    try:
-        if dataset is None or not hasattr(type(dataset), "__getitem__") or not hasattr(type(dataset), "__len__"):
-            return _NO_ITEM
-        if _is_iterable_dataset(dataset) or len(dataset) < 1:
-            return _NO_ITEM
-        return dataset[0]
-    except Exception:  # the user's dataset: whatever it raises, the item is unknown
-        return _NO_ITEM
-
-
-def _keys_of(first: Any) -> list[str] | None:
-    if first is _NO_ITEM:
-        return None
-    if not isinstance(first, Mapping):
-        return []
-    return _clean(list(first.keys())[:MAX_KEYS])
-
-
 _LIBS_MAX = 32  # transforms and item values looked at
 # Media decoders: an import of one in the dataset's module (or its ``__getitem__``'s closure) says
 # what the items are made of; others (numpy, os) say nothing.
@@ -78,9 +54,9 @@ MEDIA_LIBS = frozenset({"PIL", "torchvision", "cv2", "albumentations", "kornia",
 KNOWN_LIBS = MEDIA_LIBS | {"torch", "datasets", "transformers", "tokenizers", "numpy"}
 
 
-def _libs(dataset: Any, first: Any) -> list[str]:
-    """Top-level packages the items are made with: the dataset's class, its ``transform(s)``
-    (a ``Compose``'s members too) and the first item's values (a ``PIL.Image``), e.g. ``torchvision``."""
+def _libs(dataset: Any) -> list[str]:
+    """Top-level packages the items are made with: the dataset's class and its ``transform(s)``
+    (a ``Compose``'s members too), e.g. ``torchvision``."""
     found: set[str] = set()
     todo: list[Any] = [type(dataset)]
     for attr in ("transform", "transforms", "target_transform"):
@@ -88,9 +64,6 @@ def _libs(dataset: Any, first: Any) -> list[str]:
             todo.append(getattr(dataset, attr, None))
         except Exception:
             continue
-    if first is not _NO_ITEM:
-        values = first.values() if isinstance(first, Mapping) else first if isinstance(first, (tuple, list)) else [first]
-        todo.extend(type(v) for v in list(values)[:_LIBS_MAX])
     found.update(_imported_by(type(dataset)))
     seen = 0
     while todo and seen < 2 * _LIBS_MAX:
@@ -133,14 +106,6 @@ def _imported_by(cls: type) -> set[str]:
             continue
     return {v.__name__.split(".")[0] for v in values
             if isinstance(v, types.ModuleType) and v.__name__.split(".")[0] in MEDIA_LIBS}
-
-
-def _is_iterable_dataset(dataset: Any) -> bool:
-    import sys
-
-    data = sys.modules.get("torch.utils.data")
-    iterable = getattr(data, "IterableDataset", None)
-    return isinstance(iterable, type) and isinstance(dataset, iterable)
 
 
 def _clean(keys: list[Any] | tuple[Any, ...]) -> list[str]:
