@@ -21,7 +21,7 @@ MAX_KEY_CHARS = 64
 
 
 def describe(dataset: Any) -> tuple[list[str] | None, list[str]]:
-    """``(item_keys, item_libs)`` of ``dataset``, with at most one item read."""
+    """``(item_keys, item_libs)`` of ``dataset``: its columns (None when it names none) and packages."""
     columns = _columns(dataset)  # no item is read: see the module's docstring
     try:
         libs = _libs(dataset)
@@ -31,7 +31,7 @@ def describe(dataset: Any) -> tuple[list[str] | None, list[str]]:
 
 
 def item_keys(dataset: Any) -> list[str] | None:
-    """The keys of ``dataset``'s items; ``[]`` when an item is not a mapping; None when unknown."""
+    """The keys of ``dataset``'s items: a ``datasets`` table's columns; None when unknown."""
     return describe(dataset)[0]
 
 

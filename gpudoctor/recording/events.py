@@ -275,7 +275,7 @@ class LoaderEvent(_Loader, total=False):
     params: list[str]
     pid: Int | None
     dataset_len: Count | None  # len(dataset) when it has one
-    # the training items' keys (hooks/dataset_items.py): [] when an item is not a mapping
+    # the training items' keys (hooks/dataset_items.py): a datasets table's columns, else None
     item_keys: list[str] | None
     # the packages its items are made with (their transforms, values): "torchvision", "PIL"
     item_libs: list[str]
