@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,9 @@ class Probe:
     by_hand: tuple[tuple[str, ...], ...] = ()  # simple fixes tried by hand: flags to add
     hog: bool = False  # one CPU-bound program runs beside it (the busy-host case)
     label: str = ""
+    # rule -> (the probe's flag, the finding's value for it): fixes the report words as a config
+    # value, not as an edited command line (a padding length, a save interval)
+    values: dict[str, tuple[str, Callable[[dict[str, Any]], Any]]] = field(default_factory=dict)
 
     @property
     def title(self) -> str:
@@ -69,7 +72,7 @@ PROBES: list[Probe] = [
           by_hand=(*WORKERS, ("--num-workers", "8"))),
     Probe("latency_loader", ("probes/latency_loader.py", "--steps", "60"), "io_bound",
           by_hand=(*WORKERS, ("--num-workers", "8")), hog=True, label="latency_loader + hog"),
-    Probe("threaded_tokenizer", ("probes/threaded_tokenizer.py", "--steps", "40"), "tokenization_in_loop",
+    Probe("threaded_tokenizer", ("probes/threaded_tokenizer.py", "--steps", "120"), "tokenization_in_loop",
           fixes=PRETOKENIZE, by_hand=(*WORKERS, ("--pretokenize",))),
     Probe("augment_cpu", ("probes/augment_cpu.py", "--steps", "60"), "data_stall", by_hand=WORKERS),
     Probe("tokenize_in_getitem", ("probes/tokenize_in_getitem.py", "--steps", "60"), "tokenization_in_loop",
@@ -80,6 +83,12 @@ PROBES: list[Probe] = [
     Probe("heavy_checkpoints", ("probes/heavy_checkpoints.py", "--steps", "24"), "checkpoint_overhead",
           by_hand=(("--save-every", "8"),)),
     Probe("fixed_padding", ("probes/fixed_padding.py",), "padding_waste", by_hand=(("--max-length", "160"),)),
+    Probe("narrow_padding", ("probes/narrow_padding.py", "--steps", "12"), "padding_waste",
+          values={"padding_waste": ("--max-length", lambda f: f["data"]["new_max_length"])},
+          by_hand=(("--max-length", "256"), ("--max-length", "320"))),
+    Probe("fsync_checkpoints", ("probes/fsync_checkpoints.py", "--steps", "60"), "checkpoint_overhead",
+          values={"checkpoint_overhead": ("--save-every", lambda f: f["fix"]["config"]["save_steps"])},
+          by_hand=(("--save-every", "10"), ("--save-every", "30"))),
 ]
 
 
@@ -124,15 +133,29 @@ def diagnose(p: Probe, work: Path) -> dict[str, Any]:
     fix_argv: list[str] | None = None
     if top["rule"] in p.fixes:
         fix_argv = [*p.argv, *p.fixes[top["rule"]]]
+    elif top["rule"] in p.values:
+        flag, value_of = p.values[top["rule"]]
+        fix_argv = [*p.argv, flag, str(value_of(top))]
     elif data.get("command_line"):
         words = shlex.split(data["command_line"])
         script = next((i for i, w in enumerate(words) if w.endswith(".py")), None)
         fix_argv = words[script:] if script is not None else None
-    predicted = data.get("predicted_loop_speedup") or top.get("predicted_speedup")
+    predicted = data.get("predicted_loop_speedup") or steady_prediction(out, top["rule"]) or top.get("predicted_speedup")
     noop = fix_argv is not None and list(fix_argv) == list(p.argv)
     return {"top": top["rule"], "fix_argv": fix_argv, "predicted": predicted, "noop": noop,
             "whole_run_speedup": top.get("predicted_speedup"), "summary": top["fix"]["summary"],
             "rules": [f["rule"] for f in found], "report": str(out / "report.json")}
+
+
+def steady_prediction(out: Path, rule: str) -> float | None:
+    """What ``gpudoctor try`` predicts for the finding's fix, in steady-state steps/s (the same
+    function try uses; a finding's own ``predicted_speedup`` is of the whole run, startup included)."""
+    sys.path.insert(0, str(ROOT))
+    from gpudoctor.analysis import analyze
+    from gpudoctor.recording.store import load_recording
+    from gpudoctor.tryfix import steady
+
+    return steady.predict(analyze(load_recording(out)), rule, None).speedup
 
 
 def measure(p: Probe, variants: dict[str, list[str]], pairs: int, work: Path) -> dict[str, list[float]]:

@@ -29,6 +29,7 @@ class ProcessView:
     end: float
     first_step: float | None = None
     step_times: list[float] = field(default_factory=list)
+    optimizer_s: float = 0.0  # seconds inside optimizer.step (the step events' ``dt``): per step, not per token
     spans: dict[str, list[tl.Interval]] = field(default_factory=dict)
     span_names: dict[str, dict[str, float]] = field(default_factory=dict)
     # startup, data_wait, checkpoint and eval intervals; compute and other only as seconds in slice_s
@@ -121,6 +122,7 @@ def build_process_view(
     names: dict[str, dict[str, float]] = {c: dict(n) for c, n in loop.span_s.items()} if loop else {}
     if loop:
         view.step_times = list(loop.steps)
+        view.optimizer_s = loop.step_dt_s
         view.n_data_waits = len(loop.spans.get("data_wait", []))
     firsts: list[float] = []
     counters: list[dict[str, Any]] = []
@@ -137,6 +139,9 @@ def build_process_view(
             firsts.append(float(e["t"]))
         elif kind == "step":
             view.step_times.append(float(e["t"]))
+            step_dt = e.get("dt")
+            if isinstance(step_dt, (int, float)) and not isinstance(step_dt, bool) and step_dt > 0:
+                view.optimizer_s += float(step_dt)
         elif kind == "batch":
             view.batches.append(e)
         elif kind == "loader":

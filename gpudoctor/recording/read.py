@@ -409,6 +409,7 @@ class LoopData:
     """A process's steps and spans, compact: a day at 2 steps/s is ~170k of each."""
 
     steps: list[float] = field(default_factory=list)  # ``t`` of each ``step`` event, file order
+    step_dt_s: float = 0.0  # the optimizer steps' own seconds (``dt`` of the step events), summed
     spans: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # category -> (start, end)
     span_s: dict[str, dict[str, float]] = field(default_factory=dict)  # category -> name -> seconds
 
@@ -456,6 +457,9 @@ def read_events(path: Path, max_line: int = MAX_LINE_BYTES, budget: Budget | Non
                 if k == "step":
                     if fast_step(e):
                         steps.append(e["t"])
+                        dt = e.get("dt")
+                        if type(dt) is float and dt > 0:
+                            out.loop.step_dt_s += dt
                         continue
                 elif k == "span":
                     if fast_span(e):
@@ -520,6 +524,9 @@ def _bound_batch(e: dict[str, Any], budget: Budget) -> None:
 def _add_to_loop(loop: LoopData, e: dict[str, Any]) -> None:
     if e["k"] == "step":
         loop.steps.append(float(e["t"]))
+        dt = e.get("dt")
+        if isinstance(dt, (int, float)) and not isinstance(dt, bool) and dt > 0:
+            loop.step_dt_s += float(dt)
         return
     c, t0, dt = e["c"], float(e["t0"]), float(e["dt"])
     loop.spans.setdefault(c, []).append((t0, t0 + dt))

@@ -149,18 +149,31 @@ def predict_padding(a: Analysis, new_max: int | None, multiple: int, *, per_batc
     packed = workload.packed_rows(lengths, new_max or max(w for _, w in before)) if lengths else []
     packing = workload.cost_ratio(fit, before, packed) if fit and packed else None
     widths = f"{before[0][1]} → {after[0][1]}" if rows_after == "max_length" and before else "per batch"
+    per_step = _per_step_share(p)
     if ratio is not None and fit is not None:
         how = ("per-token and per-token² costs fitted to the steps' measured times over their row widths"
                if fit.basis == "fitted" else f"the FLOPs of {shape.source if shape else 'the model'} "
                f"(N={_si(shape.params if shape else 0)}, {shape.n_layers if shape else '?'} layers, hidden "
                f"{shape.hidden if shape else '?'}; PaLM 6N + attention)")
-        return PaddingGain(max(0.0, 1 - ratio), None, fit.basis, rows_after, packing,
-                           f"Rows {widths}: the workload model ({how}) puts the compute after at "
-                           f"{ratio:.3f}× today's.")
+        kept = (f"; the optimizer's {pct(per_step)} of the compute does not shrink with the rows"
+                if per_step >= 0.005 else "")
+        return PaddingGain(max(0.0, (1 - ratio) * (1 - per_step)), None, fit.basis, rows_after,
+                           per_step + (1 - per_step) * packing if packing is not None else None,
+                           f"Rows {widths}: the workload model ({how}) puts the batches' compute after at "
+                           f"{ratio:.3f}× today's{kept}.")
     tok, sq = workload.linear_and_quadratic(before, after)
     return PaddingGain(max(0.0, 1 - tok), max(0.0, 1 - sq), "tokens", rows_after, None,
                        f"Rows {widths}: no model shape was recorded, so the saving lies between the tokens' "
                        f"({1 - tok:.0%}) and the attention's ({1 - sq:.0%}).")
+
+
+def _per_step_share(p: ProcessView | None) -> float:
+    """Share of the compute spent in ``optimizer.step``: work per step, not per token, so a
+    padding fix leaves it as it is (on a narrow model it is a tenth of a short step)."""
+    if p is None or p.optimizer_s <= 0:
+        return 0.0
+    compute = p.seconds("compute")
+    return min(1.0, p.optimizer_s / compute) if compute > 0 else 0.0
 
 
 def _rows(b: dict[str, Any]) -> tuple[int, int]:
