@@ -114,26 +114,44 @@ def _loop(eval_s: float, wall_s: float, c: EvalCadence) -> EvalFigures:
 
 def _word(fig: EvalFigures, names: Names) -> Finding:
     c = fig.cadence
-    alternative: dict[str, object] = {}
+    fix, alternative = _eval_fix(fig, names)
+    return Finding(
+        rule=EvalOverhead.name,
+        title="Evaluation takes a large share of the run",
+        claims=[claim("eval", max(0.0, fig.waste) * fig.wall_s, fig.eval_s)],
+        evidence=_eval_evidence(fig),
+        fix=fix,
+        data={"eval_s": round(fig.eval_s, 3), "evals": c.evals, "per_eval_s": round(c.per_eval_s, 3),
+              "current_eval_interval": c.interval_steps, "eval_batches": c.batches,
+              **({"alternative": alternative} if alternative else {})},
+    )
+
+
+def _eval_fix(fig: EvalFigures, names: Names) -> tuple[Fix, dict[str, object]]:
+    """The fix in the run's own terms, and the alternative (fewer batches per eval), if any."""
+    c = fig.cadence
     if names.is_trainer:
         config: dict[str, object] = {}
         if fig.eval_steps is not None:
             config["eval_steps"] = fig.eval_steps
         if fig.eval_batch_size is not None:
             config["per_device_eval_batch_size"] = fig.eval_batch_size
-        fix = Fix(summary="Evaluate less often or on a fixed subset, with a larger eval batch.",
-                  config=config, library=names.library, call=names.call)
-    elif fig.new_interval is None or c.interval_steps is None:
-        fix = Fix(summary=f"Evaluate less often, or on fewer batches each time: {plural(c.evals, 'eval')} took "
-                  f"{c.per_eval_s:.2f} s each.", library="your training loop")
-    else:
-        words = vocabulary.eval_fix(names, fig.new_interval, c.interval_steps)
-        alt = (f", or keep it and run {fig.new_batches} batches per eval instead of {c.batches} ({words.batches_key})"
-               if fig.new_batches else "")
-        fix = Fix(summary=f"Evaluate every {fig.new_interval} steps instead of every {c.interval_steps} "
-                  f"({words.interval_key}){alt}, to keep evaluation near {int(TARGET * 100)}% of wall time.",
-                  config=words.config, snippet=words.snippet, library=words.library, call=words.call)
-        alternative = {words.batches_key: fig.new_batches} if alt else {}
+        return Fix(summary="Evaluate less often or on a fixed subset, with a larger eval batch.",
+                   config=config, library=names.library, call=names.call), {}
+    if fig.new_interval is None or c.interval_steps is None:
+        return Fix(summary=f"Evaluate less often, or on fewer batches each time: {plural(c.evals, 'eval')} took "
+                   f"{c.per_eval_s:.2f} s each.", library="your training loop"), {}
+    words = vocabulary.eval_fix(names, fig.new_interval, c.interval_steps)
+    alt = (f", or keep it and run {fig.new_batches} batches per eval instead of {c.batches} ({words.batches_key})"
+           if fig.new_batches else "")
+    fix = Fix(summary=f"Evaluate every {fig.new_interval} steps instead of every {c.interval_steps} "
+              f"({words.interval_key}){alt}, to keep evaluation near {int(TARGET * 100)}% of wall time.",
+              config=words.config, snippet=words.snippet, library=words.library, call=words.call)
+    return fix, ({words.batches_key: fig.new_batches} if alt else {})
+
+
+def _eval_evidence(fig: EvalFigures) -> str:
+    c = fig.cadence
     evidence = f"Evaluation took {fig.eval_s:.1f} s, {pct(fig.share)} of wall time"
     if c.evals:
         evidence += f": {c.evals} evals of {c.per_eval_s:.2f} s"
@@ -143,13 +161,4 @@ def _word(fig: EvalFigures, names: Names) -> Finding:
             evidence += f", one every {c.interval_steps} steps"
             if c.step_s:
                 evidence += f" of {1000 * c.step_s:.0f} ms"
-    return Finding(
-        rule=EvalOverhead.name,
-        title="Evaluation takes a large share of the run",
-        claims=[claim("eval", max(0.0, fig.waste) * fig.wall_s, fig.eval_s)],
-        evidence=evidence + ".",
-        fix=fix,
-        data={"eval_s": round(fig.eval_s, 3), "evals": c.evals, "per_eval_s": round(c.per_eval_s, 3),
-              "current_eval_interval": c.interval_steps, "eval_batches": c.batches,
-              **({"alternative": alternative} if alternative else {})},
-    )
+    return evidence + "."
