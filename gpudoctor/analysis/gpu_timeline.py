@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from gpudoctor.analysis import workload
 from gpudoctor.common import hardware
 from gpudoctor.replay import costmodel
+from gpudoctor.report import schema
 
 if TYPE_CHECKING:
     from gpudoctor.analysis.model import Analysis
@@ -59,7 +60,7 @@ class Mfu:
     reason: str | None
     inputs: dict[str, Any]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> schema.MfuSection:
         return {"value": None if self.value is None else round(self.value, 4), "reason": self.reason,
                 "inputs": self.inputs}
 
@@ -165,13 +166,13 @@ def _figures(a: Analysis) -> GpuFigures | None:
     )
 
 
-def nvml_check(a: Analysis) -> list[dict[str, Any]]:
+def nvml_check(a: Analysis) -> list[schema.NvmlWindow]:
     """Per window of ``WINDOW_S``: the events' busy share beside NVML's, and whether they agree."""
     p = a.primary
     clock = p.gpu_clock if p is not None else None
     if clock is None or not a.rec.gpu:
         return []
-    out = []
+    out: list[schema.NvmlWindow] = []
     timed = clock.timed
     if not timed:
         return []
@@ -201,7 +202,7 @@ def _utils(row: dict[str, Any]) -> list[float]:
             if g.get("util_pct") is not None and not g.get("lost")]
 
 
-def nvml_verdict(windows: list[dict[str, Any]]) -> str | None:
+def nvml_verdict(windows: list[schema.NvmlWindow]) -> str | None:
     """One sentence when NVML and the events disagree, saying which one the report trusts."""
     off = [w for w in windows if not w["agree"]]
     if not off:

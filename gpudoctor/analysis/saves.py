@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from gpudoctor.analysis import timeline as tl
 from gpudoctor.analysis.process import ProcessView
 from gpudoctor.recording.events import SIDE_FILE  # the span category of a save without tensors
+from gpudoctor.report import schema
 
 
 @dataclass
@@ -25,7 +26,8 @@ class Saves:
     final: list[tl.Interval]
     side: list[tl.Interval]
 
-    def to_dict(self) -> dict[str, float | int]:
+    def to_dict(self) -> schema.Saves:
+        """The report's ``saves`` section."""
         return {"checkpoints": len(self.checkpoints), "checkpoint_s": round(tl.total(self.checkpoints), 3),
                 "final": len(self.final), "final_s": round(tl.total(self.final), 3),
                 "side_files": len(self.side), "side_files_s": round(tl.total(self.side), 3)}

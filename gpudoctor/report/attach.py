@@ -14,6 +14,7 @@ import datetime as dt
 from typing import Any
 
 from gpudoctor.attach.window import UNAVAILABLE_WITHOUT_HOOKS
+from gpudoctor.report import schema
 
 
 def _num(v: Any) -> float | None:
@@ -37,7 +38,7 @@ def process_age_s(meta: dict[str, Any]) -> float | None:
     return max(0.0, at - min(born))
 
 
-def attach_section(meta: dict[str, Any], window_start: float) -> dict[str, Any] | None:
+def attach_section(meta: dict[str, Any], window_start: float) -> schema.Attach | None:
     at = attach_time(meta)
     if at is None:
         return None
@@ -49,7 +50,7 @@ def attach_section(meta: dict[str, Any], window_start: float) -> dict[str, Any] 
         + ("--no-inject was given" if info.get("inject") is False else "no Python training process was hooked")
         + "); everything was seen through stack samples."]
     hooked = [t for t in targets if _num(t.get("installed_at")) is not None]
-    estimated = []
+    estimated: list[str] = []
     if not hooked:
         samples = info.get("stack_samples") or 0
         estimated.append(f"The breakdown is estimated from {samples} stack samples; "
@@ -89,9 +90,9 @@ def _loaded_line(t: dict[str, Any], at: float) -> str:
             f"{installed - at:.1f} s after the attach, {state}; stack samples throughout.")
 
 
-def summary_lines(section: dict[str, Any]) -> list[str]:
+def summary_lines(section: schema.Attach) -> list[str]:
     """The section as plain lines for the report's notes (what every renderer prints)."""
-    age = section.get("process_age_s")
+    age = section["process_age_s"]
     head = (f"Attached at {section['attached_at']}"
             + (f", when the process was {age:.1f} s old" if age is not None else "")
             + "; the timeline counts seconds since the attach.")

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from operator import itemgetter, sub
-from typing import Any, cast
+from typing import Any
 
 from gpudoctor._version import __version__
 from gpudoctor.analysis import Analysis, analyze, gpu_timeline
@@ -49,13 +50,13 @@ def build_report(rec: Recording, options: ReportOptions | None = None) -> Report
     report: Report = {
         "schema": SCHEMA,
         "run": _run_section(rec, a, price),
-        "breakdown": cast(schema.Breakdown, _rounded(a.breakdown())),
-        "shares": cast(schema.Shares, _rounded(a.shares())),
-        "padding": cast(schema.Padding, _rounded(a.padding())),
-        "startup": cast(schema.StartupParts, _rounded(a.primary.startup_parts())) if a.primary is not None else None,
+        "breakdown": breakdown_section(a.breakdown()),
+        "shares": _shares(a.shares()),
+        "padding": _padding(a.padding()),
+        "startup": _startup(a.primary.startup_parts()) if a.primary is not None else None,
         "steps": _steps(a),
         # each save counted once, by kind (analysis/saves.py); null when no process was hooked
-        "saves": cast(schema.Saves, split_saves(a.primary).to_dict()) if a.primary is not None else None,
+        "saves": split_saves(a.primary).to_dict() if a.primary is not None else None,
         "findings": finding_dicts + [f.to_dict(None) for f in infos],
         "cost": cost_section(price, wasted, a.duration_s, _projected_run_s(a)),
         "verdict": _verdict(a, findings, wasted, rec.meta),
@@ -64,20 +65,20 @@ def build_report(rec: Recording, options: ReportOptions | None = None) -> Report
         "profiler": _profiler_windows(a),
         "notes": list(a.notes),
         # the GPU's own clock (CUDA events) and MFU: null, with a reason for MFU, on a CPU run
-        "gpu_timeline": cast("schema.GpuTimeline | None", gpu_timeline_section(a)),
-        "mfu": cast(schema.MfuSection, gpu_timeline.mfu(a).to_dict()),
+        "gpu_timeline": gpu_timeline_section(a),
+        "mfu": gpu_timeline.mfu(a).to_dict(),
     }
     verdict = (report["gpu_timeline"] or {}).get("nvml_verdict")
     if verdict:
         report["notes"].append(verdict)
     attached = attach_section(rec.meta, a.start)
     if attached is not None:  # what was loaded, from when, what is estimated: in every format
-        report["attach"] = cast(schema.Attach, attached)
+        report["attach"] = attached
         report["notes"] = [*summary_lines(attached), *report["notes"]]
     return report
 
 
-def gpu_timeline_section(a: Analysis) -> dict[str, Any] | None:
+def gpu_timeline_section(a: Analysis) -> schema.GpuTimeline | None:
     """What the CUDA events measured, per step, with the host's own breakdown beside it."""
     fig = gpu_timeline.figures(a)
     if fig is None:
@@ -95,7 +96,7 @@ def gpu_timeline_section(a: Analysis) -> dict[str, Any] | None:
         "sync_block_s_per_step": round(fig.sync_block_s / n, 6),
         "sync_idle_s_per_step": round(fig.sync_idle_s / n, 6),
         "h2d_s_per_step": round(fig.h2d_s_per_step, 6),
-        "host_breakdown": _rounded(fig.host_breakdown),
+        "host_breakdown": breakdown_section(fig.host_breakdown),
         "nvml_windows": windows,
         "nvml_verdict": gpu_timeline.nvml_verdict(windows),
         "trusted": "cuda_events",
@@ -104,7 +105,7 @@ def gpu_timeline_section(a: Analysis) -> dict[str, Any] | None:
 
 def _profiler_windows(a: Analysis) -> list[schema.ProfilerWindow]:
     """torch.profiler windows: a cross-check of the hooks' data wait, and GPU kernel time."""
-    out = []
+    out: list[schema.ProfilerWindow] = []
     for p in a.procs:
         for w in p.profiler:
             dt_s = float(w.get("dt") or 0.0)
@@ -117,7 +118,7 @@ def _profiler_windows(a: Analysis) -> list[schema.ProfilerWindow]:
                 "dataloader_s": round(float(w.get("dataloader_s") or 0.0), 4),
                 "cuda_kernel_busy": round(kernel / dt_s, 4) if kernel is not None and dt_s > 0 else None,
             })
-    return cast(list[schema.ProfilerWindow], out)
+    return out
 
 
 def _run_section(rec: Recording, a: Analysis, price: Price) -> schema.Run:
@@ -144,10 +145,9 @@ def _run_section(rec: Recording, a: Analysis, price: Price) -> schema.Run:
 
 def _steps(a: Analysis) -> schema.Steps:
     s = a.steps()
-    s["step_time_s"] = _rounded(s["step_time_s"])
-    if s["first_step_at_s"] is not None:
-        s["first_step_at_s"] = round(s["first_step_at_s"], 3)
-    return cast(schema.Steps, s)
+    first = s["first_step_at_s"]
+    return {"count": s["count"], "first_step_at_s": round(first, 3) if first is not None else None,
+            "step_time_s": step_times(s["step_time_s"])}
 
 
 def _projected_run_s(a: Analysis) -> float | None:
@@ -247,15 +247,9 @@ def _crash_words(a: Analysis, meta: dict[str, Any]) -> str:
 
 
 def _per_rank(a: Analysis) -> list[schema.RankEntry]:
-    out = []
-    for p in a.procs:
-        out.append({
-            "rank": p.rank,
-            "pid": p.pid,
-            "breakdown": _rounded(p.breakdown),
-            "steps": {"count": len(p.step_times), "step_time_s": _rounded(quantiles(p.step_intervals_s()))},
-        })
-    return cast(list[schema.RankEntry], out)
+    return [{"rank": p.rank, "pid": p.pid, "breakdown": breakdown_section(p.breakdown),
+             "steps": {"count": len(p.step_times), "step_time_s": step_times(quantiles(p.step_intervals_s()))}}
+            for p in a.procs]
 
 
 def _timeline(a: Analysis) -> schema.Timeline:
@@ -266,7 +260,7 @@ def _timeline(a: Analysis) -> schema.Timeline:
     stride = max(1, math.ceil(len(host) / MAX_POINTS))
     rows = host[::stride]
     gpu_rows = a.rec.gpu[:: max(1, math.ceil(len(a.rec.gpu) / MAX_POINTS))]
-    series: dict[str, Any] = {
+    series: schema.Series = {
         "t_s": [round(r["t"] - t0, 3) for r in rows],
         "cpu_pct": [r.get("cpu_proc_pct") for r in rows],
         "rss_mib": [r.get("rss_mib") for r in rows],
@@ -286,7 +280,7 @@ def _timeline(a: Analysis) -> schema.Timeline:
     steps = [round(t - t0, 3) for t in times[:: max(1, math.ceil(len(times) / MAX_POINTS))]]
     if attached is not None:
         spans = {k: [[max(0.0, x), y] for x, y in v if y > 0] for k, v in spans.items()}
-    return {"duration_s": round(max(a.end - t0, 1e-9), 3), "series": cast(schema.Series, series), "spans": spans,
+    return {"duration_s": round(max(a.end - t0, 1e-9), 3), "series": series, "spans": spans,
             "steps_t_s": steps,
             "origin": "attach" if attached is not None else "launch", "caption": timeline_caption(a.rec.meta)}
 
@@ -312,12 +306,44 @@ def _rel(spans: list[tuple[float, float]], t0: float) -> list[list[float]]:
     return [[round(a_ - t0, 3), round(b - t0, 3)] for a_, b in bars]
 
 
-def _rounded(d: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, float):
-            out[k] = round(v, 4) if math.isfinite(v) else None
-        else:
-            out[k] = v
-    return out
+# The analysis' figures as the schema's sections: each key named once here, so mypy holds every
+# one to the schema's type; a float is rounded to 4 places, and one that is not finite is null.
+
+
+def _r(x: float | None) -> float | None:
+    return round(x, 4) if x is not None and math.isfinite(x) else None
+
+
+def breakdown_section(d: Mapping[str, float | None]) -> schema.Breakdown:
+    """The analysis' slices (:data:`schema.BREAKDOWN_KEYS`); empty when it has none."""
+    if not d:
+        return {}
+    return {"startup": _r(d["startup"]), "data_wait": _r(d["data_wait"]), "compute": _r(d["compute"]),
+            "checkpoint": _r(d["checkpoint"]), "eval": _r(d["eval"]), "other": _r(d["other"])}
+
+
+def step_times(d: Mapping[str, float | None]) -> schema.StepTimes:
+    """p50/p90 of the analysis' :func:`~gpudoctor.analysis.process.quantiles`."""
+    return {"p50": _r(d["p50"]), "p90": _r(d["p90"])}
+
+
+def _shares(d: Mapping[str, float | None]) -> schema.Shares:
+    return {"tokenization": _r(d["tokenization"]), "gpu_busy": _r(d["gpu_busy"]), "cpu_busy": _r(d["cpu_busy"])}
+
+
+def _padding(d: Mapping[str, Any]) -> schema.Padding:
+    """:func:`~gpudoctor.analysis.process.padding_summary`: a fraction, then lengths and a count (ints)."""
+    return {"pad_fraction": _r(d["pad_fraction"]), "max_length": d["max_length"], "p50_length": d["p50_length"],
+            "p99_length": d["p99_length"], "batches_seen": d["batches_seen"]}
+
+
+def _startup(d: Mapping[str, float]) -> schema.StartupParts:
+    """:meth:`~gpudoctor.analysis.process.ProcessView.startup_parts`, in seconds."""
+    return {"total_s": _round_s(d["total_s"]), "imports_s": _round_s(d["imports_s"]),
+            "model_load_s": _round_s(d["model_load_s"]), "data_load_s": _round_s(d["data_load_s"]),
+            "format_s": _round_s(d["format_s"]), "other_s": _round_s(d["other_s"])}
+
+
+def _round_s(x: float) -> float:
+    return round(x, 4)  # startup seconds are sums of finite spans
 

@@ -15,10 +15,9 @@ is one finding, from the node where it cost most, naming the others.
 from __future__ import annotations
 
 import datetime as dt
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from gpudoctor._version import __version__
 from gpudoctor.analysis import analyze
@@ -26,17 +25,15 @@ from gpudoctor.analysis.nodes import NodeSummary, align, job_analysis, summarize
 from gpudoctor.common.errors import UserError
 from gpudoctor.common.wording import plural
 from gpudoctor.recording.store import load_recording
-from gpudoctor.report.build import ReportOptions
+from gpudoctor.report.build import ReportOptions, breakdown_section, step_times
 from gpudoctor.report.cost import cost_section, resolve_price
 from gpudoctor.report.schema import (
     SCHEMA,
-    Breakdown,
     NodeEntry,
     Nodes,
     RankEntry,
     Report,
     Run,
-    StepTimes,
 )
 from gpudoctor.rules import Finding, Fix, account, run_rules
 from gpudoctor.rules.base import settle_findings
@@ -144,11 +141,11 @@ def _report(nodes: list[NodeSummary], seen: dict[str, _Seen], node_rules: dict[s
     return {
         "schema": SCHEMA,
         "run": _run(nodes, job.start, job.duration_s, price),
-        "breakdown": _breakdown(job.breakdown()),
+        "breakdown": breakdown_section(job.breakdown()),
         "steps": {
             "count": lead.steps if lead else 0,
             "first_step_at_s": round(lead.first_step - job.start, 3) if lead and lead.first_step else None,
-            "step_time_s": _step_times(lead.step_time_s) if lead else {"p50": None, "p90": None},
+            "step_time_s": step_times(lead.step_time_s) if lead else {"p50": None, "p90": None},
         },
         "findings": [f.to_dict(price.usd_per_hour) for f in findings] + [f.to_dict(None) for f in infos],
         "cost": cost_section(price, wasted, job.duration_s, None),
@@ -198,9 +195,9 @@ def _run(nodes: list[NodeSummary], start: float, duration_s: float, price: Any) 
 
 def _rank_entry(r: Any) -> RankEntry:
     return {"rank": r.rank, "pid": r.pid, "node": r.node, "local_rank": r.local_rank,
-            "breakdown": _breakdown(r.breakdown), "data_wait_s": round(r.seconds["data_wait"], 3),
+            "breakdown": breakdown_section(r.breakdown), "data_wait_s": round(r.seconds["data_wait"], 3),
             "checkpoint_s": round(float(r.seconds["checkpoint"]), 3), "wall_s": round(r.end - r.start, 3),
-            "steps": {"count": r.steps, "step_time_s": _step_times(r.step_time_s)}}
+            "steps": {"count": r.steps, "step_time_s": step_times(r.step_time_s)}}
 
 
 def _nodes_section(nodes: list[NodeSummary], node_rules: dict[str, list[str]]) -> Nodes:
@@ -228,11 +225,11 @@ def _node_entry(n: NodeSummary, rules: list[str]) -> NodeEntry:
         "clock_offset_s": round(n.offset_s, 4) if n.residual_s is not None else None,
         "alignment_residual_s": round(n.residual_s, 4) if n.residual_s is not None else None,
         "aligned_steps": n.aligned_steps,
-        "breakdown": _breakdown({k: sum(r.breakdown[k] for r in n.ranks) / len(n.ranks) for k in keys}),
+        "breakdown": breakdown_section({k: sum(r.breakdown[k] for r in n.ranks) / len(n.ranks) for k in keys}),
         "data_wait_s": round(sum(waits) / len(waits), 3) if waits else None,
         "data_wait_s_max": round(max(waits), 3) if waits else None,
         "checkpoint_s": round(float(max((r.seconds["checkpoint"] for r in n.ranks), default=0.0)), 3),
-        "step_time_s": _step_times(lead.step_time_s) if lead else {"p50": None, "p90": None},
+        "step_time_s": step_times(lead.step_time_s) if lead else {"p50": None, "p90": None},
         "findings": sorted(set(rules)),
     }
 
@@ -249,14 +246,3 @@ def _verdict(nodes: list[NodeSummary], findings: list[Finding], wasted: float) -
     return (f"{where}. {plural(len(real), 'problem')} found; the biggest: {real[0].title} "
             f"({100 * real[0].waste_fraction:.0f}%). Fixing them could make this job about {speed:.1f}x faster.")
 
-
-def _breakdown(d: dict[str, Any]) -> Breakdown:
-    return cast(Breakdown, _rounded(d))  # the analysis' slices (BREAKDOWN_KEYS), as report/build.py does
-
-
-def _step_times(d: dict[str, Any]) -> StepTimes:
-    return cast(StepTimes, _rounded(d))  # p50/p90 of the analysis' quantiles, as report/build.py does
-
-
-def _rounded(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: (round(v, 4) if math.isfinite(v) else None) if isinstance(v, float) else v for k, v in d.items()}

@@ -28,6 +28,7 @@ from gpudoctor.report import schema
 BUCKETS: tuple[schema.Bucket, ...] = get_args(schema.Bucket)  # one list: the schema's
 WHOLE = ""  # the part name of a claim on the whole bucket
 MAX_WASTED = 0.99  # some compute always remains: a 100x claim is a bug, not a prediction
+SETTLED_ONLY = frozenset({"up_to"})  # fields of Claim not written to the report
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,9 @@ class Claim:
     ``"gpu_idle"`` of ``compute``) that makes up ``part_share`` of it; claims on
     different parts add, claims on one part compound. A claim on the whole bucket
     (``part=""``) compounds with whatever the parts left.
+
+    The report's claim (:class:`gpudoctor.report.schema.Claim`) has the same fields, less
+    :data:`SETTLED_ONLY` (``up_to`` settles the finding's optimistic speedup; it is not written).
     """
 
     bucket: schema.Bucket

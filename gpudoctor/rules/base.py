@@ -8,6 +8,14 @@ A finding states what its fix gives back as :class:`~gpudoctor.rules.account.Cla
 on the breakdown's buckets; its ``waste_fraction``, ``severity`` and
 ``predicted_speedup`` are settled from them (:func:`settle_findings`), the same way
 for every rule.
+
+One definition: the report's TypedDicts (:mod:`gpudoctor.report.schema`: ``FixTable``, ``Fix``,
+``Finding``, ``Claim``) say what a finding is. The dataclasses here are the rules' working values of
+the same fields (mutable: the claims are settled, and :mod:`gpudoctor.rules.script_flags` adds the
+script's flags after every rule ran), each with one ``to_dict`` that writes every schema key (mypy
+holds its types to the schema's). They add only what settles a figure and is not written
+(:data:`SETTLED_ONLY`); the report adds only what is worked out from the settled figures and the
+price (:data:`REPORT_ONLY`). ``tests/test_finding_schema.py`` holds the field names equal.
 """
 
 from __future__ import annotations
@@ -23,7 +31,8 @@ from gpudoctor.rules.account import Claim
 
 @dataclass
 class Table:
-    """The arguments a fix changes in one call of one library, as literals that paste into it."""
+    """The arguments a fix changes in one call of one library, as literals that paste into it
+    (:class:`gpudoctor.report.schema.FixTable`, field for field)."""
 
     library: str  # what the names belong to, e.g. "transformers 5.23.0 TrainingArguments"
     call: str | None  # how that call is spelled in code ("TrainingArguments", "ds.map"); None: plain settings
@@ -44,6 +53,8 @@ class Table:
 
 @dataclass
 class Fix:
+    """A finding's fix: :class:`gpudoctor.report.schema.Fix`, field for field."""
+
     summary: str
     config: dict[str, Any] = field(default_factory=dict)  # arguments of ``library``'s ``call``
     snippet: str | None = None
@@ -63,8 +74,17 @@ class Fix:
         }
 
 
+# Fields of :class:`Finding` that settle the report's figures and are not written themselves.
+SETTLED_ONLY = frozenset({"speedup_up_to", "per_launch_s"})
+# Keys of the report's finding that ``Finding.to_dict`` works out from the settled figures and the price.
+REPORT_ONLY = frozenset({"waste_usd_per_hour", "predicted_speedup_range"})
+
+
 @dataclass
 class Finding:
+    """A rule's finding: :class:`gpudoctor.report.schema.Finding`'s fields, less :data:`REPORT_ONLY`,
+    plus :data:`SETTLED_ONLY`."""
+
     rule: str
     title: str
     evidence: str

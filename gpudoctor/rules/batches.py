@@ -17,91 +17,128 @@ MIN_PAD_FRACTION = 0.10
 MIN_RECOVERABLE = 0.05
 
 
+@dataclass(frozen=True)
+class PadFigures:
+    """How much of each batch is padding and what padding less gives back: worded by ``_word``."""
+
+    pad_fraction: float
+    batches_seen: int
+    p50_length: int | None
+    p99_length: int | None
+    longest_seen: int | None  # the width rows are padded to now
+    multiple: int  # the pad multiple fitted to the rows
+    tokens_now: int
+    tokens_dynamic: int  # each batch padded to its longest row
+    new_max: int | None  # max_length: p99 rounded up to the multiple; None when it shortens nothing
+    gain: PaddingGain
+    packing: bool  # lengths vary inside batches too: packing beats padding per batch
+    waste: float  # share of compute the fix removes
+
+    @property
+    def recoverable(self) -> float:
+        return 1.0 - self.tokens_dynamic / self.tokens_now if self.tokens_now else 0.0
+
+
 class PaddingWaste(Rule):
     name = "padding_waste"
     fires_when = 'pad tokens ≥ 10% and per-batch padding would save ≥ 5% of the tokens'
     fix_from = '`max_length` = observed p99 rounded up to the pad multiple (64/32/16/8, fitted to the rows), never above what is padded now; per-batch padding / `group_by_length` (names checked against the recorded TrainingArguments; only when the dataset items carry `input_ids` or the length column); packing; gain from the workload model (PaLM FLOPs of the recorded model shape, or per-token and per-token² costs fitted to the steps), between linear token work and quadratic attention when the shape is unknown'
 
     def match(self, a: Analysis) -> Finding | None:
-        batches = [b for p in a.procs for b in p.batches]
-        pad = a.padding()
-        frac = pad["pad_fraction"]
-        if not batches or frac is None or frac < MIN_PAD_FRACTION:
-            return None
-        multiple = pad_multiple_for(pad["p50_length"])
-        now, after = dynamic_padding_tokens(batches, multiple)
-        recoverable = 1.0 - after / now if now else 0.0
         names = names_for(a.primary)
-        p99, longest_seen = pad["p99_length"], pad["max_length"]
-        new_max = max_length_for(p99, longest_seen, multiple=multiple)
-        gain = predict_padding(a, new_max, multiple, per_batch=names.is_trainer)
-        packing = frac >= 0.5 and recoverable < 0.5 * frac  # lengths vary inside batches too
-        waste = max(gain.saving, frac if packing else 0.0)
-        if waste < MIN_RECOVERABLE:
+        fig = _figures(a, names)
+        if fig is None:
             return None
-        truncate: dict[str, object] = {"truncation": True, "max_length": new_max} if new_max else {}
-        if names.is_trainer:
-            # Sorting by length needs items the sampler can size: applied without, the run crashes.
-            args: dict[str, object] = _group_by_length(names) if names.items_carry_lengths() else {}
-            tables = [Table(names.library, names.call, args),
-                      Table("transformers tokenizer", "tokenizer", truncate),
-                      Table("transformers DataCollatorWithPadding", "DataCollatorWithPadding",
-                            {"pad_to_multiple_of": multiple})]
-            snippet = (
-                "tokenized = ds.map(lambda b: tokenizer(b['text'], truncation=True"
-                + (f", max_length={new_max}" if new_max else "")
-                + "), batched=True)  # no padding here\n"
-                f"collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of={multiple})\n"
-                "trainer = Trainer(..., data_collator=collator)"
-            )
-        else:
-            tables = [Table("transformers tokenizer", "tokenizer",
-                            {"padding": "longest", **truncate, "pad_to_multiple_of": multiple})]
-            snippet = (
-                "batch = tokenizer(texts, padding='longest', truncation=True"
-                + (f", max_length={new_max}" if new_max else "")
-                + f", pad_to_multiple_of={multiple}, return_tensors='pt')"
-            )
-        if packing:
-            snippet += "\n# or pack several examples into each row (no padding at all):\n# see trl's packing=True / DataCollatorWithFlattening"
-        return Finding(
-            rule=self.name,
-            title="Most of each batch is padding",
-            # Fewer tokens computed: a share of all compute, compounding with faster math. The
-            # workload model sizes it (one value); without the model's shape, between linear token
-            # work and quadratic attention (packing's ``waste`` is the pad share, also linear).
-            claims=[Claim("compute", waste, up_to=gain.up_to if not packing and gain.up_to else None)],
-            evidence=(
-                f"{pct(frac)} of the tokens in {pad['batches_seen']} training batches are padding: rows are "
-                f"padded to {longest_seen} while the real lengths have p50 {pad['p50_length']} and p99 {p99}. "
-                f"Padding each batch to its longest row (multiple of {multiple}) would drop {pct(recoverable)} "
-                "of the tokens computed. " + gain.evidence
-            ),
-            fix=Fix(
-                summary=(
-                    f"Pad per batch instead of to {longest_seen}"
-                    + (f", and cap max_length at {new_max} (p99 rounded up to {multiple})" if new_max else "")
-                    + (", or pack examples" if packing else "")
-                    + "."
-                ),
-                snippet=snippet,
-                **Table.main_and_also(tables),
-            ),
-            data={
-                "pad_fraction": round(frac, 4),
-                "tokens_now": now,
-                "tokens_dynamic": after,
-                "p99_length": p99,
-                "max_length": longest_seen,
-                "new_max_length": new_max,
-                "compute_after_ratio": round(1 - gain.saving, 4),
-                "compute_after_ratio_range": [round(1 - gain.up_to, 4), round(1 - gain.saving, 4)]
-                if gain.up_to else None,
-                "workload_basis": gain.basis,
-                "rows_after": gain.rows_after,
-                "packing_compute_after_ratio": round(gain.packing_ratio, 4) if gain.packing_ratio else None,
-            },
+        # Fewer tokens computed: a share of all compute, compounding with faster math. The
+        # workload model sizes it (one value); without the model's shape, between linear token
+        # work and quadratic attention (packing's ``waste`` is the pad share, also linear).
+        gain = fig.gain
+        fewer = Claim("compute", fig.waste, up_to=gain.up_to if not fig.packing and gain.up_to else None)
+        return _word(fig, names, fewer)
+
+
+def _figures(a: Analysis, names: Names) -> PadFigures | None:
+    batches = [b for p in a.procs for b in p.batches]
+    pad = a.padding()
+    frac = pad["pad_fraction"]
+    if not batches or frac is None or frac < MIN_PAD_FRACTION:
+        return None
+    multiple = pad_multiple_for(pad["p50_length"])
+    now, after = dynamic_padding_tokens(batches, multiple)
+    recoverable = 1.0 - after / now if now else 0.0
+    p99, longest_seen = pad["p99_length"], pad["max_length"]
+    new_max = max_length_for(p99, longest_seen, multiple=multiple)
+    gain = predict_padding(a, new_max, multiple, per_batch=names.is_trainer)
+    packing = frac >= 0.5 and recoverable < 0.5 * frac  # lengths vary inside batches too
+    waste = max(gain.saving, frac if packing else 0.0)
+    if waste < MIN_RECOVERABLE:
+        return None
+    return PadFigures(frac, pad["batches_seen"], pad["p50_length"], p99, longest_seen, multiple, now, after,
+                      new_max, gain, packing, waste)
+
+
+def _word(fig: PadFigures, names: Names, fewer: Claim) -> Finding:
+    new_max, multiple, gain = fig.new_max, fig.multiple, fig.gain
+    truncate: dict[str, object] = {"truncation": True, "max_length": new_max} if new_max else {}
+    if names.is_trainer:
+        # Sorting by length needs items the sampler can size: applied without, the run crashes.
+        args: dict[str, object] = _group_by_length(names) if names.items_carry_lengths() else {}
+        tables = [Table(names.library, names.call, args),
+                  Table("transformers tokenizer", "tokenizer", truncate),
+                  Table("transformers DataCollatorWithPadding", "DataCollatorWithPadding",
+                        {"pad_to_multiple_of": multiple})]
+        snippet = (
+            "tokenized = ds.map(lambda b: tokenizer(b['text'], truncation=True"
+            + (f", max_length={new_max}" if new_max else "")
+            + "), batched=True)  # no padding here\n"
+            f"collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of={multiple})\n"
+            "trainer = Trainer(..., data_collator=collator)"
         )
+    else:
+        tables = [Table("transformers tokenizer", "tokenizer",
+                        {"padding": "longest", **truncate, "pad_to_multiple_of": multiple})]
+        snippet = (
+            "batch = tokenizer(texts, padding='longest', truncation=True"
+            + (f", max_length={new_max}" if new_max else "")
+            + f", pad_to_multiple_of={multiple}, return_tensors='pt')"
+        )
+    if fig.packing:
+        snippet += "\n# or pack several examples into each row (no padding at all):\n# see trl's packing=True / DataCollatorWithFlattening"
+    return Finding(
+        rule=PaddingWaste.name,
+        title="Most of each batch is padding",
+        claims=[fewer],
+        evidence=(
+            f"{pct(fig.pad_fraction)} of the tokens in {fig.batches_seen} training batches are padding: rows are "
+            f"padded to {fig.longest_seen} while the real lengths have p50 {fig.p50_length} and p99 {fig.p99_length}. "
+            f"Padding each batch to its longest row (multiple of {multiple}) would drop {pct(fig.recoverable)} "
+            "of the tokens computed. " + _gain_words(gain)
+        ),
+        fix=Fix(
+            summary=(
+                f"Pad per batch instead of to {fig.longest_seen}"
+                + (f", and cap max_length at {new_max} (p99 rounded up to {multiple})" if new_max else "")
+                + (", or pack examples" if fig.packing else "")
+                + "."
+            ),
+            snippet=snippet,
+            **Table.main_and_also(tables),
+        ),
+        data={
+            "pad_fraction": round(fig.pad_fraction, 4),
+            "tokens_now": fig.tokens_now,
+            "tokens_dynamic": fig.tokens_dynamic,
+            "p99_length": fig.p99_length,
+            "max_length": fig.longest_seen,
+            "new_max_length": new_max,
+            "compute_after_ratio": round(1 - gain.saving, 4),
+            "compute_after_ratio_range": [round(1 - gain.up_to, 4), round(1 - gain.saving, 4)]
+            if gain.up_to else None,
+            "workload_basis": gain.basis,
+            "rows_after": gain.rows_after,
+            "packing_compute_after_ratio": round(gain.packing_ratio, 4) if gain.packing_ratio else None,
+        },
+    )
 
 
 def _group_by_length(names: Names) -> dict[str, object]:
@@ -112,14 +149,19 @@ def _group_by_length(names: Names) -> dict[str, object]:
 
 @dataclass(frozen=True)
 class PaddingGain:
-    """Share of the compute a padding fix removes, from the one workload model."""
+    """Share of the compute a padding fix removes, from the one workload model (worded by ``_gain_words``)."""
 
     saving: float  # 1 - cost after / cost now (the conservative figure when a range)
     up_to: float | None  # quadratic bound, only when the model's shape is unknown
     basis: str  # "fitted" | "flops" | "tokens"
     rows_after: str  # "max_length" (every row padded to it) | "per_batch" (each batch to its longest)
     packing_ratio: float | None  # compute after packing the rows into max_length rows, over today's
-    evidence: str
+    widths: tuple[int, int] | None = None  # (width now, after) when rows_after is "max_length"
+    ratio: float | None = None  # the workload model's compute after over today's
+    shape: workload.Shape | None = None  # the recorded model shape whose FLOPs sized it
+    token_ratio: float = 1.0  # without a model: tokens after over now (linear work)
+    attention_ratio: float = 1.0  # and tokens² after over now (quadratic attention)
+    per_step: float = 0.0  # share of the compute in optimizer.step: work per step, left as it is
 
 
 def predict_padding(a: Analysis, new_max: int | None, multiple: int, *, per_batch: bool) -> PaddingGain:
@@ -148,23 +190,32 @@ def predict_padding(a: Analysis, new_max: int | None, multiple: int, *, per_batc
     lengths = [int(x) for b in batches for x in b.get("lengths") or []]
     packed = workload.packed_rows(lengths, new_max or max(w for _, w in before)) if lengths else []
     packing = workload.cost_ratio(fit, before, packed) if fit and packed else None
-    widths = f"{before[0][1]} → {after[0][1]}" if rows_after == "max_length" and before else "per batch"
+    widths = (before[0][1], after[0][1]) if rows_after == "max_length" and before else None
     per_step = _per_step_share(p)
     if ratio is not None and fit is not None:
-        how = ("per-token and per-token² costs fitted to the steps' measured times over their row widths"
-               if fit.basis == "fitted" else f"the FLOPs of {shape.source if shape else 'the model'} "
-               f"(N={_si(shape.params if shape else 0)}, {shape.n_layers if shape else '?'} layers, hidden "
-               f"{shape.hidden if shape else '?'}; PaLM 6N + attention)")
-        kept = (f"; the optimizer's {pct(per_step)} of the compute does not shrink with the rows"
-                if per_step >= 0.005 else "")
         return PaddingGain(max(0.0, (1 - ratio) * (1 - per_step)), None, fit.basis, rows_after,
                            per_step + (1 - per_step) * packing if packing is not None else None,
-                           f"Rows {widths}: the workload model ({how}) puts the batches' compute after at "
-                           f"{ratio:.3f}× today's{kept}.")
+                           widths, ratio, shape, per_step=per_step)
     tok, sq = workload.linear_and_quadratic(before, after)
-    return PaddingGain(max(0.0, 1 - tok), max(0.0, 1 - sq), "tokens", rows_after, None,
-                       f"Rows {widths}: no model shape was recorded, so the saving lies between the tokens' "
-                       f"({1 - tok:.0%}) and the attention's ({1 - sq:.0%}).")
+    return PaddingGain(max(0.0, 1 - tok), max(0.0, 1 - sq), "tokens", rows_after, None, widths,
+                       token_ratio=tok, attention_ratio=sq)
+
+
+def _gain_words(g: PaddingGain) -> str:
+    """The workload model's prediction in a sentence: how it was sized, and the compute after."""
+    widths = f"{g.widths[0]} → {g.widths[1]}" if g.widths else "per batch"
+    if g.ratio is not None:
+        shape = g.shape
+        how = ("per-token and per-token² costs fitted to the steps' measured times over their row widths"
+               if g.basis == "fitted" else f"the FLOPs of {shape.source if shape else 'the model'} "
+               f"(N={_si(shape.params if shape else 0)}, {shape.n_layers if shape else '?'} layers, hidden "
+               f"{shape.hidden if shape else '?'}; PaLM 6N + attention)")
+        kept = (f"; the optimizer's {pct(g.per_step)} of the compute does not shrink with the rows"
+                if g.per_step >= 0.005 else "")
+        return (f"Rows {widths}: the workload model ({how}) puts the batches' compute after at "
+                f"{g.ratio:.3f}× today's{kept}.")
+    return (f"Rows {widths}: no model shape was recorded, so the saving lies between the tokens' "
+            f"({1 - g.token_ratio:.0%}) and the attention's ({1 - g.attention_ratio:.0%}).")
 
 
 def _per_step_share(p: ProcessView | None) -> float:

@@ -13,7 +13,7 @@ writers, stack samples) fall back to the host's iowait and busy cores.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.buildcost import BuildCost, LoopModel, crowd_of, share, worker_cap
@@ -30,6 +30,8 @@ CPU_SATURATED_PCT = 90.0
 
 @dataclass
 class DataWait:
+    """The data path's figures, which every data rule reads (figures only: the rules word them)."""
+
     wall_s: float
     wait_s: float
     compute_s: float
@@ -70,14 +72,6 @@ class DataWait:
         kind = "io_bound" if self.build.kind == "wait" else "data_stall" if helps else "cpu_saturated"
         return Diagnosis(kind, m, here if helps else None, alone if alone[0] != (self.num_workers or 0)
                          and m.speedup(alone[1]) >= 1.05 else None)
-
-    def others_text(self) -> str:
-        """The other programs that kept cores busy, named: "python3 (1.0 core), make (0.3)"."""
-        named = [(n, c) for n, c in self.others if c >= 0.1]
-        if not named:
-            return f"other programs kept {self.other_cores:.1f} cores busy" if self.other_cores >= 0.25 else ""
-        listed = ", ".join(f"{n} ({c:.1f} core{'s' if c >= 1.05 else ''})" for n, c in named[:3])
-        return f"other programs kept {self.other_cores:.1f} of {self.cores} cores busy: {listed}"
 
     @property
     def residual_s(self) -> float:
@@ -217,90 +211,61 @@ def _tokenizes_in_main(names: Names) -> bool:
     return not workers
 
 
-def _loader_cfg(d: DataWait, workers: int) -> tuple[dict[str, object], str]:
-    """The worker settings as the script's own call takes them, and a snippet; only what changes."""
+# --- figures: how many workers, and what they give back ------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """The worker count a data finding recommends and the loop's time per batch with it: worded
+    by :func:`worker_words`. ``workers`` 0 and no config where no worker count beats what ran."""
+
+    workers: int
+    predicted: tuple[float, float] | None  # (slowest, fastest) loop s per batch with them
+    diagnosis: Diagnosis | None  # the loop model's, where the hooks timed the build's CPU
+    needed: int = 0  # else: workers the load cost needs (the measured need)
+    config: dict[str, object] = field(default_factory=dict)  # the worker settings that change
+
+
+def worker_plan(d: DataWait) -> WorkerPlan:
+    """Recommend a worker count and predict the loop's time per batch with it.
+
+    Where the hooks timed the build's CPU, from the loop model (Little's law for what the build
+    waits, the cores the run can have for what it computes); else from the load cost and the
+    free cores.
+    """
+    diag = d.diagnose()
+    if diag is not None:
+        if diag.here is None:
+            return WorkerPlan(0, None, diag)
+        workers, t = diag.here
+        return WorkerPlan(workers, (t, t), diag, config=_loader_config(d, workers))
+    needed = d.workers_needed() or 2
+    workers = values.workers_for(needed, d.free_cores)
+    if workers == (d.num_workers or 0):
+        workers = 0
+    return WorkerPlan(workers, d.worker_batch_s(workers), None, needed,
+                      _loader_config(d, workers) if workers else {})
+
+
+def worker_fix(d: DataWait) -> tuple[int, Fix, tuple[float, float] | None]:
+    """(workers, fix, (slowest, fastest) loop s per batch): :func:`worker_plan`, worded."""
+    plan = worker_plan(d)
+    return plan.workers, worker_words(d, plan), plan.predicted
+
+
+def _loader_config(d: DataWait, workers: int) -> dict[str, object]:
+    """The worker settings as the script's own call takes them; only what changes."""
     names = d.names
     wanted: dict[tuple[str, str], object] = {("dataloader_num_workers", "num_workers"): workers}
     if workers:
         wanted |= {("dataloader_persistent_workers", "persistent_workers"): True,
                    ("dataloader_prefetch_factor", "prefetch_factor"): 2}
     # A Trainer builds its DataLoader itself: only the TrainingArguments fields it has can be set.
-    cfg: dict[str, object] = {
-        (field if names.is_trainer else arg): value
-        for (field, arg), value in wanted.items()
-        if (not names.is_trainer or names.has(field)) and names.current(field, arg) != value  # never a no-op
+    return {
+        (key if names.is_trainer else arg): value
+        for (key, arg), value in wanted.items()
+        if (not names.is_trainer or names.has(key)) and names.current(key, arg) != value  # never a no-op
     }
-    args = ", ".join(f"{k}={v!r}" for k, v in cfg.items())
-    snippet = f"TrainingArguments(..., {args})" if names.is_trainer else f"DataLoader(dataset, batch_size=..., {args})"
-    return cfg, snippet
-
-
-def _gain(x: float) -> str:
-    return f"{x:.2f}x"
-
-
-def worker_fix(d: DataWait) -> tuple[int, Fix, tuple[float, float] | None]:
-    """Recommend a worker count and predict the loop's time per batch with it.
-
-    Where the hooks timed the build's CPU, from the loop model (Little's law for what the build
-    waits, the cores the run can have for what it computes); else from the load cost and the
-    free cores. Returns (workers, fix, (slowest, fastest) loop s per batch); workers 0 and no
-    config where no worker count beats what ran.
-    """
-    diag = d.diagnose()
-    if diag is not None:
-        return _measured_worker_fix(d, diag)
-    names = d.names
-    needed = d.workers_needed() or 2
-    workers = values.workers_for(needed, d.free_cores)
-    if workers == (d.num_workers or 0):
-        workers = 0
-    cfg, snippet = _loader_cfg(d, workers) if workers else ({}, None)
-    predicted = d.worker_batch_s(workers)
-    busy = f" and other programs keep {d.other_cores:.1f} busy" if d.other_cores >= 0.25 else ""
-    limit = (
-        f"; {d.cores} cores with {plural(d.training_procs, 'training process', 'training processes')}{busy} leave {d.free_cores} for workers"
-        if needed > d.free_cores
-        else ""
-    )
-    gain = ""
-    if predicted is not None and d.batch_s:
-        low, high = d.batch_s / predicted[0], d.batch_s / predicted[1]
-        gain = f": about {low:.2f}x" if high - low < 0.01 else f": {low:.2f}-{high:.2f}x"
-        gain += " faster per batch on this machine"
-    summary = (
-        f"Load batches in {plural(workers, 'background worker')} (measured need: {needed}{limit}){gain}."
-        if workers
-        else f"No core is free for more DataLoader workers ({d.cores} cores{busy}); move the per-batch work offline."
-    )
-    return workers, Fix(summary=summary, config=cfg, snippet=snippet, library=names.library, call=names.call), predicted
-
-
-def _measured_worker_fix(d: DataWait, diag: Diagnosis) -> tuple[int, Fix, tuple[float, float] | None]:
-    m, names = diag.model, d.names
-    assert d.build is not None
-    others = d.others_text()
-    alone = ""
-    if others and diag.alone is not None and diag.alone != diag.here:
-        alone = (f" During the loop {others}; on the host alone {plural(diag.alone[0], 'worker')} would give "
-                 f"{_gain(m.speedup(diag.alone[1]))}.")
-    elif others and diag.alone is None:
-        alone = f" During the loop {others}; on the host alone no worker count would do better either."
-    if diag.here is None:
-        summary = (f"No worker count beats the {d.num_workers or 0} that ran on the "
-                   f"{d.model_cores(d.num_workers or 0):.1f} cores this run can have: {d.build.describe()}.{alone}")
-        return 0, Fix(summary=summary, library=names.library, call=names.call), None
-    workers, t = diag.here
-    cfg, snippet = _loader_cfg(d, workers)
-    why = (f"Little's law: {1000 * m.build.worker_wall_s:.0f} ms a build in a worker / "
-           f"{1000 * m.compute_s:.0f} ms of compute a batch = {diag.little()} in flight")
-    if d.build.kind != "wait":
-        why += f"; the CPU it needs on the {d.model_cores(workers):.1f} cores this run can have with them"
-    if d.cap[1] and workers >= d.cap[0]:
-        why += f"; capped at {d.cap[0]} by {d.cap[1]}"
-    summary = (f"Load batches in {plural(workers, 'background worker')} ({why}): about {_gain(m.speedup(t))} "
-               f"faster per batch on this host as it is.{alone}")
-    return workers, Fix(summary=summary, config=cfg, snippet=snippet, library=names.library, call=names.call), (t, t)
 
 
 def _alone_data(d: DataWait, diag: Diagnosis | None) -> dict[str, object]:
@@ -321,6 +286,116 @@ def _alone_data(d: DataWait, diag: Diagnosis | None) -> dict[str, object]:
     }
 
 
+# --- words: the worker fix, the wait, the other programs -----------------------------------------
+
+
+def _gain(x: float) -> str:
+    return f"{x:.2f}x"
+
+
+def _loader_snippet(names: Names, cfg: dict[str, object]) -> str:
+    args = ", ".join(f"{k}={v!r}" for k, v in cfg.items())
+    return f"TrainingArguments(..., {args})" if names.is_trainer else f"DataLoader(dataset, batch_size=..., {args})"
+
+
+def worker_words(d: DataWait, plan: WorkerPlan) -> Fix:
+    """The fix of a :class:`WorkerPlan`: the worker count, why, and the loop's gain with it."""
+    if plan.diagnosis is not None:
+        return _measured_worker_words(d, plan, plan.diagnosis)
+    names, workers, needed, predicted = d.names, plan.workers, plan.needed, plan.predicted
+    busy = f" and other programs keep {d.other_cores:.1f} busy" if d.other_cores >= 0.25 else ""
+    limit = (
+        f"; {d.cores} cores with {plural(d.training_procs, 'training process', 'training processes')}{busy} leave {d.free_cores} for workers"
+        if needed > d.free_cores
+        else ""
+    )
+    gain = ""
+    if predicted is not None and d.batch_s:
+        low, high = d.batch_s / predicted[0], d.batch_s / predicted[1]
+        gain = f": about {low:.2f}x" if high - low < 0.01 else f": {low:.2f}-{high:.2f}x"
+        gain += " faster per batch on this machine"
+    summary = (
+        f"Load batches in {plural(workers, 'background worker')} (measured need: {needed}{limit}){gain}."
+        if workers
+        else f"No core is free for more DataLoader workers ({d.cores} cores{busy}); move the per-batch work offline."
+    )
+    snippet = _loader_snippet(names, plan.config) if workers else None
+    return Fix(summary=summary, config=plan.config, snippet=snippet, library=names.library, call=names.call)
+
+
+def _measured_worker_words(d: DataWait, plan: WorkerPlan, diag: Diagnosis) -> Fix:
+    m, names = diag.model, d.names
+    assert d.build is not None
+    others = others_words(d)
+    alone = ""
+    if others and diag.alone is not None and diag.alone != diag.here:
+        alone = (f" During the loop {others}; on the host alone {plural(diag.alone[0], 'worker')} would give "
+                 f"{_gain(m.speedup(diag.alone[1]))}.")
+    elif others and diag.alone is None:
+        alone = f" During the loop {others}; on the host alone no worker count would do better either."
+    if diag.here is None:
+        summary = (f"No worker count beats the {d.num_workers or 0} that ran on the "
+                   f"{d.model_cores(d.num_workers or 0):.1f} cores this run can have: {d.build.describe()}.{alone}")
+        return Fix(summary=summary, library=names.library, call=names.call)
+    workers, t = diag.here
+    why = (f"Little's law: {1000 * m.build.worker_wall_s:.0f} ms a build in a worker / "
+           f"{1000 * m.compute_s:.0f} ms of compute a batch = {diag.little()} in flight")
+    if d.build.kind != "wait":
+        why += f"; the CPU it needs on the {d.model_cores(workers):.1f} cores this run can have with them"
+    if d.cap[1] and workers >= d.cap[0]:
+        why += f"; capped at {d.cap[0]} by {d.cap[1]}"
+    summary = (f"Load batches in {plural(workers, 'background worker')} ({why}): about {_gain(m.speedup(t))} "
+               f"faster per batch on this host as it is.{alone}")
+    return Fix(summary=summary, config=plan.config, snippet=_loader_snippet(names, plan.config),
+               library=names.library, call=names.call)
+
+
+def others_words(d: DataWait) -> str:
+    """The other programs that kept cores busy, named: "python3 (1.0 core), make (0.3)"."""
+    named = [(n, c) for n, c in d.others if c >= 0.1]
+    if not named:
+        return f"other programs kept {d.other_cores:.1f} cores busy" if d.other_cores >= 0.25 else ""
+    listed = ", ".join(f"{n} ({c:.1f} core{'s' if c >= 1.05 else ''})" for n, c in named[:3])
+    return f"other programs kept {d.other_cores:.1f} of {d.cores} cores busy: {listed}"
+
+
+def _wait_evidence(d: DataWait) -> str:
+    per_batch = d.wait_s / max(d.n_batches, 1)
+    evidence = (
+        f"The loop waited {d.wait_s:.1f} s for batches ({pct(d.wait_s / d.wall_s)} of wall), "
+        f"{1000 * per_batch:.0f} ms per batch with {plural(d.num_workers or 0, 'worker')}; "
+    )
+    if d.build is not None and d.compute_s_per_batch is not None:
+        evidence += f"{d.build.describe()}, against {1000 * d.compute_s_per_batch:.0f} ms of compute per batch."
+    elif d.load_s_per_batch is not None and d.compute_s_per_batch is not None:
+        evidence += (
+            f"building a batch costs {1000 * d.load_s_per_batch:.0f} ms against "
+            f"{1000 * d.compute_s_per_batch:.0f} ms of compute per batch."
+        )
+    others = others_words(d)
+    if others:
+        evidence += f" During the loop {others}."
+    return evidence
+
+
+# --- the rules: each computes its figures, then words them in one place --------------------------
+
+
+@dataclass(frozen=True)
+class TokenizeFigures:
+    """Tokenizing in the loop and the fix's values: worded by ``_word_tokenize``."""
+
+    d: DataWait
+    waste: float  # the tokenizer's share of wall time
+    interim: WorkerPlan  # workers until the data is pre-tokenized
+    multiple: int  # pad multiple for the collator
+    max_length: int | None  # truncation for the offline map
+
+    @property
+    def num_proc(self) -> int:
+        return max(1, self.d.cores)
+
+
 class TokenizationInLoop(Rule):
     name = "tokenization_in_loop"
     fires_when = 'the training process tokenizes ≥ 5% of wall after the first step'
@@ -333,45 +408,50 @@ class TokenizationInLoop(Rule):
         waste = d.tokenize_in_loop_s / d.wall_s
         if waste < MIN_SHARE:
             return None
-        interim_workers, interim, interim_t = worker_fix(d)
         pad = a.padding()
         multiple = values.pad_multiple_for(pad.get("p50_length"))
         max_len = values.max_length_for(pad.get("p99_length"), pad.get("max_length"), multiple=multiple)
-        truncate = f", max_length={max_len}" if max_len else ""
-        snippet = (
-            "# once, on a CPU machine, before renting GPUs:\n"
-            f"ds = ds.map(lambda b: tokenizer(b['text'], truncation=True{truncate}),\n"
-            f"            batched=True, num_proc={max(1, d.cores)}, remove_columns=['text'])\n"
-            "ds.save_to_disk('data/tokenized')\n"
-            "# in the training script:\n"
-            "ds = datasets.load_from_disk('data/tokenized')\n"
-            f"collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of={multiple})"
-        )
-        return Finding(
-            rule=self.name,
-            title="Tokenizing inside the training loop",
-            # Pre-tokenized data removes the tokenizer's part of the wait; time it spent outside a
-            # wait (after a batch arrived) is in compute.
-            claims=[claim("data_wait", d.tokenize_in_wait_s, d.wait_s, part="tokenize", part_s=d.tokenize_in_wait_s),
-                    claim("compute", d.tokenize_in_loop_s - d.tokenize_in_wait_s, d.compute_s)],
-            evidence=(
-                f"{d.tokenize_in_loop_s:.1f} s of tokenizer calls on the training process after the first step "
-                f"({pct(waste)} of wall time), while the loop waited {d.wait_s:.1f} s for batches "
-                f"with {plural(d.num_workers or 0, 'DataLoader worker')}."
-            ),
-            fix=Fix(
-                summary=f"Pre-tokenize once with datasets.map(batched=True, num_proc={max(1, d.cores)}) and "
-                f"save_to_disk: that gives back the {d.tokenize_in_loop_s:.1f} s of tokenizing (the predicted "
-                f"speedup). Until then, {interim.summary[0].lower()}{interim.summary[1:]}",
-                config=interim.config,
-                snippet=snippet,
-                library=d.names.library,
-                call=d.names.call,
-                also=[Table("datasets.Dataset.map", "ds.map", {"batched": True, "num_proc": max(1, d.cores)})],
-            ),
-            data={"tokenize_in_loop_s": round(d.tokenize_in_loop_s, 3), "data_wait_s": round(d.wait_s, 3),
-                  **_tokenize_data(d, interim_workers, interim_t)},
-        )
+        return _word_tokenize(TokenizeFigures(d, waste, worker_plan(d), multiple, max_len))
+
+
+def _word_tokenize(fig: TokenizeFigures) -> Finding:
+    d, num_proc = fig.d, fig.num_proc
+    interim = worker_words(d, fig.interim)
+    truncate = f", max_length={fig.max_length}" if fig.max_length else ""
+    snippet = (
+        "# once, on a CPU machine, before renting GPUs:\n"
+        f"ds = ds.map(lambda b: tokenizer(b['text'], truncation=True{truncate}),\n"
+        f"            batched=True, num_proc={num_proc}, remove_columns=['text'])\n"
+        "ds.save_to_disk('data/tokenized')\n"
+        "# in the training script:\n"
+        "ds = datasets.load_from_disk('data/tokenized')\n"
+        f"collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of={fig.multiple})"
+    )
+    return Finding(
+        rule=TokenizationInLoop.name,
+        title="Tokenizing inside the training loop",
+        # Pre-tokenized data removes the tokenizer's part of the wait; time it spent outside a
+        # wait (after a batch arrived) is in compute.
+        claims=[claim("data_wait", d.tokenize_in_wait_s, d.wait_s, part="tokenize", part_s=d.tokenize_in_wait_s),
+                claim("compute", d.tokenize_in_loop_s - d.tokenize_in_wait_s, d.compute_s)],
+        evidence=(
+            f"{d.tokenize_in_loop_s:.1f} s of tokenizer calls on the training process after the first step "
+            f"({pct(fig.waste)} of wall time), while the loop waited {d.wait_s:.1f} s for batches "
+            f"with {plural(d.num_workers or 0, 'DataLoader worker')}."
+        ),
+        fix=Fix(
+            summary=f"Pre-tokenize once with datasets.map(batched=True, num_proc={num_proc}) and "
+            f"save_to_disk: that gives back the {d.tokenize_in_loop_s:.1f} s of tokenizing (the predicted "
+            f"speedup). Until then, {interim.summary[0].lower()}{interim.summary[1:]}",
+            config=interim.config,
+            snippet=snippet,
+            library=d.names.library,
+            call=d.names.call,
+            also=[Table("datasets.Dataset.map", "ds.map", {"batched": True, "num_proc": num_proc})],
+        ),
+        data={"tokenize_in_loop_s": round(d.tokenize_in_loop_s, 3), "data_wait_s": round(d.wait_s, 3),
+              **_tokenize_data(d, fig.interim.workers, fig.interim.predicted)},
+    )
 
 
 def _tokenize_data(d: DataWait, workers: int, interim_t: tuple[float, float] | None) -> dict[str, object]:
@@ -388,6 +468,17 @@ def _tokenize_data(d: DataWait, workers: int, interim_t: tuple[float, float] | N
     return out
 
 
+@dataclass(frozen=True)
+class StallFigures:
+    """The loader's wait and the workers that shorten it: worded by ``_word_stall``."""
+
+    d: DataWait
+    diag: Diagnosis | None
+    plan: WorkerPlan
+    stall: Claim  # the part of the loader's wait the workers give back
+    build_unmeasured: bool  # stack samples only: the whole wait at best
+
+
 class DataStall(Rule):
     name = "data_stall"
     fires_when = 'the loop waits ≥ 5% of wall for batches, not explained by tokenization, a waiting build or the cores'
@@ -402,10 +493,10 @@ class DataStall(Rule):
             return None
         if diag is None and (d.io_dominated or d.cpu_saturated):
             return None
-        share = d.residual_s / d.wall_s
-        if share < MIN_SHARE:
+        if d.residual_s / d.wall_s < MIN_SHARE:
             return None
-        workers, fix, predicted = worker_fix(d)
+        plan = worker_plan(d)
+        predicted = plan.predicted
         if predicted is not None and d.batch_s:
             # Seconds per batch the workers give back, taken from the loader's part of the wait.
             low_s, high_s = (d.n_batches * (d.batch_s - t) for t in predicted)
@@ -413,44 +504,50 @@ class DataStall(Rule):
         elif d.load_s_per_batch is None:
             # Batch build cost unknown (stack samples only): the whole wait at best, say so.
             stall = d.residual_claim(0.0, up_to_s=d.residual_s)
-            fix.summary += " (batch build cost not measured here: run under hooks for an exact worker count)"
         else:  # measured, and no worker count helps: the wait is still the loop's, all of it
             stall = d.residual_claim(d.residual_s)
-        return Finding(
-            rule=self.name,
-            title="The training loop waits for data",
-            claims=[stall],
-            evidence=_wait_evidence(d),
-            fix=fix,
-            data={
-                "data_wait_s": round(d.wait_s, 3),
-                "load_ms_per_batch": round(1000 * d.load_s_per_batch, 2) if d.load_s_per_batch else None,
-                "compute_ms_per_batch": round(1000 * d.compute_s_per_batch, 2) if d.compute_s_per_batch else None,
-                "cores": d.cores,
-                "free_cores": d.free_cores,
-                "recommended_workers": workers,
-                **_alone_data(d, diag),
-            },
-        )
+        unmeasured = not (predicted is not None and d.batch_s) and d.load_s_per_batch is None
+        return _word_stall(StallFigures(d, diag, plan, stall, unmeasured))
 
 
-def _wait_evidence(d: DataWait) -> str:
-    per_batch = d.wait_s / max(d.n_batches, 1)
-    evidence = (
-        f"The loop waited {d.wait_s:.1f} s for batches ({pct(d.wait_s / d.wall_s)} of wall), "
-        f"{1000 * per_batch:.0f} ms per batch with {plural(d.num_workers or 0, 'worker')}; "
+def _word_stall(fig: StallFigures) -> Finding:
+    d = fig.d
+    fix = worker_words(d, fig.plan)
+    if fig.build_unmeasured:
+        fix.summary += " (batch build cost not measured here: run under hooks for an exact worker count)"
+    return Finding(
+        rule=DataStall.name,
+        title="The training loop waits for data",
+        claims=[fig.stall],
+        evidence=_wait_evidence(d),
+        fix=fix,
+        data={
+            "data_wait_s": round(d.wait_s, 3),
+            "load_ms_per_batch": round(1000 * d.load_s_per_batch, 2) if d.load_s_per_batch else None,
+            "compute_ms_per_batch": round(1000 * d.compute_s_per_batch, 2) if d.compute_s_per_batch else None,
+            "cores": d.cores,
+            "free_cores": d.free_cores,
+            "recommended_workers": fig.plan.workers,
+            **_alone_data(d, fig.diag),
+        },
     )
-    if d.build is not None and d.compute_s_per_batch is not None:
-        evidence += f"{d.build.describe()}, against {1000 * d.compute_s_per_batch:.0f} ms of compute per batch."
-    elif d.load_s_per_batch is not None and d.compute_s_per_batch is not None:
-        evidence += (
-            f"building a batch costs {1000 * d.load_s_per_batch:.0f} ms against "
-            f"{1000 * d.compute_s_per_batch:.0f} ms of compute per batch."
-        )
-    others = d.others_text()
-    if others:
-        evidence += f" During the loop {others}."
-    return evidence
+
+
+STORAGE = ("Copy the dataset to local NVMe and store it as Arrow (save_to_disk / load_from_disk, "
+           "memory-mapped) instead of many small files on network storage.")
+
+
+@dataclass(frozen=True)
+class IoFigures:
+    """A build that waits (storage, network) and the workers or storage that fix it: worded by ``_word_io``."""
+
+    d: DataWait
+    diag: Diagnosis | None  # None: the build's CPU was not timed; the host's iowait decided
+    waste: float  # the loader's wait, of wall time
+    read_mib_s: float | None
+    plan: WorkerPlan | None  # with a diagnosis: workers by Little's law
+    workers: int  # without one: workers at least 2, at most the free cores
+    claims: list[Claim]
 
 
 class IoBound(Rule):
@@ -471,39 +568,56 @@ class IoBound(Rule):
         waste = d.residual_s / d.wall_s
         if waste < MIN_SHARE:
             return None
-        read = a.host.read_mib_s
-        storage = ("Copy the dataset to local NVMe and store it as Arrow (save_to_disk / load_from_disk, "
-                   "memory-mapped) instead of many small files on network storage.")
         if diag is None:
-            fix = Fix(summary=storage,
-                      config={d.names.loader_key("dataloader_num_workers", "num_workers"): max(2, d.free_cores)},
-                      snippet="# copy once: cp -r /mnt/shared/data /local_nvme/data\n"
-                      "ds = datasets.load_from_disk('/local_nvme/data')",
-                      library=d.names.library, call=d.names.call)
-            fix.config = {k: v for k, v in fix.config.items() if v != d.num_workers}  # never the value that ran
-            claims = [d.residual_claim(d.residual_s)]
-            evidence = (
-                f"The loop waited {d.wait_s:.1f} s for batches ({pct(waste)} of wall) while the CPU spent "
-                f"{d.iowait_pct:.0f}% of its time in iowait"
-                + (f" and the run read {read:.1f} MiB/s" if read is not None else "")
-                + "."
-            )
-        else:
-            _, fix, predicted = worker_fix(d)
-            fix.summary += f" Then, or if the build still waits: {storage[0].lower()}{storage[1:]}"
-            removed = d.n_batches * (d.batch_s - predicted[0]) if predicted and d.batch_s else d.residual_s
-            # A measured wait is never 0% waste: what the workers leave is still the storage's.
-            claims = [d.residual_claim(min(d.residual_s, removed), up_to_s=d.residual_s)]
-            evidence = _wait_evidence(d) + " A worker blocked on I/O needs no core: the count is not capped by cores."
-        return Finding(
-            rule=self.name,
-            title="Building a batch mostly waits (storage, network), not computes",
-            claims=claims,
-            evidence=evidence,
-            fix=fix,
-            data={"iowait_pct": round(d.iowait_pct or 0.0, 1), "read_mib_s": read,
-                  "data_wait_s": round(d.wait_s, 3), **_alone_data(d, diag)},
+            return _word_io(IoFigures(d, None, waste, a.host.read_mib_s, None, max(2, d.free_cores),
+                                      [d.residual_claim(d.residual_s)]))
+        plan = worker_plan(d)
+        predicted = plan.predicted
+        removed = d.n_batches * (d.batch_s - predicted[0]) if predicted and d.batch_s else d.residual_s
+        # A measured wait is never 0% waste: what the workers leave is still the storage's.
+        claims = [d.residual_claim(min(d.residual_s, removed), up_to_s=d.residual_s)]
+        return _word_io(IoFigures(d, diag, waste, a.host.read_mib_s, plan, plan.workers, claims))
+
+
+def _word_io(fig: IoFigures) -> Finding:
+    d, read = fig.d, fig.read_mib_s
+    if fig.plan is None:
+        config = {d.names.loader_key("dataloader_num_workers", "num_workers"): fig.workers}
+        fix = Fix(summary=STORAGE,
+                  config={k: v for k, v in config.items() if v != d.num_workers},  # never the value that ran
+                  snippet="# copy once: cp -r /mnt/shared/data /local_nvme/data\n"
+                  "ds = datasets.load_from_disk('/local_nvme/data')",
+                  library=d.names.library, call=d.names.call)
+        evidence = (
+            f"The loop waited {d.wait_s:.1f} s for batches ({pct(fig.waste)} of wall) while the CPU spent "
+            f"{d.iowait_pct:.0f}% of its time in iowait"
+            + (f" and the run read {read:.1f} MiB/s" if read is not None else "")
+            + "."
         )
+    else:
+        fix = worker_words(d, fig.plan)
+        fix.summary += f" Then, or if the build still waits: {STORAGE[0].lower()}{STORAGE[1:]}"
+        evidence = _wait_evidence(d) + " A worker blocked on I/O needs no core: the count is not capped by cores."
+    return Finding(
+        rule=IoBound.name,
+        title="Building a batch mostly waits (storage, network), not computes",
+        claims=fig.claims,
+        evidence=evidence,
+        fix=fix,
+        data={"iowait_pct": round(d.iowait_pct or 0.0, 1), "read_mib_s": read,
+              "data_wait_s": round(d.wait_s, 3), **_alone_data(d, fig.diag)},
+    )
+
+
+@dataclass(frozen=True)
+class CpuFigures:
+    """A build short of cores, and the workers the free cores allow: worded by ``_word_cpu``."""
+
+    d: DataWait
+    diag: Diagnosis | None  # None: the host's busy cores decided
+    waste: float  # the loader's wait, of wall time
+    fewer: int  # workers at most the free cores
+    tokenize_calls: int  # text or images: a tokenizer call says text
 
 
 class CpuSaturated(Rule):
@@ -524,34 +638,39 @@ class CpuSaturated(Rule):
         waste = d.residual_s / d.wall_s
         if waste < MIN_SHARE:
             return None
-        key = d.names.loader_key("dataloader_num_workers", "num_workers")
         fewer = min(d.num_workers or 0, d.free_cores)
-        config = {key: fewer} if fewer != (d.num_workers or 0) and diag is None else {}  # never the value that ran
-        words = vocabulary.cpu_work_words(d.names, a.primary.tokenize_calls if a.primary else 0, d.cores, fewer)
-        summary = words["summary"]  # text or images, in the pipeline's own terms (rules/vocabulary.py)
-        others = d.others_text()
-        if diag is not None and others:
-            if diag.alone is not None:
-                summary += (f" The cores this run could use are held by {others}: on the host alone "
-                            f"{plural(diag.alone[0], 'worker')} would give {_gain(diag.model.speedup(diag.alone[1]))}.")
-            else:
-                summary += f" ({others}; alone, no worker count would do better either.)"
-        evidence = (
-            f"The machine's {d.cores} cores were {d.cpu_total_pct or 0.0:.0f}% busy during training and the loop "
-            f"waited {d.wait_s:.1f} s for batches ({pct(waste)} of wall). Adding workers would only "
-            "compete for the same cores."
-        ) if diag is None else _wait_evidence(d) + " No worker count beats what ran on the cores the run can have."
-        return Finding(
-            rule=self.name,
-            title="The batch build needs more CPU than the run can have; the loop waits for data",
-            claims=[d.residual_claim(d.residual_s)],
-            evidence=evidence,
-            fix=Fix(
-                summary=summary,
-                config=config,
-                snippet=words["snippet"],
-                library=d.names.library,
-                call=d.names.call,
-            ),
-            data={"cpu_total_pct": round(d.cpu_total_pct or 0.0, 1), "cores": d.cores, **_alone_data(d, diag)},
-        )
+        return _word_cpu(CpuFigures(d, diag, waste, fewer, a.primary.tokenize_calls if a.primary else 0))
+
+
+def _word_cpu(fig: CpuFigures) -> Finding:
+    d, diag = fig.d, fig.diag
+    key = d.names.loader_key("dataloader_num_workers", "num_workers")
+    config = {key: fig.fewer} if fig.fewer != (d.num_workers or 0) and diag is None else {}  # never the value that ran
+    words = vocabulary.cpu_work_words(d.names, fig.tokenize_calls, d.cores, fig.fewer)
+    summary = words["summary"]  # text or images, in the pipeline's own terms (rules/vocabulary.py)
+    others = others_words(d)
+    if diag is not None and others:
+        if diag.alone is not None:
+            summary += (f" The cores this run could use are held by {others}: on the host alone "
+                        f"{plural(diag.alone[0], 'worker')} would give {_gain(diag.model.speedup(diag.alone[1]))}.")
+        else:
+            summary += f" ({others}; alone, no worker count would do better either.)"
+    evidence = (
+        f"The machine's {d.cores} cores were {d.cpu_total_pct or 0.0:.0f}% busy during training and the loop "
+        f"waited {d.wait_s:.1f} s for batches ({pct(fig.waste)} of wall). Adding workers would only "
+        "compete for the same cores."
+    ) if diag is None else _wait_evidence(d) + " No worker count beats what ran on the cores the run can have."
+    return Finding(
+        rule=CpuSaturated.name,
+        title="The batch build needs more CPU than the run can have; the loop waits for data",
+        claims=[d.residual_claim(d.residual_s)],
+        evidence=evidence,
+        fix=Fix(
+            summary=summary,
+            config=config,
+            snippet=words["snippet"],
+            library=d.names.library,
+            call=d.names.call,
+        ),
+        data={"cpu_total_pct": round(d.cpu_total_pct or 0.0, 1), "cores": d.cores, **_alone_data(d, diag)},
+    )

@@ -57,6 +57,24 @@ def cadence(p: ProcessView) -> EvalCadence:
     )
 
 
+@dataclass(frozen=True)
+class EvalFigures:
+    """What evaluating cost and what evaluating less gives back: figures only, worded by ``_word``."""
+
+    eval_s: float
+    wall_s: float
+    cadence: EvalCadence
+    waste: float  # share of wall time the fix gives back
+    eval_steps: int | None = None  # a Trainer: eval_steps scaled to TARGET
+    eval_batch_size: int | None = None  # a Trainer: twice its eval batch
+    new_interval: int | None = None  # a hand-written loop: steps between evals, a multiple of today's
+    new_batches: int | None = None  # or batches per eval at today's interval, when fewer
+
+    @property
+    def share(self) -> float:
+        return self.eval_s / self.wall_s
+
+
 class EvalOverhead(Rule):
     name = "eval_overhead"
     fires_when = "evaluation ≥ 10% of wall (Trainer, Lightning, or a hand-written loop's forwards without backward)"
@@ -67,65 +85,80 @@ class EvalOverhead(Rule):
         if p is None:
             return None
         eval_s = p.seconds("eval")
-        share = eval_s / p.wall_s
-        if share < MIN_SHARE:
+        if eval_s / p.wall_s < MIN_SHARE:
             return None
         names = names_for(p)
         c = cadence(p)
-        if names.is_trainer:
-            return self._trainer(p, names, share, c)
-        return self._loop(p, share, c, names)
+        fig = _trainer(eval_s, p.wall_s, c, names) if names.is_trainer else _loop(eval_s, p.wall_s, c)
+        return _word(fig, names)
 
-    def _trainer(self, p: ProcessView, names, share: float, c: EvalCadence) -> Finding:  # type: ignore[no-untyped-def]
-        current = names.current("eval_steps")
+
+def _trainer(eval_s: float, wall_s: float, c: EvalCadence, names: Names) -> EvalFigures:
+    share = eval_s / wall_s
+    current = names.current("eval_steps")
+    eval_steps = nice_round_up(current * share / TARGET) if isinstance(current, (int, float)) and current > 0 else None
+    batch = int(names.current("per_device_eval_batch_size") or 8) * 2 if names.has("per_device_eval_batch_size") else None
+    return EvalFigures(eval_s, wall_s, c, share - TARGET, eval_steps=eval_steps, eval_batch_size=batch)
+
+
+def _loop(eval_s: float, wall_s: float, c: EvalCadence) -> EvalFigures:
+    if not (c.interval_steps and c.step_s and c.per_eval_s > 0):
+        return EvalFigures(eval_s, wall_s, c, eval_s / wall_s - TARGET)
+    need = c.per_eval_s * (1 - TARGET) / (TARGET * c.step_s)  # steps between evals for TARGET
+    new_interval = c.interval_steps * max(2, math.ceil(need / c.interval_steps))  # a multiple of today's
+    kept = c.interval_steps / new_interval  # the evals a longer interval keeps
+    batches = max(1, int(c.batches * kept)) if c.batches else None
+    return EvalFigures(eval_s, wall_s, c, (1 - kept) * eval_s / wall_s, new_interval=new_interval,
+                       new_batches=batches if batches and c.batches and batches < c.batches else None)
+
+
+def _word(fig: EvalFigures, names: Names) -> Finding:
+    c = fig.cadence
+    fix, alternative = _eval_fix(fig, names)
+    return Finding(
+        rule=EvalOverhead.name,
+        title="Evaluation takes a large share of the run",
+        claims=[claim("eval", max(0.0, fig.waste) * fig.wall_s, fig.eval_s)],
+        evidence=_eval_evidence(fig),
+        fix=fix,
+        data={"eval_s": round(fig.eval_s, 3), "evals": c.evals, "per_eval_s": round(c.per_eval_s, 3),
+              "current_eval_interval": c.interval_steps, "eval_batches": c.batches,
+              **({"alternative": alternative} if alternative else {})},
+    )
+
+
+def _eval_fix(fig: EvalFigures, names: Names) -> tuple[Fix, dict[str, object]]:
+    """The fix in the run's own terms, and the alternative (fewer batches per eval), if any."""
+    c = fig.cadence
+    if names.is_trainer:
         config: dict[str, object] = {}
-        if isinstance(current, (int, float)) and current > 0:
-            config["eval_steps"] = nice_round_up(current * share / TARGET)
-        if names.has("per_device_eval_batch_size"):
-            bs = names.current("per_device_eval_batch_size") or 8
-            config["per_device_eval_batch_size"] = int(bs) * 2
-        return self._finding(p, share, c, share - TARGET, Fix(
-            summary="Evaluate less often or on a fixed subset, with a larger eval batch.",
-            config=config, library=names.library, call=names.call))
+        if fig.eval_steps is not None:
+            config["eval_steps"] = fig.eval_steps
+        if fig.eval_batch_size is not None:
+            config["per_device_eval_batch_size"] = fig.eval_batch_size
+        return Fix(summary="Evaluate less often or on a fixed subset, with a larger eval batch.",
+                   config=config, library=names.library, call=names.call), {}
+    if fig.new_interval is None or c.interval_steps is None:
+        return Fix(summary=f"Evaluate less often, or on fewer batches each time: {plural(c.evals, 'eval')} took "
+                   f"{c.per_eval_s:.2f} s each.", library="your training loop"), {}
+    words = vocabulary.eval_fix(names, fig.new_interval, c.interval_steps)
+    alt = (f", or keep it and run {fig.new_batches} batches per eval instead of {c.batches} ({words.batches_key})"
+           if fig.new_batches else "")
+    fix = Fix(summary=f"Evaluate every {fig.new_interval} steps instead of every {c.interval_steps} "
+              f"({words.interval_key}){alt}, to keep evaluation near {int(TARGET * 100)}% of wall time.",
+              config=words.config, snippet=words.snippet, library=words.library, call=words.call)
+    return fix, ({words.batches_key: fig.new_batches} if alt else {})
 
-    def _loop(self, p: ProcessView, share: float, c: EvalCadence, names: Names) -> Finding:
-        eval_s = p.seconds("eval")
-        if not (c.interval_steps and c.step_s and c.per_eval_s > 0):
-            return self._finding(p, share, c, share - TARGET, Fix(
-                summary=f"Evaluate less often, or on fewer batches each time: {plural(c.evals, 'eval')} took "
-                f"{c.per_eval_s:.2f} s each.", library="your training loop"))
-        need = c.per_eval_s * (1 - TARGET) / (TARGET * c.step_s)  # steps between evals for TARGET
-        new_interval = c.interval_steps * max(2, math.ceil(need / c.interval_steps))  # a multiple of today's
-        kept = c.interval_steps / new_interval  # the evals a longer interval keeps
-        batches = max(1, int(c.batches * kept)) if c.batches else None
-        words = vocabulary.eval_fix(names, new_interval, c.interval_steps)
-        alt = (f", or keep it and run {batches} batches per eval instead of {c.batches} ({words.batches_key})"
-               if batches and c.batches and batches < c.batches else "")
-        return self._finding(p, share, c, (1 - kept) * eval_s / p.wall_s, Fix(
-            summary=f"Evaluate every {new_interval} steps instead of every {c.interval_steps} "
-            f"({words.interval_key}){alt}, to keep evaluation near {int(TARGET * 100)}% of wall time.",
-            config=words.config, snippet=words.snippet, library=words.library, call=words.call),
-            alternative={words.batches_key: batches} if alt else {})
 
-    def _finding(self, p: ProcessView, share: float, c: EvalCadence, waste: float, fix: Fix,
-                 alternative: dict[str, object] | None = None) -> Finding:
-        eval_s = p.seconds("eval")
-        evidence = f"Evaluation took {eval_s:.1f} s, {pct(share)} of wall time"
-        if c.evals:
-            evidence += f": {c.evals} evals of {c.per_eval_s:.2f} s"
-            if c.batches:
-                evidence += f" ({c.batches} batches each)"
-            if c.interval_steps:
-                evidence += f", one every {c.interval_steps} steps"
-                if c.step_s:
-                    evidence += f" of {1000 * c.step_s:.0f} ms"
-        return Finding(
-            rule=self.name,
-            title="Evaluation takes a large share of the run",
-            claims=[claim("eval", max(0.0, waste) * p.wall_s, eval_s)],
-            evidence=evidence + ".",
-            fix=fix,
-            data={"eval_s": round(eval_s, 3), "evals": c.evals, "per_eval_s": round(c.per_eval_s, 3),
-                  "current_eval_interval": c.interval_steps, "eval_batches": c.batches,
-                  **({"alternative": alternative} if alternative else {})},
-        )
+def _eval_evidence(fig: EvalFigures) -> str:
+    c = fig.cadence
+    evidence = f"Evaluation took {fig.eval_s:.1f} s, {pct(fig.share)} of wall time"
+    if c.evals:
+        evidence += f": {c.evals} evals of {c.per_eval_s:.2f} s"
+        if c.batches:
+            evidence += f" ({c.batches} batches each)"
+        if c.interval_steps:
+            evidence += f", one every {c.interval_steps} steps"
+            if c.step_s:
+                evidence += f" of {1000 * c.step_s:.0f} ms"
+    return evidence + "."

@@ -7,13 +7,14 @@ CPU box is worse than none.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.analysis import Analysis, gpu_timeline
 from gpudoctor.rules import vocabulary
 from gpudoctor.rules.account import Claim
 from gpudoctor.rules.base import Finding, Fix, Rule, pct
-from gpudoctor.rules.names import names_for
+from gpudoctor.rules.names import Names, names_for
 
 # Fraction of compute time matmuls could save; deliberately conservative
 # (NVIDIA quotes up to 8x for TF32 and 2x more for bf16 on the matmuls alone).
@@ -72,6 +73,17 @@ def gpu_busy(a: Analysis) -> float | None:
     return fig.busy_fraction if fig is not None else a.gpu.busy_fraction
 
 
+@dataclass(frozen=True)
+class IdleFigures:
+    """The GPU's busy share and what the slices explain: worded by ``_word_idle``."""
+
+    busy: float
+    clocked: bool  # from the CUDA events (else NVML's)
+    busy_in_loop: float | None  # NVML's, during the training loop
+    gpus: int
+    explained: float  # share of wall time startup, data wait, saving and eval explain
+
+
 class LowGpuUtilization(Rule):
     name = "low_gpu_utilization"
     fires_when = 'NVML busy < 70% beyond what startup, data, saving and eval explain'
@@ -81,30 +93,48 @@ class LowGpuUtilization(Rule):
         busy = gpu_busy(a)
         if busy is None or busy >= 0.7:
             return None
-        if gpu_timeline.figures(a) is not None and gpu_idle_share(a) < MIN_CLOCK_IDLE:
+        clocked = gpu_timeline.figures(a) is not None
+        if clocked and gpu_idle_share(a) < MIN_CLOCK_IDLE:
             return None  # the GPU clock puts the idle in data waits or after syncs: those findings say so
         explained = sum(a.share(k) for k in ("startup", "data_wait", "checkpoint", "eval"))
-        return Finding(
-            rule=self.name,
-            title="The GPU is idle much of the time",
-            claims=[compute_part(a, "gpu_idle", 1.0)],
-            evidence=(
-                (f"CUDA events time the GPU busy {pct(busy)} of its step time" if gpu_timeline.figures(a) is not None
-                 else f"NVML reports the {'GPU' if a.gpu.count == 1 else 'GPUs'} busy {pct(busy)} of the run")
-                + (f" ({'NVML: ' if gpu_timeline.figures(a) is not None else ''}{pct(a.gpu.busy_in_loop)} "
-                   "during the training loop)" if a.gpu.busy_in_loop is not None else "")
-                + f"; startup, data wait, saving and eval explain {pct(explained)} of wall time."
-            ),
-            fix=Fix(
-                summary="Look for host-side work between kernels: .item()/.cpu() calls each step, Python-side "
-                "metrics, small kernels; larger batches and torch.compile reduce launch overhead.",
-                config={"torch_compile": True} if names_for(a.primary).has("torch_compile") else {},
-                snippet="model = torch.compile(model)",
-                library=names_for(a.primary).library,
-                call=names_for(a.primary).call,
-            ),
-            data={"gpu_busy": round(busy, 4), "explained_share": round(explained, 4)},
-        )
+        fig = IdleFigures(busy, clocked, a.gpu.busy_in_loop, a.gpu.count, explained)
+        return _word_idle(fig, names_for(a.primary), compute_part(a, "gpu_idle", 1.0))
+
+
+def _word_idle(fig: IdleFigures, names: Names, idle: Claim) -> Finding:
+    return Finding(
+        rule=LowGpuUtilization.name,
+        title="The GPU is idle much of the time",
+        claims=[idle],
+        evidence=(
+            (f"CUDA events time the GPU busy {pct(fig.busy)} of its step time" if fig.clocked
+             else f"NVML reports the {'GPU' if fig.gpus == 1 else 'GPUs'} busy {pct(fig.busy)} of the run")
+            + (f" ({'NVML: ' if fig.clocked else ''}{pct(fig.busy_in_loop)} "
+               "during the training loop)" if fig.busy_in_loop is not None else "")
+            + f"; startup, data wait, saving and eval explain {pct(fig.explained)} of wall time."
+        ),
+        fix=Fix(
+            summary="Look for host-side work between kernels: .item()/.cpu() calls each step, Python-side "
+            "metrics, small kernels; larger batches and torch.compile reduce launch overhead.",
+            config={"torch_compile": True} if names.has("torch_compile") else {},
+            snippet="model = torch.compile(model)",
+            library=names.library,
+            call=names.call,
+        ),
+        data={"gpu_busy": round(fig.busy, 4), "explained_share": round(fig.explained, 4)},
+    )
+
+
+@dataclass(frozen=True)
+class HeadroomFigures:
+    """GPU memory left and the larger batch it fits: worded by ``_word_headroom``."""
+
+    used_mib: float
+    total_mib: float
+    busy: float
+    batch_size: Any  # as the run set it
+    factor: int  # the batch × factor fits in the measured headroom
+    config: dict[str, object]  # the batch × factor, and accumulation ÷ factor where it was ≥ factor
 
 
 class _BatchHeadroom(Rule):
@@ -135,30 +165,33 @@ class _BatchHeadroom(Rule):
             return None  # every idle second is in a wait or after a sync: a larger batch gives none back
         # Larger batches amortize launch overhead: about half of the idle time below 85% busy.
         fraction = min(1.0, max(0.0, (0.85 - busy) * 0.5) / idle) if idle > 0 else 0.0
-        said = vocabulary.batch_fix(names, config)
-        return Finding(
-            rule=self.name,
-            title="Batches are small for this GPU",
-            claims=[compute_part(a, "gpu_idle", fraction)],
-            evidence=(
-                f"Peak GPU memory {used:.0f} of {total:.0f} MiB ({pct(used / total)}) with batch size {bs} "
-                f"while the GPU was busy {pct(busy)}."
-            ),
-            fix=Fix(
-                summary=f"Raise the per-device batch {factor}x"
-                + (" and lower accumulation to keep the global batch" if "gradient_accumulation_steps" in config else
-                   " (the global batch changes: scale the learning rate with it)")
-                + ".",
-                config=said.config,
-                snippet=said.snippet or None,
-                library=said.library,
-                call=said.call,
-                also=said.also,
-            ),
-            data={"mem_used_mib": used, "mem_total_mib": total, "batch_size": bs},
-        )
+        fig = HeadroomFigures(used, total, busy, bs, factor, config)
+        return _word_headroom(self.name, fig, names, compute_part(a, "gpu_idle", fraction))
 
 
+def _word_headroom(rule: str, fig: HeadroomFigures, names: Names, idle: Claim) -> Finding:
+    said = vocabulary.batch_fix(names, fig.config)
+    return Finding(
+        rule=rule,
+        title="Batches are small for this GPU",
+        claims=[idle],
+        evidence=(
+            f"Peak GPU memory {fig.used_mib:.0f} of {fig.total_mib:.0f} MiB ({pct(fig.used_mib / fig.total_mib)}) "
+            f"with batch size {fig.batch_size} while the GPU was busy {pct(fig.busy)}."
+        ),
+        fix=Fix(
+            summary=f"Raise the per-device batch {fig.factor}x"
+            + (" and lower accumulation to keep the global batch" if "gradient_accumulation_steps" in fig.config else
+               " (the global batch changes: scale the learning rate with it)")
+            + ".",
+            config=said.config,
+            snippet=said.snippet or None,
+            library=said.library,
+            call=said.call,
+            also=said.also,
+        ),
+        data={"mem_used_mib": fig.used_mib, "mem_total_mib": fig.total_mib, "batch_size": fig.batch_size},
+    )
 class SmallBatch(_BatchHeadroom):
     name = "small_batch"
     fires_when = 'a batch of 1-2 per device, peak GPU memory < 50% and busy < 85%'
@@ -177,6 +210,21 @@ class GpuMemoryUnderused(_BatchHeadroom):
         return batch_size > 2
 
 
+@dataclass(frozen=True)
+class MathFigures:
+    """The recorded torch settings a precision rule fired on: worded by ``_word_tf32``/``_word_bf16``."""
+
+    device_name: Any
+    capability: str  # "80" for sm_80
+    matmul_precision: Any
+    param_dtype: Any
+
+    @classmethod
+    def of(cls, cfg: dict[str, Any]) -> MathFigures:
+        return cls(cfg.get("device_name"), "".join(map(str, cfg.get("device_capability") or [])),
+                   cfg.get("matmul_precision"), cfg.get("param_dtype"))
+
+
 class NoTf32(Rule):
     name = "no_tf32"
     fires_when = 'FP32 matmuls without TF32 on an Ampere-or-newer GPU'
@@ -189,22 +237,25 @@ class NoTf32(Rule):
             return None
         if cfg.get("allow_tf32") or cfg.get("matmul_precision") != "highest" or cfg.get("param_dtype") != "torch.float32":
             return None
-        names = names_for(p)
-        return Finding(
-            rule=self.name,
-            title="TF32 is off for FP32 matmuls",
-            claims=[compute_part(a, "gpu_busy", TF32_GAIN)],
-            evidence=f"{cfg.get('device_name')} (sm_{''.join(map(str, cfg.get('device_capability') or []))}) runs FP32 "
-            "matmuls with torch.get_float32_matmul_precision() == 'highest' and allow_tf32 off.",
-            fix=Fix(
-                summary="Allow TF32 tensor cores for FP32 matmuls.",
-                config={"tf32": True} if names.has("tf32") else {},
-                snippet="torch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.allow_tf32 = True",
-                library=names.library,
-                call=names.call,
-            ),
-            data={"matmul_precision": cfg.get("matmul_precision")},
-        )
+        return _word_tf32(MathFigures.of(cfg), names_for(p), compute_part(a, "gpu_busy", TF32_GAIN))
+
+
+def _word_tf32(fig: MathFigures, names: Names, busy: Claim) -> Finding:
+    return Finding(
+        rule=NoTf32.name,
+        title="TF32 is off for FP32 matmuls",
+        claims=[busy],
+        evidence=f"{fig.device_name} (sm_{fig.capability}) runs FP32 "
+        "matmuls with torch.get_float32_matmul_precision() == 'highest' and allow_tf32 off.",
+        fix=Fix(
+            summary="Allow TF32 tensor cores for FP32 matmuls.",
+            config={"tf32": True} if names.has("tf32") else {},
+            snippet="torch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.allow_tf32 = True",
+            library=names.library,
+            call=names.call,
+        ),
+        data={"matmul_precision": fig.matmul_precision},
+    )
 
 
 class NoMixedPrecision(Rule):
@@ -217,18 +268,22 @@ class NoMixedPrecision(Rule):
         cfg = p.torch_cfg if p else None
         if not cfg or not _ampere_or_newer(cfg) or cfg.get("autocast") or cfg.get("param_dtype") != "torch.float32":
             return None
-        said = vocabulary.mixed_precision_fix(names_for(p))
-        return Finding(
-            rule=self.name,
-            title="Training in FP32 without autocast",
-            claims=[compute_part(a, "gpu_busy", BF16_GAIN)],
-            evidence=f"Parameters are float32 and autocast was off at the first training forward on {cfg.get('device_name')}.",
-            fix=Fix(
-                summary="Train with bf16 autocast.",
-                config=said.config,
-                snippet=said.snippet,
-                library=said.library,
-                call=said.call,
-            ),
-            data={"param_dtype": cfg.get("param_dtype")},
-        )
+        return _word_bf16(MathFigures.of(cfg), names_for(p), compute_part(a, "gpu_busy", BF16_GAIN))
+
+
+def _word_bf16(fig: MathFigures, names: Names, busy: Claim) -> Finding:
+    said = vocabulary.mixed_precision_fix(names)
+    return Finding(
+        rule=NoMixedPrecision.name,
+        title="Training in FP32 without autocast",
+        claims=[busy],
+        evidence=f"Parameters are float32 and autocast was off at the first training forward on {fig.device_name}.",
+        fix=Fix(
+            summary="Train with bf16 autocast.",
+            config=said.config,
+            snippet=said.snippet,
+            library=said.library,
+            call=said.call,
+        ),
+        data={"param_dtype": fig.param_dtype},
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from gpudoctor.analysis import Analysis, gpu_timeline
 from gpudoctor.rules.account import Claim, claim
@@ -31,6 +32,17 @@ SYNC_SNIPPET = (
 )
 
 
+@dataclass(frozen=True)
+class SyncFigures:
+    """The GPU idle after host syncs, per step, and the GPU step without it: worded by ``_word_sync``."""
+
+    clock: gpu_timeline.GpuFigures
+    share: float  # GPU idle after syncs, of wall time
+    idle_s_per_step: float
+    after_s: float  # the GPU step without that idle
+    logging_steps: int | None  # a Trainer logging more often than every 100 steps: 100
+
+
 class HostSync(Rule):
     name = "host_sync"
     fires_when = "CUDA events see the GPU idle ≥ 5% of wall after per-step host syncs (`.item()`, `.cpu()`, `cuda.synchronize`)"
@@ -43,39 +55,43 @@ class HostSync(Rule):
         share = fig.sync_idle_s / a.duration_s
         if share < MIN_SHARE:
             return None
-        compute_s = a.primary.seconds("compute")
         per_step_idle = fig.sync_idle_s / fig.steps_timed
-        after_s = max(1e-9, fig.gpu_step_s - per_step_idle)
         names = names_for(a.primary)
-        config: dict[str, object] = {}
         logging = names.current("logging_steps")
-        if names.is_trainer and isinstance(logging, (int, float)) and 0 < logging < 100:
-            config["logging_steps"] = 100
-        return Finding(
-            rule=self.name,
-            title="Host syncs leave the GPU idle every step",
-            claims=[claim("compute", fig.sync_idle_s, compute_s, part="sync_idle", part_s=fig.sync_idle_s)],
-            evidence=(
-                f"{fig.syncs_per_step:.1f} host syncs per step (.item(), .cpu(), .tolist(), cuda.synchronize); "
-                f"the host blocked {1000 * fig.sync_block_s / fig.steps_timed:.1f} ms per step in them, and the "
-                f"CUDA events see the GPU idle up to {1000 * per_step_idle:.1f} ms per step after them "
-                f"({pct(share)} of wall) while Python ran before queuing more work."
-            ),
-            fix=Fix(
-                summary=f"Keep per-step values on the GPU and read them every N steps: the host then queues the "
-                f"next kernels while the GPU runs, and a GPU step of {1000 * fig.gpu_step_s:.0f} ms becomes about "
-                f"{1000 * after_s:.0f} ms.",
-                config=config,
-                snippet=SYNC_SNIPPET,
-                library=names.library,
-                call=names.call if config else None,
-            ),
-            data={"syncs_per_step": round(fig.syncs_per_step, 3),
-                  "sync_block_ms_per_step": round(1000 * fig.sync_block_s / fig.steps_timed, 3),
-                  "sync_idle_ms_per_step": round(1000 * per_step_idle, 3),
-                  "gpu_step_ms": round(1000 * fig.gpu_step_s, 3),
-                  "predicted_gpu_step_ms": round(1000 * after_s, 3)},
-        )
+        fewer_logs = 100 if names.is_trainer and isinstance(logging, (int, float)) and 0 < logging < 100 else None
+        sync = SyncFigures(fig, share, per_step_idle, max(1e-9, fig.gpu_step_s - per_step_idle), fewer_logs)
+        idle = claim("compute", fig.sync_idle_s, a.primary.seconds("compute"), part="sync_idle", part_s=fig.sync_idle_s)
+        return _word_sync(sync, names, idle)
+
+
+def _word_sync(fig: SyncFigures, names: Names, idle: Claim) -> Finding:
+    c = fig.clock
+    config: dict[str, object] = {"logging_steps": fig.logging_steps} if fig.logging_steps else {}
+    return Finding(
+        rule=HostSync.name,
+        title="Host syncs leave the GPU idle every step",
+        claims=[idle],
+        evidence=(
+            f"{c.syncs_per_step:.1f} host syncs per step (.item(), .cpu(), .tolist(), cuda.synchronize); "
+            f"the host blocked {1000 * c.sync_block_s / c.steps_timed:.1f} ms per step in them, and the "
+            f"CUDA events see the GPU idle up to {1000 * fig.idle_s_per_step:.1f} ms per step after them "
+            f"({pct(fig.share)} of wall) while Python ran before queuing more work."
+        ),
+        fix=Fix(
+            summary=f"Keep per-step values on the GPU and read them every N steps: the host then queues the "
+            f"next kernels while the GPU runs, and a GPU step of {1000 * c.gpu_step_s:.0f} ms becomes about "
+            f"{1000 * fig.after_s:.0f} ms.",
+            config=config,
+            snippet=SYNC_SNIPPET,
+            library=names.library,
+            call=names.call if config else None,
+        ),
+        data={"syncs_per_step": round(c.syncs_per_step, 3),
+              "sync_block_ms_per_step": round(1000 * c.sync_block_s / c.steps_timed, 3),
+              "sync_idle_ms_per_step": round(1000 * fig.idle_s_per_step, 3),
+              "gpu_step_ms": round(1000 * c.gpu_step_s, 3),
+              "predicted_gpu_step_ms": round(1000 * fig.after_s, 3)},
+    )
 
 
 @dataclass(frozen=True)
@@ -101,6 +117,21 @@ class Lever:
                 "basis": self.basis}
 
 
+@dataclass(frozen=True)
+class MfuFigures:
+    """MFU against what the precision reaches, and the levers that raise it: worded by ``_word_mfu``."""
+
+    mfu: float
+    inputs: dict[str, Any]  # gpu_timeline.mfu's: FLOPs and tokens per step, params, peak, GPU
+    precision: str
+    reachable: float
+    gpu_step_s: float
+    busy_fraction: float
+    optimizer_step_s: float
+    levers: list[Lever]
+    config: dict[str, object]  # the levers' values the run's own call takes
+
+
 class LowMfu(Rule):
     name = "low_mfu"
     fires_when = "the GPU is busy ≥ 70% (CUDA events) and MFU is under half of what its precision reaches"
@@ -121,35 +152,41 @@ class LowMfu(Rule):
         names = names_for(a.primary)
         busy_s = fig.busy_fraction * fig.gpu_step_s
         params, bandwidth = float(m.inputs["params"]), float(m.inputs["bandwidth_gb_s"])
-        opt_s = gpu_timeline.optimizer_step_s(params, bandwidth)
         ceiling = max(0.0, 1.0 - m.value / reachable)  # busy time per token above the reachable MFU
         levers, config = _levers(precision, names, _batch_factor(a), params, bandwidth, busy_s, ceiling)
         gain = _compound(lv.gain or 0.0 for lv in levers)  # the levers the model predicts, together
         best = min(ceiling, _compound(lv.gain if lv.gain is not None else lv.high for lv in levers))
         claims = [Claim("compute", gain, "gpu_busy", _busy_part(a, fig), up_to=max(gain, best))]
-        return Finding(
-            rule=self.name,
-            title="The GPU is busy but slow: low MFU",
-            claims=claims,
-            evidence=(
-                f"MFU {pct(m.value)}: {m.inputs['flops_per_step'] / 1e12:.2f} TFLOP per step "
-                f"({m.inputs['tokens_per_step']:.0f} tokens × {m.inputs['params'] / 1e6:.0f}M params) in "
-                f"{1000 * fig.gpu_step_s:.0f} ms of GPU time against {m.inputs['peak_tflops']:.0f} TFLOP/s "
-                f"{precision} peak on {m.inputs['gpu']}; the GPU was busy {pct(fig.busy_fraction)} of its step time, "
-                f"and a tuned run reaches about {pct(reachable)}."
-            ),
-            fix=Fix(
-                summary="Raise the work per kernel: " + "; ".join(lv.line() for lv in levers) + ".",
-                config=config,
-                snippet="torch.backends.cuda.matmul.allow_tf32 = True\nmodel = torch.compile(model)\n"
-                "optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)",
-                library=names.library,
-                call=names.call if config else None,
-            ),
-            data={"mfu": round(m.value, 4), "reachable_mfu": reachable, "precision": precision,
-                  "optimizer_step_ms": round(1000 * opt_s, 3),
-                  "levers": [lv.to_dict() for lv in levers]},
-        )
+        mfu = MfuFigures(m.value, m.inputs, precision, reachable, fig.gpu_step_s, fig.busy_fraction,
+                         gpu_timeline.optimizer_step_s(params, bandwidth), levers, config)
+        return _word_mfu(mfu, names, claims)
+
+
+def _word_mfu(fig: MfuFigures, names: Names, claims: list[Claim]) -> Finding:
+    i = fig.inputs
+    return Finding(
+        rule=LowMfu.name,
+        title="The GPU is busy but slow: low MFU",
+        claims=claims,
+        evidence=(
+            f"MFU {pct(fig.mfu)}: {i['flops_per_step'] / 1e12:.2f} TFLOP per step "
+            f"({i['tokens_per_step']:.0f} tokens × {i['params'] / 1e6:.0f}M params) in "
+            f"{1000 * fig.gpu_step_s:.0f} ms of GPU time against {i['peak_tflops']:.0f} TFLOP/s "
+            f"{fig.precision} peak on {i['gpu']}; the GPU was busy {pct(fig.busy_fraction)} of its step time, "
+            f"and a tuned run reaches about {pct(fig.reachable)}."
+        ),
+        fix=Fix(
+            summary="Raise the work per kernel: " + "; ".join(lv.line() for lv in fig.levers) + ".",
+            config=fig.config,
+            snippet="torch.backends.cuda.matmul.allow_tf32 = True\nmodel = torch.compile(model)\n"
+            "optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)",
+            library=names.library,
+            call=names.call if fig.config else None,
+        ),
+        data={"mfu": round(fig.mfu, 4), "reachable_mfu": fig.reachable, "precision": fig.precision,
+              "optimizer_step_ms": round(1000 * fig.optimizer_step_s, 3),
+              "levers": [lv.to_dict() for lv in fig.levers]},
+    )
 
 
 def _compound(gains: Iterable[float]) -> float:

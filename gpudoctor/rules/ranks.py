@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from typing import Literal
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.nodes import slow_node
@@ -16,6 +17,7 @@ from gpudoctor.rules.base import Finding, Fix, Rule
 # Versions before these miss loader and attention speedups users report (see seeds/002).
 MIN_GAP = 0.10  # share of the run the other ranks wait for the slow one
 MINIMUM = {"torch": (2, 1), "transformers": (4, 40), "datasets": (2, 19), "accelerate": (0, 30)}
+Cause = Literal["tokenizer", "build", "host"]  # what a straggler's own figures point at
 
 
 @dataclass
@@ -42,6 +44,14 @@ class Straggler:
     training: int
     trainings: int
     node: str | None
+    others_wait_s: float | None = None  # medians over the other ranks: data wait per step,
+    others_fetch_s: float | None = None  # batch build per batch,
+    others_tokenize_s: float | None = None  # tokenizer seconds per step
+
+    @property
+    def cause(self) -> Cause:
+        """What its own figures point at: "tokenizer", "build" or "host" (worded by ``CAUSES``)."""
+        return _cause(self)
 
     @property
     def loop_speedup(self) -> float | None:
@@ -89,7 +99,9 @@ def _straggler(a: Analysis) -> Straggler | None:
         step_s = max((statistics.median(x) for x in steps if x), default=None)
         freed_s = max(0.0, slow.wait_s - statistics.median(o.wait_s for o in others))
         node = next((p.proc.get("node") for p in group if p.rank == worst), None)
-        found = Straggler(slow, others, gap, step_s, freed_s, i, len(a.trainings), node)
+        found = Straggler(slow, others, gap, step_s, freed_s, i, len(a.trainings), node,
+                          _median([o.wait_s for o in others]), _median([o.fetch_s for o in others]),
+                          _median([o.tokenize_s for o in others]))
     return found
 
 
@@ -109,9 +121,7 @@ def _median(values: list[float | None]) -> float | None:
 def _word(f: Straggler, claim: Claim) -> Finding:
     r, on = f.slow.rank, f" on {f.node}" if f.node else ""
     ms = _ms
-    others_wait = _median([o.wait_s for o in f.others])
-    others_fetch = _median([o.fetch_s for o in f.others])
-    others_tok = _median([o.tokenize_s for o in f.others])
+    others_wait, others_fetch, others_tok = f.others_wait_s, f.others_fetch_s, f.others_tokenize_s
     n_others = plural(len(f.others), "other rank")
     said = [f"Rank {r}{on} waited {ms(f.slow.wait_s)} for data each step against {ms(others_wait)} on the "
             f"{n_others}" + (f" (training {f.training + 1} of {f.trainings} in this run)" if f.trainings > 1 else "")]
@@ -121,7 +131,7 @@ def _word(f: Straggler, claim: Claim) -> Finding:
         said.append(f"its tokenizer ran {ms(f.slow.tokenize_s)} a step against {ms(others_tok or 0.0)}")
     if f.step_s:
         said.append(f"every rank steps at its pace ({ms(f.step_s)} a step), waiting for it at each gradient sync")
-    cause = _cause(f, others_fetch, others_tok)
+    cause = CAUSES[f.cause]
     workers = f.slow.workers
     more = f"give it more DataLoader workers (it has {workers})" if workers is not None else \
         "give it more DataLoader workers"
@@ -142,16 +152,23 @@ def _word(f: Straggler, claim: Claim) -> Finding:
     )
 
 
-def _cause(f: Straggler, others_fetch: float | None, others_tok: float | None) -> str:
-    """What its own figures point at: its batches cost more to build, its tokenizer, or neither."""
-    if f.slow.tokenize_s > 2 * (others_tok or 0.0) and f.slow.tokenize_s >= 0.5 * f.freed_s > 0:
-        return "its tokenizer is what is slower: look at its shard's texts (longer?) and its tokenizer settings"
-    if f.slow.fetch_s is not None and others_fetch is not None and f.slow.fetch_s > 2 * others_fetch:
-        return ("building its batches (its dataset's __getitem__ and collate) takes longer than on the others: "
-                "look at what its shard's items cost to read and transform (its disk, its files, a slow step "
-                "in its own __getitem__)")
-    return ("it waits for batches that cost the others no more to build: look at its host (disk, CPU "
-            "shared with other jobs) rather than its data")
+def _cause(f: Straggler) -> Cause:
+    """What its own figures point at: its tokenizer, its batches cost more to build, or neither (its host)."""
+    if f.slow.tokenize_s > 2 * (f.others_tokenize_s or 0.0) and f.slow.tokenize_s >= 0.5 * f.freed_s > 0:
+        return "tokenizer"
+    if f.slow.fetch_s is not None and f.others_fetch_s is not None and f.slow.fetch_s > 2 * f.others_fetch_s:
+        return "build"
+    return "host"
+
+
+CAUSES: dict[Cause, str] = {  # each cause in words
+    "tokenizer": "its tokenizer is what is slower: look at its shard's texts (longer?) and its tokenizer settings",
+    "build": ("building its batches (its dataset's __getitem__ and collate) takes longer than on the others: "
+              "look at what its shard's items cost to read and transform (its disk, its files, a slow step "
+              "in its own __getitem__)"),
+    "host": ("it waits for batches that cost the others no more to build: look at its host (disk, CPU "
+             "shared with other jobs) rather than its data"),
+}
 
 
 def _ms(seconds: float | None) -> str:
@@ -194,25 +211,27 @@ class OutdatedLibraries(Rule):
             return None
         libs = dict(p.proc.get("libs") or {})
         libs.update((p.torch_cfg or {}).get("libs") or {})
-        old = {}
+        old: dict[str, tuple[str, str]] = {}  # name -> (version that ran, the minimum)
         for name, minimum in MINIMUM.items():
             v = _version(libs.get(name))
             if v is not None and v < minimum:
                 old[name] = (libs[name], ".".join(map(str, minimum)))
-        if not old:
-            return None
-        return Finding(
-            rule=self.name,
-            severity="low",
-            title="Outdated training libraries",
-            waste_fraction=0.0,
-            evidence="; ".join(f"{n} {v} (< {m})" for n, (v, m) in old.items()) + ". Gains are not measured here.",
-            fix=Fix(
-                summary="Upgrade, then re-run gpudoctor to measure the difference.",
-                config={n: f">={m}" for n, (_, m) in old.items()},
-                snippet="pip install -U " + " ".join(old),
-                library="pip",
-            ),
-            predicted_speedup=None,
-            data={n: v for n, (v, _) in old.items()},
-        )
+        return _word_outdated(old) if old else None
+
+
+def _word_outdated(old: dict[str, tuple[str, str]]) -> Finding:
+    return Finding(
+        rule=OutdatedLibraries.name,
+        severity="low",
+        title="Outdated training libraries",
+        waste_fraction=0.0,
+        evidence="; ".join(f"{n} {v} (< {m})" for n, (v, m) in old.items()) + ". Gains are not measured here.",
+        fix=Fix(
+            summary="Upgrade, then re-run gpudoctor to measure the difference.",
+            config={n: f">={m}" for n, (_, m) in old.items()},
+            snippet="pip install -U " + " ".join(old),
+            library="pip",
+        ),
+        predicted_speedup=None,
+        data={n: v for n, (v, _) in old.items()},
+    )

@@ -136,14 +136,28 @@ class _Change:
     value: Any
 
 
+@dataclass(frozen=True)
+class _Flags:
+    """The options that carry a fix's values (and its alternative's): worded by ``_word``."""
+
+    changes: list[_Change]
+    alt: list[_Change]
+    leftover: bool  # some value of the fix has no option: the library's snippet stays first
+
+
 def _apply_one(a: Analysis, p: ProcessView | None, cli: ScriptCli, finding: Finding) -> None:
     fix = finding.fix
     tables = [Table(fix.library or "", fix.call, fix.config), *fix.also]
     changes, leftover = _changes(a, p, cli, finding, [t.config for t in tables])
     alternative = finding.data.get("alternative")
     alt, _ = _changes(a, p, cli, finding, [alternative]) if isinstance(alternative, dict) else ([], False)
-    if not changes and not alt:
-        return
+    if changes or alt:
+        _word(cli, finding, _Flags(changes, alt, leftover))
+
+
+def _word(cli: ScriptCli, finding: Finding, flags: _Flags) -> None:
+    """The fix said with the script's flags: its summary led by them, its table and command line."""
+    fix, changes, alt = finding.fix, flags.changes, flags.alt
     said = []
     if changes:
         said.append("Run with " + _said(cli, changes))
@@ -153,7 +167,7 @@ def _apply_one(a: Analysis, p: ProcessView | None, cli: ScriptCli, finding: Find
     fix.summary = ", ".join(said) + "." + (f" {fix.summary}" if fix.summary else "")
     lines = [shlex.join([*cli.prefix, *edit_args(cli, ch)]) for ch in (changes, alt) if ch]
     command = "\n# or:\n".join(lines)
-    if (leftover or not changes) and fix.snippet:
+    if (flags.leftover or not changes) and fix.snippet:
         fix.snippet = f"{fix.snippet}\n# with your script's flags:\n# " + command.replace("\n", "\n# ")
     else:
         fix.snippet = command

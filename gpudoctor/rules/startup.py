@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis import timeline as tl
 from gpudoctor.analysis.model import time_mean
@@ -13,87 +15,116 @@ LONG_STARTUP_S = 60.0
 CPU_BOUND_CORES = 0.8  # a map that keeps most of a core busy is limited by the CPU
 
 
+@dataclass(frozen=True)
+class StartupFigures:
+    """What the time before the first step went to, and the map's process count: worded by ``_word``."""
+
+    startup_s: float
+    wall_s: float
+    recoverable_s: float  # preparing the data (formatting or tokenizing): what doing it once gives back
+    format_s: float
+    model_load_s: float
+    data_load_s: float
+    imports_s: float
+    other_s: float
+    top_maps: tuple[tuple[str, float], ...]  # the formatting spans that took longest: (name, seconds)
+    cores: int
+    used: float | None  # cores the map kept busy; None: not measured
+    others: float  # cores other programs kept busy meanwhile
+    parallel: int | None  # num_proc for the map; None: more processes would not help
+    gpu_seen: bool
+    map_cache: tuple[str, ...]  # what the datasets cache did for each map: "hit", "miss", "none"
+
+
 class StartupIdle(Rule):
     name = "startup_idle"
     fires_when = 'data formatting or tokenizing before the first step is ≥ 5% of wall or ≥ 60 s'
     fix_from = 'do it once before renting: `datasets.map(batched=True)` + `save_to_disk`; `num_proc` only when the measured map kept a core busy and cores were idle; $ per launch'
 
     def match(self, a: Analysis) -> Finding | None:
-        p = a.primary
-        if p is None:
-            return None
-        startup_s = p.seconds("startup")
-        if startup_s <= 0:
-            return None
-        first = p.first_step if p.first_step is not None else p.end
-        before = {c: tl.total(tl.clip(tl.merge(s), p.start, first)) for c, s in p.spans.items()}
-        format_s = before.get("format", 0.0)
-        load_s = before.get("model_load", 0.0)
-        data_load_s = before.get("data_load", 0.0)
-        in_loop_s = p.host_tokenize_in_loop_s if p.host_tokenize_in_loop_s is not None else p.tokenize_in_loop_s
-        tok_s = p.tokenize_s - in_loop_s  # before the loop (the host's own in-loop figure on a GPU run)
-        recoverable_s = max(format_s, tok_s)
-        share = recoverable_s / p.wall_s
-        if share < MIN_RECOVERABLE_SHARE and recoverable_s < LONG_STARTUP_S:
-            return None
-        parts = p.startup_parts()
-        other_s = parts["other_s"]
-        names = sorted(p.span_names.get("format", {}).items(), key=lambda kv: -kv[1])
-        what = ", ".join(f"{n} {s:.1f} s" for n, s in names[:3]) or "tokenizer calls"
-        cores = a.host.cores or 1
-        prep_spans = tl.clip(tl.merge(p.spans.get("format", [])), p.start, first)
-        used, others = _cores_during(a, prep_spans)
-        parallel = _parallel_map(used, others, cores)
-        map_args: dict[str, object] = {"batched": True}
-        if parallel:
-            map_args["num_proc"] = parallel
-            why = (f"it kept {used:.1f} {_cores(used)} busy, so {parallel} processes split it" if used is not None
-                   else f"{parallel} processes split it")
-        elif used is not None:
-            why = (f"it kept only {used:.1f} {_cores(used)} busy (not CPU-bound: more processes would wait too)"
-                   if used < CPU_BOUND_CORES else
-                   f"other programs kept {others:.1f} of {cores} cores busy: more processes would compete")
-        else:
-            why = "its CPU use was not measured, so no process count is proposed"
-        gpu_seen = a.gpu.count > 0 or a.gpu.busy_fraction is not None
-        cache = _cache_text(p.map_cache)
-        return Finding(
-            rule=self.name,
-            title=("GPUs idle" if gpu_seen else "Training waits") + " while the data is prepared",
-            claims=[claim("startup", recoverable_s, startup_s)],
-            per_launch_s=recoverable_s,
-            evidence=(
-                f"The first step started {startup_s:.1f} s after launch ({pct(startup_s / p.wall_s)} of wall): "
-                f"{recoverable_s:.1f} s preparing data ({what}), {data_load_s:.1f} s loading the dataset, "
-                f"{load_s:.1f} s loading the model, {parts['imports_s']:.1f} s importing libraries, "
-                f"{other_s:.1f} s in other setup (building the model, the script's own)."
+        fig = _figures(a)
+        return _word(fig) if fig is not None else None
+
+
+def _figures(a: Analysis) -> StartupFigures | None:
+    p = a.primary
+    if p is None:
+        return None
+    startup_s = p.seconds("startup")
+    if startup_s <= 0:
+        return None
+    first = p.first_step if p.first_step is not None else p.end
+    before = {c: tl.total(tl.clip(tl.merge(s), p.start, first)) for c, s in p.spans.items()}
+    format_s = before.get("format", 0.0)
+    in_loop_s = p.host_tokenize_in_loop_s if p.host_tokenize_in_loop_s is not None else p.tokenize_in_loop_s
+    tok_s = p.tokenize_s - in_loop_s  # before the loop (the host's own in-loop figure on a GPU run)
+    recoverable_s = max(format_s, tok_s)
+    if recoverable_s / p.wall_s < MIN_RECOVERABLE_SHARE and recoverable_s < LONG_STARTUP_S:
+        return None
+    parts = p.startup_parts()
+    top = sorted(p.span_names.get("format", {}).items(), key=lambda kv: -kv[1])[:3]
+    cores = a.host.cores or 1
+    used, others = _cores_during(a, tl.clip(tl.merge(p.spans.get("format", [])), p.start, first))
+    return StartupFigures(
+        startup_s=startup_s, wall_s=p.wall_s, recoverable_s=recoverable_s, format_s=format_s,
+        model_load_s=before.get("model_load", 0.0), data_load_s=before.get("data_load", 0.0),
+        imports_s=parts["imports_s"], other_s=parts["other_s"], top_maps=tuple(top), cores=cores,
+        used=used, others=others, parallel=_parallel_map(used, others, cores),
+        gpu_seen=a.gpu.count > 0 or a.gpu.busy_fraction is not None, map_cache=tuple(p.map_cache))
+
+
+def _word(fig: StartupFigures) -> Finding:
+    what = ", ".join(f"{n} {s:.1f} s" for n, s in fig.top_maps) or "tokenizer calls"
+    parallel, used = fig.parallel, fig.used
+    map_args: dict[str, object] = {"batched": True}
+    if parallel:
+        map_args["num_proc"] = parallel
+        why = (f"it kept {used:.1f} {_cores(used)} busy, so {parallel} processes split it" if used is not None
+               else f"{parallel} processes split it")
+    elif used is not None:
+        why = (f"it kept only {used:.1f} {_cores(used)} busy (not CPU-bound: more processes would wait too)"
+               if used < CPU_BOUND_CORES else
+               f"other programs kept {fig.others:.1f} of {fig.cores} cores busy: more processes would compete")
+    else:
+        why = "its CPU use was not measured, so no process count is proposed"
+    num_proc = f", num_proc={parallel}" if parallel else ""
+    return Finding(
+        rule=StartupIdle.name,
+        title=("GPUs idle" if fig.gpu_seen else "Training waits") + " while the data is prepared",
+        claims=[claim("startup", fig.recoverable_s, fig.startup_s)],
+        per_launch_s=fig.recoverable_s,
+        evidence=(
+            f"The first step started {fig.startup_s:.1f} s after launch ({pct(fig.startup_s / fig.wall_s)} of wall): "
+            f"{fig.recoverable_s:.1f} s preparing data ({what}), {fig.data_load_s:.1f} s loading the dataset, "
+            f"{fig.model_load_s:.1f} s loading the model, {fig.imports_s:.1f} s importing libraries, "
+            f"{fig.other_s:.1f} s in other setup (building the model, the script's own)."
+        ),
+        fix=Fix(
+            summary=("Format and tokenize once before " + ("the GPUs are rented" if fig.gpu_seen else "training")
+                     + ", save with save_to_disk, and only load_from_disk in the training script"
+                     + f" (the map: batched{num_proc}; {why})."
+                     + _cache_text(list(fig.map_cache))),
+            config=map_args,
+            snippet=(
+                "# prepare_data.py: run once, before training\n"
+                f"ds = ds.map(format_fn, batched=True{num_proc})\n"
+                "ds.save_to_disk('data/formatted')\n"
+                "# train.py\n"
+                "ds = datasets.load_from_disk('data/formatted')"
             ),
-            fix=Fix(
-                summary=("Format and tokenize once before " + ("the GPUs are rented" if gpu_seen else "training")
-                         + ", save with save_to_disk, and only load_from_disk in the training script"
-                         + f" (the map: batched{', num_proc=' + str(parallel) if parallel else ''}; {why})."
-                         + cache),
-                config=map_args,
-                snippet=(
-                    "# prepare_data.py: run once, before training\n"
-                    f"ds = ds.map(format_fn, batched=True{', num_proc=' + str(parallel) if parallel else ''})\n"
-                    "ds.save_to_disk('data/formatted')\n"
-                    "# train.py\n"
-                    "ds = datasets.load_from_disk('data/formatted')"
-                ),
-                library="datasets.Dataset.map",
-                call="ds.map",
-            ),
-            data={
-                "startup_s": round(startup_s, 3),
-                "format_s": round(format_s, 3),
-                "model_load_s": round(load_s, 3),
-                "data_load_s": round(data_load_s, 3),
-                "imports_s": round(parts["imports_s"], 3),
-                "recoverable_s_per_launch": round(recoverable_s, 3),
-                "prep_cores_used": round(used, 2) if used is not None else None,
-            },
-        )
+            library="datasets.Dataset.map",
+            call="ds.map",
+        ),
+        data={
+            "startup_s": round(fig.startup_s, 3),
+            "format_s": round(fig.format_s, 3),
+            "model_load_s": round(fig.model_load_s, 3),
+            "data_load_s": round(fig.data_load_s, 3),
+            "imports_s": round(fig.imports_s, 3),
+            "recoverable_s_per_launch": round(fig.recoverable_s, 3),
+            "prep_cores_used": round(used, 2) if used is not None else None,
+        },
+    )
 
 
 def _cores_during(a: Analysis, spans: list[tuple[float, float]]) -> tuple[float | None, float]:
