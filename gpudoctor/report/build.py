@@ -282,6 +282,8 @@ def _timeline(a: Analysis) -> schema.Timeline:
         for key in ("startup", "data_wait", "checkpoint", "eval"):
             spans[key] = _rel(p.slices.get(key, []), t0)
         spans["format"] = _rel(p.spans.get("format", []), t0)
+        if p.slices.get("communication"):  # DDP's all-reduce waits: a lane of their own, when there are any
+            spans["communication"] = _rel(p.slices["communication"], t0)
     times = p.step_times if p else []
     steps = [round(t - t0, 3) for t in times[:: max(1, math.ceil(len(times) / MAX_POINTS))]]
     if attached is not None:

@@ -39,7 +39,7 @@ def gpu_idle_share(a: Analysis) -> float:
         unexplained = (1.0 - nvml) * loop - explained - fig.sync_idle_s / a.duration_s
         return min(max(0.0, unexplained), a.share("compute"))
     busy = a.gpu.busy_fraction or 0.0
-    explained = sum(a.share(k) for k in ("startup", "data_wait", "checkpoint", "eval"))
+    explained = sum(a.share(k) for k in ("startup", "data_wait", "communication", "checkpoint", "eval"))
     return min(max(0.0, 0.9 - busy - explained), a.share("compute"))
 
 
@@ -83,7 +83,7 @@ class LowGpuUtilization(Rule):
             return None
         if gpu_timeline.figures(a) is not None and gpu_idle_share(a) < MIN_CLOCK_IDLE:
             return None  # the GPU clock puts the idle in data waits or after syncs: those findings say so
-        explained = sum(a.share(k) for k in ("startup", "data_wait", "checkpoint", "eval"))
+        explained = sum(a.share(k) for k in ("startup", "data_wait", "communication", "checkpoint", "eval"))
         return Finding(
             rule=self.name,
             title="The GPU is idle much of the time",
