@@ -10,7 +10,7 @@ from __future__ import annotations
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.nodes import slow_node
 from gpudoctor.rules.base import Finding, Fix, Rule, pct
-from gpudoctor.rules.ranks import sync_claim
+from gpudoctor.rules.ranks import sync_claims
 
 
 class StragglerNode(Rule):
@@ -29,7 +29,7 @@ class StragglerNode(Rule):
             rule=self.name,
             title=f"{node} holds the other nodes back",
             # the lead rank's own wait when the lead rank is on this node
-            claims=[sync_claim(a, bool(a.procs) and a.procs[0].proc.get("node") == node, gap)],
+            claims=sync_claims(a, bool(a.procs) and a.procs[0].proc.get("node") == node, gap),
             evidence=(
                 f"Every rank of {node} (ranks {', '.join(map(str, ranks))}) waited for data at least "
                 f"{pct(fastest)} of its wall time, against a median of {pct(median)} on the other nodes' ranks; "
