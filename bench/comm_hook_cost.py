@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -76,6 +77,49 @@ def _ddp_us(steps: int, wrapped: bool) -> tuple[float, int]:
     return (time.perf_counter() - t) / steps * 1e6, buckets // steps if wrapped else 0
 
 
+def _own_us(calls: int) -> tuple[float, float]:
+    """The wrappers' own cost, without the network's noise: µs per call added around a collective
+    that returns at once (a direct call on a CPU tensor) and around a DDP hook whose future is done."""
+    import torch
+
+    from gpudoctor.hooks.comm_hooks import CommHooks
+    from gpudoctor.hooks.writer import EventWriter
+
+    hooks = CommHooks(EventWriter(Path(tempfile.mkdtemp(prefix="gd-cost-"))))
+
+    def all_reduce(tensor: Any, group: Any = None, async_op: bool = False) -> None:
+        return None
+
+    def hook(state: object, bucket: Any) -> Any:
+        fut: Any = torch.futures.Future()
+        fut.set_result(bucket.buffer())
+        return fut
+
+    class Bucket:
+        def __init__(self) -> None:
+            self._buf = torch.zeros(1024)
+
+        def buffer(self) -> Any:
+            return self._buf
+
+    x, bucket = torch.ones(1), Bucket()
+    out = []
+    for bare, wrapped, arg in ((all_reduce, hooks._wrap_direct(all_reduce), (x,)),
+                               (hook, hooks.timed(hook), (None, bucket))):
+        times = {}
+        for name, fn in (("bare", bare), ("wrapped", wrapped)):
+            best = float("inf")
+            for _ in range(5):
+                t = time.perf_counter()
+                for _ in range(calls):
+                    fn(*arg)
+                best = min(best, (time.perf_counter() - t) / calls * 1e6)
+            times[name] = best
+            hooks.round.buckets.clear()
+        out.append(times["wrapped"] - times["bare"])
+    return out[0], out[1]
+
+
 def rank_main(calls: int, blocks: int) -> None:
     import torch
     import torch.distributed as dist
@@ -83,6 +127,9 @@ def rank_main(calls: int, blocks: int) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
+    own_direct, own_hook = _own_us(calls * 5)
+    print(f"rank {rank}: the wrappers' own cost (best of 5 x {calls * 5} calls, nothing on the wire): "
+          f"+{own_direct:.2f} µs a direct call, +{own_hook:.2f} µs a DDP bucket", flush=True)
     direct: dict[bool, list[float]] = {False: [], True: []}
     ddp: dict[bool, list[float]] = {False: [], True: []}
     buckets = 0
@@ -98,10 +145,10 @@ def rank_main(calls: int, blocks: int) -> None:
     added = [w - b for b, w in zip(direct[False], direct[True], strict=True)]
     added_ddp = [(w - b) / max(1, buckets) for b, w in zip(ddp[False], ddp[True], strict=True)]
     print(f"rank {rank}: all_reduce(1 float) {med[False]:.1f} µs bare, {med[True]:.1f} µs wrapped: "
-          f"+{statistics.median(added):.2f} µs a call (blocks {min(added):+.2f}..{max(added):+.2f}), "
+          f"{statistics.median(added):+.2f} µs a call (blocks {min(added):+.2f}..{max(added):+.2f}), "
           f"ratio {med[True] / med[False]:.3f}", flush=True)
     print(f"rank {rank}: DDP backward ({buckets} buckets) {dmed[False]:.0f} µs with allreduce_hook, "
-          f"{dmed[True]:.0f} µs timed: +{statistics.median(added_ddp):.2f} µs a bucket "
+          f"{dmed[True]:.0f} µs timed: {statistics.median(added_ddp):+.2f} µs a bucket "
           f"(blocks {min(added_ddp):+.2f}..{max(added_ddp):+.2f}), ratio {dmed[True] / dmed[False]:.3f}", flush=True)
 
 

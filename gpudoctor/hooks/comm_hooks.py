@@ -33,11 +33,14 @@ from typing import Any
 from gpudoctor.hooks import patch
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.writer import EventWriter
-from gpudoctor.recording.events import COMMUNICATION, CommEvent, DdpEvent
+from gpudoctor.recording.events import COMMUNICATION, CommEvent, DdpEvent, SpanEvent
 
 # The collectives of ``torch.distributed`` timed when the script (or FSDP) calls them directly.
 DIRECT = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
           "broadcast", "reduce", "barrier", "all_to_all_single", "gather", "scatter")
+ADJACENT_S = 1e-4  # direct calls closer than this join one span (a loop of small collectives)
+SPANS_PER_STEP = 64  # direct-call spans a step writes at most; later calls join the last one
+_HELD = "direct collective"  # the writer's hold key for the open direct-call span
 _UNUSED_CHECK_STEPS = 1  # steps whose gradients are looked at for parameters DDP never saw used
 
 
@@ -77,6 +80,9 @@ class CommHooks:
         self._register: Any = None  # DDP's own register_comm_hook
         self._inside = threading.local()  # in our bucket hook: its all_reduce is DDP's, not direct
         self._wall_minus_perf = time.time() - time.perf_counter()
+        self._held: SpanEvent | None = None  # a direct call's wait not written yet (held by the writer)
+        self._held_end = 0.0  # its end, perf_counter
+        self._spans = 0  # direct-call spans written this step
         self.closed = False  # uninstalled: a timed hook left on a DDP model (DDP keeps it) only passes through
 
     # -- install ------------------------------------------------------------------------------
@@ -98,6 +104,7 @@ class CommHooks:
         """Recording is over (a detach, the end of ``gpudoctor.profile()``): time nothing more."""
         self.closed = True
         self.round = _Round()
+        self._emit_held()
 
     # -- DDP ------------------------------------------------------------------------------------
     def _wrap_init(self, fn: Any) -> Any:
@@ -266,20 +273,43 @@ class CommHooks:
     @guarded("collective timing")
     def _direct(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], p0: float, seconds: float) -> None:
         t = self.tally
+        tensors = _tensors(args, kwargs)
         t.direct += 1
-        t.direct_bytes += _tensor_bytes(args, kwargs)
+        t.direct_bytes += max((x.numel() * x.element_size() for x in tensors), default=0)  # an all_gather's list: one
         if kwargs.get("async_op"):
             return  # returns at once: its time is spent where the script waits on it
         t.direct_s += seconds
-        if _on_host(args, kwargs) and seconds > 0:
-            self.writer.emit({"k": "span", "c": COMMUNICATION, "t0": p0 + self._wall_minus_perf,
-                              "dt": seconds, "name": f"torch.distributed.{name}"})
+        if seconds > 0 and all(x.device.type == "cpu" for x in tensors):  # the host waited (gloo; a barrier)
+            self._direct_wait(name, p0, seconds)
+
+    def _direct_wait(self, name: str, p0: float, seconds: float) -> None:
+        """A blocking call's wait, as a span: calls back to back (less than :data:`ADJACENT_S` apart,
+        or past :data:`SPANS_PER_STEP` in a step) join one span of their summed seconds, so a loop of
+        many small collectives writes a few lines, not one per call. The open span is held by the
+        writer (written at exit if no step comes)."""
+        if self._held is not None and (p0 - self._held_end < ADJACENT_S or self._spans >= SPANS_PER_STEP):
+            self._held_end = p0 + seconds
+            self._held["dt"] += seconds
+            return
+        self._emit_held()
+        self._held = {"k": "span", "c": COMMUNICATION, "t0": p0 + self._wall_minus_perf, "dt": seconds,
+                      "name": f"torch.distributed.{name}"}
+        self._held_end = p0 + seconds
+        self.writer.hold(_HELD, self._held)
+
+    def _emit_held(self) -> None:
+        if self._held is not None:
+            self._held = None
+            self._spans += 1
+            self.writer.release(_HELD)
 
     # -- steps --------------------------------------------------------------------------------
     @guarded("DDP communication timing")
     def step_end(self, n: int, t: float) -> None:
         """An optimizer step ended: its collectives as one ``comm`` event (none when it had none)."""
         self._close_round()
+        self._emit_held()
+        self._spans = 0
         self.steps += 1
         tally, self.tally = self.tally, _Tally()
         if not (tally.micro or tally.direct):
@@ -338,14 +368,3 @@ def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         elif isinstance(value, (list, tuple)):
             found.extend(v for v in value[:64] if isinstance(v, torch.Tensor))
     return found
-
-
-def _tensor_bytes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
-    """The largest tensor argument's bytes (an all_gather's output list counts as its one input)."""
-    sizes = [t.numel() * t.element_size() for t in _tensors(args, kwargs)]
-    return max(sizes, default=0)
-
-
-def _on_host(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """The host waited for the call itself: CPU tensors (gloo), or none at all (a barrier)."""
-    return all(t.device.type == "cpu" for t in _tensors(args, kwargs))
