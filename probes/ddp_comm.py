@@ -14,9 +14,12 @@ Planted:
 Ground truth per rank, ``<truth>.rank<R>.json`` (rank 0's also at ``<truth>`` itself, for
 ``bench/prescriptions.py``). Before the loop each rank times ``--calib`` backward passes of one
 batch under ``no_sync()`` (in eval mode: no all-reduce, not a training step): its local backward,
-``local_backward_s``. ``communication_s`` is then, over the loop's backward passes that
-all-reduced, their time beyond that local backward: what the all-reduce added to them (the part
-not hidden behind backward). ``allreduces`` counts those passes, ``micro_steps`` all of them.
+``local_backward_s``; ``sync_cost_s`` is, over the loop's backward passes that all-reduced, their
+time beyond that local backward: all the gradient sync cost them (the wait, and backward slowed
+while the all-reduce overlapped it). ``communication_s`` is the wait alone: in each such pass, from
+the moment its last parameter's gradient was accumulated (a ``post_accumulate_grad`` hook on every
+parameter: backward's own work is over) until ``backward()`` returned, the all-reduce done.
+``allreduces`` counts those passes, ``micro_steps`` all of them.
 With ``--log-loss`` each step also all-reduces its loss (a direct ``torch.distributed`` call, timed
 into ``communication_s``). ``compute_s`` is forward + backward + optimizer less ``communication_s``;
 ``forward_s`` is the loop's forward passes (the unused-parameter search runs inside them).
@@ -116,7 +119,15 @@ def main(argv=None):
     opt = C.make_adamw(ddp.parameters(), 3e-4, truth)
     local_s = local_backward_s(ddp, blocks[: args.batch_size], args.calib)
 
-    comm_s = forward_s = 0.0
+    last_grad = [0.0]  # when the last parameter's gradient was accumulated in this backward
+
+    def grad_ready(_: torch.Tensor) -> None:
+        last_grad[0] = time.perf_counter()
+
+    for param in model.parameters():
+        param.register_post_accumulate_grad_hook(grad_ready)
+
+    comm_s = sync_s = forward_s = 0.0
     allreduces = micro_steps = 0
     t_first = 0.0
     truth.mark_train_start()
@@ -136,7 +147,8 @@ def main(argv=None):
         micro_steps += 1
         if sync:
             allreduces += 1
-            comm_s += max(0.0, (t_e - t_b) - local_s)
+            sync_s += max(0.0, (t_e - t_b) - local_s)
+            comm_s += max(0.0, t_e - last_grad[0])
         if last:
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -151,7 +163,7 @@ def main(argv=None):
 
     truth.timers["compute_s"] = max(0.0, (truth.timers["compute_s"] or 0.0) - comm_s)
     dist.destroy_process_group()  # no barrier: a final wait for the other rank is no step's
-    fields = dict(communication_s=comm_s, local_backward_s=local_s, allreduces=allreduces,
+    fields = dict(communication_s=comm_s, sync_cost_s=sync_s, local_backward_s=local_s, allreduces=allreduces,
                   micro_steps=micro_steps, forward_s=forward_s, final_loss=float(loss.detach()))
     d = truth.write(**fields, communication_share=comm_s / truth.now())
     if rank == 0 and base:
