@@ -66,6 +66,7 @@ class Probe:
 
 PRETOKENIZE = {"tokenization_in_loop": ("--pretokenize",)}
 WORKERS = tuple(("--num-workers", str(n)) for n in (1, 2, 4))
+TORCHRUN_2 = ("-m", "torch.distributed.run", "--nproc-per-node", "2")  # a 2-rank job: rank 0 writes the truth
 
 PROBES: list[Probe] = [
     Probe("latency_loader", ("probes/latency_loader.py", "--steps", "60"), "io_bound",
@@ -89,6 +90,11 @@ PROBES: list[Probe] = [
     Probe("fsync_checkpoints", ("probes/fsync_checkpoints.py", "--steps", "60"), "checkpoint_overhead",
           values={"checkpoint_overhead": ("--save-every", lambda f: f["fix"]["config"]["save_steps"])},
           by_hand=(("--save-every", "10"), ("--save-every", "30"))),
+    Probe("ddp_comm", (*TORCHRUN_2, "probes/ddp_comm.py", "--accum", "4", "--steps", "12"), "sync_every_microstep",
+          fixes={"sync_every_microstep": ("--no-sync",)}, label="ddp_comm accum 4"),
+    Probe("ddp_comm", (*TORCHRUN_2, "probes/ddp_comm.py", "--find-unused", "--steps", "30", "--n-embd", "8",
+                       "--n-layer", "64", "--batch-size", "1", "--seq-len", "4"), "unused_parameter_search",
+          fixes={"unused_parameter_search": ("--no-find-unused",)}, label="ddp_comm find_unused"),
 ]
 
 

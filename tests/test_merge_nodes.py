@@ -102,6 +102,22 @@ def test_the_merge_names_the_slow_node_and_rank_and_each_ranks_data_wait_matches
     assert abs(nodes["node1"]["clock_offset_s"]) <= nodes["node1"]["step_time_s"]["p50"]
 
 
+def test_the_fast_ranks_wait_for_the_straggler_is_communication_beside_data_wait_and_compute(job):
+    """Rank 0 waits for rank 1 inside DDP's gradient all-reduce: that wait is its communication
+    (about rank 1's extra data wait), shown beside data wait and compute per rank and per node."""
+    tmp, truth = job["tmp"], job["truth"]
+    report = _merge(tmp, tmp / "node0", tmp / "node1")
+    ranks = {r["rank"]: r for r in report["per_rank"]}
+    extra_wait_s = truth[1]["data_wait_s"] - truth[0]["data_wait_s"]
+    assert within(ranks[0]["communication_s"], extra_wait_s, abs_pts=0.3), (ranks[0], extra_wait_s)
+    assert ranks[1]["communication_s"] < ranks[0]["communication_s"]
+    slow = next(f for f in report["findings"] if f["rule"] == "straggler_rank")
+    assert slow["data"]["slow_part"] == "data_wait"
+    assert slow["data"]["others_communication_per_step_s"] > slow["data"]["communication_per_step_s"]
+    text = _merge(tmp, tmp / "node0", tmp / "node1", out="merged.md")["text"]
+    assert "communication share" in text and "compute share" in text
+
+
 def test_a_node_whose_clock_runs_ahead_is_aligned_on_the_step_ends_and_the_skew_is_stated(job):
     tmp, truth = job["tmp"], job["truth"]
     skewed = _shifted(tmp / "node1", tmp / "skewed" / "node1", SKEW_S)

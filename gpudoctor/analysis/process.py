@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from gpudoctor.analysis import gpu_clock
 from gpudoctor.analysis import timeline as tl
 from gpudoctor.common import batchlengths
+from gpudoctor.recording.events import COMMUNICATION
 from gpudoctor.recording.read import LoopData
 from gpudoctor.report.schema import BREAKDOWN_KEYS
 
@@ -42,6 +43,8 @@ class ProcessView:
     trainer: dict[str, Any] | None = None
     lightning_checkpoint: dict[str, Any] | None = None  # the first ModelCheckpoint's settings
     accelerator: dict[str, Any] | None = None  # the first Accelerator's settings
+    ddp: dict[str, Any] | None = None  # the first DistributedDataParallel's settings (``ddp`` event)
+    comm: list[dict[str, Any]] = field(default_factory=list)  # ``comm`` events: collectives per step
     plan: dict[str, Any] | None = None
     tokenize_s: float = 0.0
     tokenize_in_loop_s: float = 0.0
@@ -156,6 +159,10 @@ def build_process_view(
             view.lightning_checkpoint = e
         elif kind == "accelerator" and view.accelerator is None:
             view.accelerator = e
+        elif kind == "ddp" and view.ddp is None:
+            view.ddp = e
+        elif kind == "comm":
+            view.comm.append(e)
         elif kind in ("plan", "hf_plan"):  # "hf_plan": recordings from before 0.1's rename
             view.plan = e
         elif kind == "counter":
@@ -252,6 +259,8 @@ def compute_breakdown(view: ProcessView, waits: list[tl.Interval] | None = None)
             # side files (a torch.save without tensors) are saving time too, though not checkpoints
             ("checkpoint", [*view.spans.get("checkpoint", []), *view.spans.get("save_side", [])]),
             ("data_wait", view.spans.get("data_wait", []) if waits is None else waits),
+            # collectives the host waited for; a wait for data inside one (a straggler) is data wait
+            ("communication", view.spans.get(COMMUNICATION, [])),
         ],
         first,
         end,
@@ -266,6 +275,7 @@ def compute_breakdown(view: ProcessView, waits: list[tl.Interval] | None = None)
         "data_wait": assigned["data_wait"],
         "checkpoint": assigned["checkpoint"],
         "eval": assigned["eval"],
+        "communication": assigned["communication"],
     }
     view.slices = slices
     view.slice_s = {key: tl.total(iv) for key, iv in slices.items()}

@@ -19,6 +19,7 @@ SLICE_LABELS = {
     "startup": "startup",
     "data_wait": "data wait",
     "compute": "compute",
+    "communication": "communication",
     "checkpoint": "checkpoint",
     "eval": "eval",
     "other": "other",

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from gpudoctor.hooks import apply, cli_hooks, crash, guard, hf_hooks, imports, patch, trackers
+from gpudoctor.hooks.comm_hooks import CommHooks
 from gpudoctor.hooks.eval_regions import EvalRegions
 from gpudoctor.hooks.torch_hooks import TorchHooks
 from gpudoctor.hooks.writer import EventWriter
@@ -56,6 +57,9 @@ def install(run_dir: str | os.PathLike[str]) -> EventWriter:
     imports.when_imported("torch.utils.data._utils.fetch", th.install_fetch)
     imports.when_imported("torch.optim.optimizer", th.install_optimizer)
     imports.when_imported("torch.nn.modules.module", th.install_module)
+    comm = th.comm = CommHooks(w)  # DDP's all-reduce and direct torch.distributed calls, per step
+    imports.when_imported("torch.nn.parallel.distributed", comm.install_ddp)
+    imports.when_imported("torch.distributed", comm.install_direct)
     regions = _eval_regions = EvalRegions(w, th)
     imports.when_imported("torch", regions.install)
     imports.when_imported("transformers.tokenization_utils_base", lambda m: hf_hooks.install_tokenizers(w, th, m))
@@ -90,6 +94,8 @@ def uninstall() -> None:
     patch.restore_all()
     if _torch_hooks is not None:
         _torch_hooks.remove_handles()
+        if _torch_hooks.comm is not None:
+            _torch_hooks.comm.close()
     if _writer is not None:
         _writer.close(exiting=False)
         _writer.enabled = False

@@ -65,6 +65,7 @@ class TorchHooks:
         self._save_began: tuple[float, float] | None = None  # the last checkpoint save, until a step
         self.windows = ProfilerWindows(writer)
         self.gpu: GpuMarks | None = None  # CUDA events, once the first training forward runs on CUDA
+        self.comm: Any = None  # the CommHooks (collectives per step), set by install
 
     # -- install / remove -----------------------------------------------------
     def install_dataloader(self, mod: ModuleType) -> None:
@@ -327,7 +328,10 @@ class TorchHooks:
         self._end_save()  # the last save's span is final: written before this step
         if not self.first_step_seen:
             self.mark_first_step()
-        self.writer.emit({"k": "step", "t": time.time() if t is None else t, "n": self.steps, "dt": dt})
+        now = time.time() if t is None else t
+        self.writer.emit({"k": "step", "t": now, "n": self.steps, "dt": dt})
+        if self.comm is not None:
+            self.comm.step_end(self.steps, now)
         if self.gpu is not None:
             self._gpu_step()
 

@@ -100,6 +100,27 @@ others on the host:
 ``gpu_save``  one checkpoint ``torch.save``: ``t0``, ``dt`` (host), ``idle_s`` (the save's part on
               the GPU, ``elapsed(S0, S1)``: its copies and the idle while it writes).
 
+Data parallelism (in-process; see :mod:`gpudoctor.hooks.comm_hooks`):
+
+``ddp``       a ``DistributedDataParallel`` was built: ``t``, ``find_unused_parameters``,
+              ``static_graph``, ``gradient_as_bucket_view``, ``bucket_cap_mb``, ``world_size``,
+              ``backend``, ``params`` (parameters that require a gradient), ``param_bytes``,
+              ``device``.
+``comm``      one optimizer step's collectives, aggregated: ``t``, ``n`` (the step),
+              ``micro`` (DDP training forwards since the last step), ``synced`` (those that
+              all-reduce their gradients, i.e. not under ``no_sync()``), ``buckets`` (gradient
+              buckets all-reduced), ``bytes``, ``comm_s`` (seconds some gradient bucket was in flight,
+              launch to completion), ``exposed_s`` (host seconds after backward's last bucket was
+              launched until every bucket completed: the all-reduce not hidden behind backward;
+              null where the host does not wait, e.g. NCCL on CUDA), ``search_s`` (seconds in
+              DDP's post-forward when ``find_unused_parameters`` searches the graph),
+              ``direct`` / ``direct_bytes`` / ``direct_s`` (``torch.distributed`` calls made by the
+              script or FSDP: all_reduce, all_gather, broadcast, barrier...: count, bytes, host
+              seconds of the synchronous ones), ``unused_params`` (parameters of DDP models with
+              no gradient at the first step; only on that step).
+              Exposed seconds are also written as ``span`` events of category
+              ``communication`` (one per synced backward, one per blocking direct call).
+
 Sampler lines (no ``k``): see :mod:`gpudoctor.samplers.host` and
 :mod:`gpudoctor.samplers.nvml` for the fields.
 
@@ -114,6 +135,7 @@ from typing import Annotated, Any, Literal, TypedDict
 
 # Names the analysis reads and the hooks write (the hooks import them from here, not back).
 SIDE_FILE = "save_side"  # span category: a torch.save of an object without tensors
+COMMUNICATION = "communication"  # span category: collectives the host waited for (exposed)
 EVAL_LOOP = "eval_loop"  # span category: a hand-written loop's eval region
 EVAL_FORWARDS = "eval_forwards"  # counter: forward passes inside eval_loop regions
 
@@ -491,6 +513,48 @@ class AcceleratorEvent(_Accelerator, total=False):
     version: str | None
 
 
+
+class _Ddp(TypedDict):
+    k: Literal["ddp"]
+    t: Time
+
+
+class DdpEvent(_Ddp, total=False):
+    """A ``DistributedDataParallel`` as built (hooks/comm_hooks.py)."""
+
+    find_unused_parameters: bool
+    static_graph: bool
+    gradient_as_bucket_view: bool
+    bucket_cap_mb: Number | None
+    world_size: Count | None
+    backend: str | None
+    params: Count
+    param_bytes: Count
+    device: str | None
+
+
+class _Comm(TypedDict):
+    k: Literal["comm"]
+    t: Time
+
+
+class CommEvent(_Comm, total=False):
+    """One optimizer step's collectives (hooks/comm_hooks.py)."""
+
+    n: Count
+    micro: Count
+    synced: Count
+    buckets: Count
+    bytes: Count
+    comm_s: Seconds
+    exposed_s: Seconds | None
+    search_s: Seconds
+    direct: Count
+    direct_bytes: Count
+    direct_s: Seconds
+    unused_params: Count
+
+
 # The kinds the loader checks (validate.EVENT_FIELDS is derived from these), by ``k``.
 CHECKED: dict[str, type] = {
     "span": SpanEvent,
@@ -518,6 +582,8 @@ CHECKED: dict[str, type] = {
     "uncaught": UncaughtEvent,
     "lightning_checkpoint": LightningCheckpointEvent,
     "accelerator": AcceleratorEvent,
+    "ddp": DdpEvent,
+    "comm": CommEvent,
 }
 
 Event = (
@@ -525,6 +591,6 @@ Event = (
     | CounterEvent | BatchEvent | ProcEvent | LoaderEvent | TorchCfgEvent | TrainerEvent | ModelEvent
     | PlanEvent | CliEvent | ProfilerEvent | AppliedEvent | TrackerEvent | HfProgressEvent
     | GpuClockEvent | GpuWaitEvent | GpuStepEvent | GpuSaveEvent | UncaughtEvent | LightningCheckpointEvent
-    | AcceleratorEvent
+    | AcceleratorEvent | DdpEvent | CommEvent
 )
 """One line of ``events/<pid>.jsonl``, as the hooks write it (:meth:`EventWriter.emit`)."""

@@ -35,6 +35,7 @@ SLICE_COLORS = {
     "startup": "#E69F00",
     "data_wait": "#D55E00",
     "compute": "#0072B2",
+    "communication": "#F0E442",
     "checkpoint": "#CC79A7",
     "eval": "#009E73",
     "other": "#A8A8A8",

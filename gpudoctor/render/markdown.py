@@ -175,7 +175,7 @@ def render_report(report: Report, limit: int | None = None) -> str:
 
 
 def minimal_report(report: Report) -> str:
-    """Headline, run, cost and the six slices: what a comment shows when nothing else fits."""
+    """Headline, run, cost and the seven slices: what a comment shows when nothing else fits."""
     noted = _price_noted([f for f in report.get("findings") or [] if isinstance(f, dict)])
     parts = [headline(report), outcome_line(report.get("run") or {}), run_line(report.get("run") or {}, noted),
              cost_line(report.get("cost") or {}, noted),
@@ -236,7 +236,7 @@ def cost_line(cost: Cost, noted: bool = False) -> str:
 
 
 def breakdown_table(report: Report, known_only: bool = False) -> str:
-    """Slice, share of wall time, seconds; ``known_only``: the six slices, no extra ones."""
+    """Slice, share of wall time, seconds; ``known_only``: the seven slices, no extra ones."""
     duration = num((report.get("run") or {}).get("duration_s"))
     rows = []
     for key, frac in breakdown_items(report.get("breakdown")):
@@ -427,9 +427,9 @@ def trial_section(v: dict[str, Any]) -> str:
 
 def nodes_section(v: dict[str, Any]) -> str:
     """A merged multi-node job: its nodes side by side, the slowest ranks, the clock skew corrected."""
-    parts = ["### Nodes", v["skew"], table(v["header"], [list(r) for r in v["rows"]], right={3, 4, 5, 6, 7}),
+    parts = ["### Nodes", v["skew"], table(v["header"], [list(r) for r in v["rows"]], right={3, 4, 5, 6, 7, 8}),
              v["more"], f"**{v['rank_caption']}**",
-             table(v["rank_header"], [list(r) for r in v["rank_rows"]], right={2, 3, 4, 5, 6})]
+             table(v["rank_header"], [list(r) for r in v["rank_rows"]], right={2, 3, 4, 5, 6, 7, 8})]
     return "\n\n".join(p for p in parts if p)
 
 

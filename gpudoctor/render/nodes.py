@@ -16,9 +16,10 @@ from gpudoctor.report.schema import NodeEntry, Nodes, Report
 
 MAX_NODE_ROWS = 64
 MAX_RANK_ROWS = 32
-NODE_HEADER = ["node", "host", "ranks", "clock offset", "data wait (mean / max)", "compute", "p50 step",
-               "checkpoint", "rules fired"]
-RANK_HEADER = ["rank", "node", "data wait", "data wait share", "checkpoint", "steps", "p50 step"]
+NODE_HEADER = ["node", "host", "ranks", "clock offset", "data wait (mean / max)", "compute", "communication",
+               "p50 step", "checkpoint", "rules fired"]
+RANK_HEADER = ["rank", "node", "data wait", "data wait share", "compute share", "communication share", "checkpoint",
+               "steps", "p50 step"]
 
 
 def _ranks_text(ranks: Any) -> str:
@@ -66,7 +67,7 @@ def _view(section: Nodes, report: Report) -> dict[str, Any]:
     rows = [[
         str(n.get("node", "")), str(n.get("host") or "unknown host"), _ranks_text(n.get("ranks")), _offset(n),
         f"{fmt_duration(n.get('data_wait_s'))} / {fmt_duration(n.get('data_wait_s_max'))}",
-        fmt_pct((n.get("breakdown") or {}).get("compute")),
+        fmt_pct((n.get("breakdown") or {}).get("compute")), fmt_pct((n.get("breakdown") or {}).get("communication")),
         fmt_step_time((n.get("step_time_s") or {}).get("p50")), fmt_duration(n.get("checkpoint_s")),
         ", ".join(str(r) for r in n.get("findings") or []) or "none",
     ] for n in nodes[:MAX_NODE_ROWS]]
@@ -74,7 +75,8 @@ def _view(section: Nodes, report: Report) -> dict[str, Any]:
     slowest = sorted(per_rank, key=lambda r: -(num(r.get("data_wait_s")) or 0.0))[:MAX_RANK_ROWS]
     rank_rows = [[
         str(r.get("rank", "")), str(r.get("node", "")), fmt_duration(r.get("data_wait_s")),
-        fmt_pct((r.get("breakdown") or {}).get("data_wait")), fmt_duration(r.get("checkpoint_s")),
+        fmt_pct((r.get("breakdown") or {}).get("data_wait")), fmt_pct((r.get("breakdown") or {}).get("compute")),
+        fmt_pct((r.get("breakdown") or {}).get("communication")), fmt_duration(r.get("checkpoint_s")),
         str((r.get("steps") or {}).get("count", "")),
         fmt_step_time(((r.get("steps") or {}).get("step_time_s") or {}).get("p50")),
     ] for r in slowest]
@@ -102,7 +104,7 @@ def terminal_lines(report: Report) -> list[str]:
                          f"{f.get('title')}")
     if v is not None:
         for row in v["rows"][:16]:
-            lines.append(f"  {row[0]} ({row[1]}) ranks {row[2]}: clock {row[3]}, data wait {row[4]}, "
-                         f"p50 step {row[6]}")
+            lines.append(f"  {row[0]} ({row[1]}) ranks {row[2]}: clock {row[3]}, data wait {row[4]}, communication {row[6]}, "
+                         f"p50 step {row[7]}")
         lines.append("  " + v["skew"])
     return lines

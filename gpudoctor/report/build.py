@@ -276,6 +276,8 @@ def _timeline(a: Analysis) -> schema.Timeline:
         for key in ("startup", "data_wait", "checkpoint", "eval"):
             spans[key] = _rel(p.slices.get(key, []), t0)
         spans["format"] = _rel(p.spans.get("format", []), t0)
+        if p.slices.get("communication"):  # DDP's all-reduce waits: a lane of their own, when there are any
+            spans["communication"] = _rel(p.slices["communication"], t0)
     times = p.step_times if p else []
     steps = [round(t - t0, 3) for t in times[:: max(1, math.ceil(len(times) / MAX_POINTS))]]
     if attached is not None:
@@ -318,8 +320,12 @@ def breakdown_section(d: Mapping[str, float | None]) -> schema.Breakdown:
     """The analysis' slices (:data:`schema.BREAKDOWN_KEYS`); empty when it has none."""
     if not d:
         return {}
-    return {"startup": _r(d["startup"]), "data_wait": _r(d["data_wait"]), "compute": _r(d["compute"]),
-            "checkpoint": _r(d["checkpoint"]), "eval": _r(d["eval"]), "other": _r(d["other"])}
+    out: schema.Breakdown = {"startup": _r(d["startup"]), "data_wait": _r(d["data_wait"]),
+                             "compute": _r(d["compute"])}
+    if "communication" in d:  # an older recording's analysis has none (it was inside compute)
+        out["communication"] = _r(d["communication"])
+    out.update({"checkpoint": _r(d["checkpoint"]), "eval": _r(d["eval"]), "other": _r(d["other"])})
+    return out
 
 
 def step_times(d: Mapping[str, float | None]) -> schema.StepTimes:

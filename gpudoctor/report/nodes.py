@@ -196,6 +196,7 @@ def _run(nodes: list[NodeSummary], start: float, duration_s: float, price: Any) 
 def _rank_entry(r: Any) -> RankEntry:
     return {"rank": r.rank, "pid": r.pid, "node": r.node, "local_rank": r.local_rank,
             "breakdown": breakdown_section(r.breakdown), "data_wait_s": round(r.seconds["data_wait"], 3),
+            "communication_s": round(float(r.seconds.get("communication", 0.0)), 3),
             "checkpoint_s": round(float(r.seconds["checkpoint"]), 3), "wall_s": round(r.end - r.start, 3),
             "steps": {"count": r.steps, "step_time_s": step_times(r.step_time_s)}}
 

@@ -31,7 +31,8 @@ from typing_extensions import NotRequired, TypedDict
 from gpudoctor.common.numbers import num
 
 SCHEMA: Literal["gpudoctor.report/1"] = "gpudoctor.report/1"
-BREAKDOWN_KEYS = ("startup", "data_wait", "compute", "checkpoint", "eval", "other")
+BREAKDOWN_KEYS = ("startup", "data_wait", "compute", "communication", "checkpoint", "eval", "other")
+OPTIONAL_BUCKETS = ("communication",)  # added later: older reports lack it (it was inside compute)
 SEVERITIES = ("high", "medium", "low", "info")
 # What happened to a finding between two reports (``gpudoctor diff``; gpudoctor/report/diff.py).
 DIFF_STATUSES = ("resolved", "partial", "moved", "gone", "new", "still_present")
@@ -61,7 +62,7 @@ Amount = Annotated[float, Ge(0.0), Le(MAX_COUNT), Says(f"a number from 0 to {MAX
 Percent = Annotated[float, Ge(0.0), Le(1e4), Says("a percentage from 0 to 10000")]  # CPU %: one core is 100
 Figure = Annotated[float, Ge(-1e15), Le(1e15), Says("a finite number")]
 Severity = Literal["high", "medium", "low", "info"]
-Bucket = Literal["startup", "data_wait", "compute", "checkpoint", "eval", "other"]
+Bucket = Literal["startup", "data_wait", "compute", "communication", "checkpoint", "eval", "other"]
 Span = Annotated[list[Offset], Len(2, 2)]  # [start, end]
 SpeedupRange = Annotated[list[Speedup], Len(2, 2)]  # [conservative, optimistic]
 
@@ -103,6 +104,7 @@ class Breakdown(TypedDict, total=False):
     startup: Fraction | None
     data_wait: Fraction | None
     compute: Fraction | None
+    communication: Fraction | None  # collectives the host waited for, not hidden behind backward
     checkpoint: Fraction | None
     eval: Fraction | None
     other: Fraction | None
@@ -217,7 +219,8 @@ class RankSteps(TypedDict, total=False):
 
 class RankEntry(TypedDict, total=False):
     """One training process (a single process is rank 0). A merged multi-node report adds its
-    ``node``, ``local_rank``, and its ``data_wait_s``, ``checkpoint_s`` and ``wall_s`` in seconds."""
+    ``node``, ``local_rank``, and its ``data_wait_s``, ``communication_s``, ``checkpoint_s`` and ``wall_s`` in
+    seconds."""
 
     rank: int | None
     pid: int | None
@@ -226,6 +229,7 @@ class RankEntry(TypedDict, total=False):
     node: str
     local_rank: int | None
     data_wait_s: Seconds
+    communication_s: Seconds  # collectives it waited for (merged multi-node reports)
     checkpoint_s: Seconds
     wall_s: Seconds
 
@@ -576,9 +580,11 @@ KEPT_ON_RERENDER = tuple(s.key for s in SECTIONS if s.kept)
 
 
 def breakdown_items(breakdown: Mapping[str, Any] | None) -> list[tuple[str, float | None]]:
-    """The six slices in SPEC order (then any extra ones), as ``(name, fraction)``."""
+    """The slices in SPEC order (then any extra ones), as ``(name, fraction)``. ``communication``
+    only where the report has it: a report from before it was measured had it inside compute."""
     breakdown = breakdown or {}
-    keys = list(BREAKDOWN_KEYS) + [k for k in breakdown if k not in BREAKDOWN_KEYS]
+    keys = [k for k in BREAKDOWN_KEYS if k in breakdown or k not in OPTIONAL_BUCKETS]
+    keys += [k for k in breakdown if k not in BREAKDOWN_KEYS]
     return [(k, num(breakdown.get(k))) for k in keys]
 
 

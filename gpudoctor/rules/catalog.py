@@ -10,6 +10,11 @@ from gpudoctor.analysis import Analysis
 from gpudoctor.rules import script_flags
 from gpudoctor.rules.base import Finding, Rule, settle_findings
 from gpudoctor.rules.batches import PaddingWaste
+from gpudoctor.rules.communication import (
+    ExposedCommunication,
+    SyncEveryMicrostep,
+    UnusedParameterSearch,
+)
 from gpudoctor.rules.data import CpuSaturated, DataStall, IoBound, TokenizationInLoop
 from gpudoctor.rules.evaluation import EvalOverhead
 from gpudoctor.rules.gpu import (
@@ -41,6 +46,9 @@ RULES: tuple[type[Rule], ...] = (
     GpuMemoryUnderused,
     NoTf32,
     NoMixedPrecision,
+    SyncEveryMicrostep,
+    UnusedParameterSearch,
+    ExposedCommunication,
     StragglerRank,
     StragglerNode,
     OutdatedLibraries,

@@ -40,7 +40,7 @@ def gpu_idle_share(a: Analysis) -> float:
         unexplained = (1.0 - nvml) * loop - explained - fig.sync_idle_s / a.duration_s
         return min(max(0.0, unexplained), a.share("compute"))
     busy = a.gpu.busy_fraction or 0.0
-    explained = sum(a.share(k) for k in ("startup", "data_wait", "checkpoint", "eval"))
+    explained = sum(a.share(k) for k in ("startup", "data_wait", "communication", "checkpoint", "eval"))
     return min(max(0.0, 0.9 - busy - explained), a.share("compute"))
 
 
@@ -96,7 +96,7 @@ class LowGpuUtilization(Rule):
         clocked = gpu_timeline.figures(a) is not None
         if clocked and gpu_idle_share(a) < MIN_CLOCK_IDLE:
             return None  # the GPU clock puts the idle in data waits or after syncs: those findings say so
-        explained = sum(a.share(k) for k in ("startup", "data_wait", "checkpoint", "eval"))
+        explained = sum(a.share(k) for k in ("startup", "data_wait", "communication", "checkpoint", "eval"))
         fig = IdleFigures(busy, clocked, a.gpu.busy_in_loop, a.gpu.count, explained)
         return _word_idle(fig, names_for(a.primary), compute_part(a, "gpu_idle", 1.0))
 

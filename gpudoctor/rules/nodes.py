@@ -13,7 +13,7 @@ from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.nodes import slow_node
 from gpudoctor.rules.account import Claim
 from gpudoctor.rules.base import Finding, Fix, Rule, pct
-from gpudoctor.rules.ranks import sync_claim
+from gpudoctor.rules.ranks import sync_claims
 
 
 @dataclass(frozen=True)
@@ -39,16 +39,16 @@ class StragglerNode(Rule):
         node, fastest, median, gap = found
         ranks = sorted(p.rank for p in a.procs if p.proc.get("node") == node)
         # the lead rank's own wait when the lead rank is on this node
-        held = sync_claim(a, bool(a.procs) and a.procs[0].proc.get("node") == node, gap)
+        held = sync_claims(a, bool(a.procs) and a.procs[0].proc.get("node") == node, gap)
         return _word(NodeFigures(node, ranks, fastest, median), held)
 
 
-def _word(fig: NodeFigures, held: Claim) -> Finding:
+def _word(fig: NodeFigures, held: list[Claim]) -> Finding:
     node = fig.node
     return Finding(
         rule=StragglerNode.name,
         title=f"{node} holds the other nodes back",
-        claims=[held],
+        claims=held,
         evidence=(
             f"Every rank of {node} (ranks {', '.join(map(str, fig.ranks))}) waited for data at least "
             f"{pct(fig.fastest)} of its wall time, against a median of {pct(fig.median)} on the other nodes' ranks; "

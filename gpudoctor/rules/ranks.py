@@ -18,6 +18,7 @@ from gpudoctor.rules.base import Finding, Fix, Rule
 MIN_GAP = 0.10  # share of the run the other ranks wait for the slow one
 MINIMUM = {"torch": (2, 1), "transformers": (4, 40), "datasets": (2, 19), "accelerate": (0, 30)}
 Cause = Literal["tokenizer", "build", "host"]  # what a straggler's own figures point at
+Part = Literal["data_wait", "compute"]  # what makes it slow
 
 
 @dataclass
@@ -30,6 +31,8 @@ class RankData:
     fetch_s: float | None  # batch production per batch (dataset + collate, here or in its workers)
     tokenize_s: float  # tokenizer seconds per step
     workers: int | None
+    compute_s: float = 0.0  # compute per step (forward, backward, optimizer: the all-reduce wait left out)
+    comm_s: float = 0.0  # communication per step: collectives it waited for (exposed)
 
 
 @dataclass
@@ -44,9 +47,12 @@ class Straggler:
     training: int
     trainings: int
     node: str | None
+    part: Part = "data_wait"  # what makes it slow: its data wait, or its compute
     others_wait_s: float | None = None  # medians over the other ranks: data wait per step,
     others_fetch_s: float | None = None  # batch build per batch,
-    others_tokenize_s: float | None = None  # tokenizer seconds per step
+    others_tokenize_s: float | None = None  # tokenizer seconds per step,
+    others_compute_s: float | None = None  # compute per step,
+    others_comm_s: float | None = None  # communication per step
 
     @property
     def cause(self) -> Cause:
@@ -62,7 +68,8 @@ class Straggler:
 
 class StragglerRank(Rule):
     name = "straggler_rank"
-    fires_when = ("one rank's data wait ≥ 10 points above the median of the other ranks of its training "
+    fires_when = ("one rank's data wait (or its compute, where the all-reduce is timed apart) ≥ 10 points above "
+                  "the median of the other ranks of its training "
                   "(every node's ranks, when `gpudoctor report` merges a job's node folders)")
     fix_from = ("that rank's own measurements (batch build time per batch against the other ranks', its "
                 "tokenizer time, its workers); the job's step time set by the slowest rank, less its extra wait")
@@ -75,7 +82,7 @@ class StragglerRank(Rule):
         if found.node and whole is not None and whole[0] == found.node:
             return None  # every rank of that node is slow: straggler_node names the host instead
         lead_is_slow = min([found.slow.rank, *(o.rank for o in found.others)]) == found.slow.rank
-        return _word(found, sync_claim(a, lead_is_slow, found.gap))
+        return _word(found, sync_claims(a, lead_is_slow, found.gap, found.part))
 
 
 def _straggler(a: Analysis) -> Straggler | None:
@@ -86,23 +93,34 @@ def _straggler(a: Analysis) -> Straggler | None:
     for i, group in enumerate(a.trainings):
         if len(group) < 2 or len({p.rank for p in group}) < len(group):
             continue
-        waits = {p.rank: p.breakdown["data_wait"] for p in group}
-        worst = max(waits, key=lambda r: waits[r])
-        median = statistics.median(w for r, w in waits.items() if r != worst)
-        gap = (waits[worst] - median) * group[0].wall_s / a.duration_s  # as a share of the run
-        if gap < MIN_GAP or (found is not None and gap <= found.gap):
-            continue
-        data = {p.rank: _rank_data(p) for p in group}
-        slow, others = data[worst], [d for r, d in sorted(data.items()) if r != worst]
-        steps = [p.step_intervals_s() for p in group if len(p.step_times) > 2]
-        # Every rank steps at the pace of the slowest (the gradient sync): the job's step time.
-        step_s = max((statistics.median(x) for x in steps if x), default=None)
-        freed_s = max(0.0, slow.wait_s - statistics.median(o.wait_s for o in others))
-        node = next((p.proc.get("node") for p in group if p.rank == worst), None)
-        found = Straggler(slow, others, gap, step_s, freed_s, i, len(a.trainings), node,
-                          _median([o.wait_s for o in others]), _median([o.fetch_s for o in others]),
-                          _median([o.tokenize_s for o in others]))
+        # Its data wait, or its compute where the others' wait for it is measured apart from theirs
+        # (communication): with no collective timed, a fast rank's wait in the all-reduce is compute.
+        parts: tuple[Part, ...] = (("data_wait", "compute") if any(p.breakdown["communication"] > 0 for p in group)
+                                   else ("data_wait",))
+        for part in parts:
+            shares = {p.rank: p.breakdown[part] for p in group}
+            worst = max(shares, key=lambda r: shares[r])
+            median = statistics.median(w for r, w in shares.items() if r != worst)
+            gap = (shares[worst] - median) * group[0].wall_s / a.duration_s  # as a share of the run
+            if gap < MIN_GAP or (found is not None and gap <= found.gap):
+                continue
+            data = {p.rank: _rank_data(p) for p in group}
+            slow, others = data[worst], [d for r, d in sorted(data.items()) if r != worst]
+            steps = [p.step_intervals_s() for p in group if len(p.step_times) > 2]
+            # Every rank steps at the pace of the slowest (the gradient sync): the job's step time.
+            step_s = max((statistics.median(x) for x in steps if x), default=None)
+            freed_s = max(0.0, _own(slow, part) - statistics.median(_own(o, part) for o in others))
+            node = next((p.proc.get("node") for p in group if p.rank == worst), None)
+            found = Straggler(slow, others, gap, step_s, freed_s, i, len(a.trainings), node, part,
+                              _median([o.wait_s for o in others]), _median([o.fetch_s for o in others]),
+                              _median([o.tokenize_s for o in others]), _median([o.compute_s for o in others]),
+                              _median([o.comm_s for o in others]))
     return found
+
+
+def _own(d: RankData, part: str) -> float:
+    """A rank's own seconds per step of ``part`` (its data wait or its compute)."""
+    return d.wait_s if part == "data_wait" else d.compute_s
 
 
 def _rank_data(p: ProcessView) -> RankData:
@@ -110,7 +128,8 @@ def _rank_data(p: ProcessView) -> RankData:
     workers = next((ld.get("num_workers") for ld in sorted(p.loaders, key=lambda ld: ld.get("t") or 0.0)), None)
     return RankData(p.rank, len(p.step_times), p.seconds("data_wait") / steps,
                     p.fetch_s / p.fetch_calls if p.fetch_calls else None, p.tokenize_s / steps,
-                    workers if isinstance(workers, int) else None)
+                    workers if isinstance(workers, int) else None, p.seconds("compute") / steps,
+                    p.seconds("communication") / steps)
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -118,34 +137,50 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(known) if known else None
 
 
-def _word(f: Straggler, claim: Claim) -> Finding:
+def _word(f: Straggler, claims: list[Claim]) -> Finding:
     r, on = f.slow.rank, f" on {f.node}" if f.node else ""
     ms = _ms
     others_wait, others_fetch, others_tok = f.others_wait_s, f.others_fetch_s, f.others_tokenize_s
+    others_compute, others_comm = f.others_compute_s, f.others_comm_s
     n_others = plural(len(f.others), "other rank")
-    said = [f"Rank {r}{on} waited {ms(f.slow.wait_s)} for data each step against {ms(others_wait)} on the "
-            f"{n_others}" + (f" (training {f.training + 1} of {f.trainings} in this run)" if f.trainings > 1 else "")]
-    if f.slow.fetch_s is not None and others_fetch is not None:
+    which = f" (training {f.training + 1} of {f.trainings} in this run)" if f.trainings > 1 else ""
+    if f.part == "compute":
+        said = [f"Rank {r}{on} computed {ms(f.slow.compute_s)} each step against {ms(others_compute)} on the "
+                f"{n_others}{which}"]
+    else:
+        said = [f"Rank {r}{on} waited {ms(f.slow.wait_s)} for data each step against {ms(others_wait)} on the "
+                f"{n_others}{which}"]
+    if f.slow.fetch_s is not None and others_fetch is not None and f.part == "data_wait":
         said.append(f"it took {ms(f.slow.fetch_s)} to build a batch against {ms(others_fetch)} there")
     if f.slow.tokenize_s > 0.002 or (others_tok or 0) > 0.002:
         said.append(f"its tokenizer ran {ms(f.slow.tokenize_s)} a step against {ms(others_tok or 0.0)}")
+    if (others_comm or 0.0) > 0 or f.slow.comm_s > 0:
+        said.append(f"the others waited {ms(others_comm)} a step in the gradient all-reduce (communication) "
+                    f"against {ms(f.slow.comm_s)} on it")
     if f.step_s:
         said.append(f"every rank steps at its pace ({ms(f.step_s)} a step), waiting for it at each gradient sync")
-    cause = CAUSES[f.cause]
-    workers = f.slow.workers
-    more = f"give it more DataLoader workers (it has {workers})" if workers is not None else \
-        "give it more DataLoader workers"
     gain = f.loop_speedup
-    summary = (f"Rank {r}{on}: {cause}; {more}. Without its extra {ms(f.freed_s)} a step the job would step "
+    if f.part == "compute":
+        fix = SLOW_COMPUTE
+    else:
+        workers = f.slow.workers
+        more = f"give it more DataLoader workers (it has {workers})" if workers is not None else \
+            "give it more DataLoader workers"
+        fix = f"{CAUSES[f.cause]}; {more}"
+    summary = (f"Rank {r}{on}: {fix}. Without its extra {ms(f.freed_s)} a step the job would step "
                + (f"about {gain:.1f}x faster." if gain else "at the other ranks' pace."))
     return Finding(
         rule=StragglerRank.name,
         title=f"Rank {r}{on} holds the other ranks back",
-        claims=[claim],
+        claims=claims,
         evidence="; ".join(said) + ".",
         fix=Fix(summary=summary, config={}, snippet=None, library=None),
-        data={**({"node": f.node, "rank": r} if f.node else {"rank": r}),
+        data={**({"node": f.node, "rank": r} if f.node else {"rank": r}), "slow_part": f.part,
               "wait_per_step_s": round(f.slow.wait_s, 4), "others_wait_per_step_s": round(others_wait or 0.0, 4),
+              "compute_per_step_s": round(f.slow.compute_s, 4),
+              "others_compute_per_step_s": round(others_compute or 0.0, 4),
+              "communication_per_step_s": round(f.slow.comm_s, 4),
+              "others_communication_per_step_s": round(others_comm or 0.0, 4),
               "batch_build_s": _round(f.slow.fetch_s), "others_batch_build_s": _round(others_fetch),
               "step_s": _round(f.step_s), "freed_per_step_s": round(f.freed_s, 4),
               "loop_speedup": _round(gain)},
@@ -169,6 +204,8 @@ CAUSES: dict[Cause, str] = {  # each cause in words
     "host": ("it waits for batches that cost the others no more to build: look at its host (disk, CPU "
              "shared with other jobs) rather than its data"),
 }
+SLOW_COMPUTE = ("its own compute is what is slower, not its data: look at its device (another process on its "
+                "GPU or cores, clocks throttled) and at what its shard feeds it (longer sequences?)")
 
 
 def _ms(seconds: float | None) -> str:
@@ -179,13 +216,23 @@ def _round(x: float | None) -> float | None:
     return round(x, 4) if x is not None else None
 
 
-def sync_claim(a: Analysis, lead_is_slow: bool, gap: float) -> Claim:
-    """What a slow rank (or node) costs the job: the others sit in the gradient sync while it waits
-    for data, so their compute carries the gap, or the lead rank's own wait when it is the slow one."""
-    bucket: schema.Bucket = "data_wait" if lead_is_slow else "compute"
-    held = a.share(bucket)
-    return Claim(bucket, 1.0, "loader" if lead_is_slow else "rank_sync",
-                 min(1.0, gap / held) if held > 0 else 0.0)
+def sync_claims(a: Analysis, lead_is_slow: bool, gap: float, part: str = "data_wait") -> list[Claim]:
+    """What a slow rank (or node) costs the job: the lead rank's own extra ``part`` (its data wait or
+    its compute) when it is the slow one; else the lead's wait for it at the gradient sync, which is
+    communication where the collectives were timed and compute where they were not."""
+    if lead_is_slow:
+        bucket: schema.Bucket = "compute" if part == "compute" else "data_wait"
+        held = a.share(bucket)
+        return [Claim(bucket, 1.0, "loader" if bucket == "data_wait" else "rank_compute",
+                      min(1.0, gap / held) if held > 0 else 0.0)]
+    claims = []
+    comm, compute = a.share("communication"), a.share("compute")
+    in_comm = min(gap, comm)
+    if in_comm > 0:
+        claims.append(Claim("communication", 1.0, "rank_sync", in_comm / comm))
+    if gap - in_comm > 1e-4 or not claims:
+        claims.append(Claim("compute", 1.0, "rank_sync", min(1.0, (gap - in_comm) / compute) if compute > 0 else 0.0))
+    return claims
 
 
 def _version(text: str | None) -> tuple[int, ...] | None:
@@ -211,27 +258,25 @@ class OutdatedLibraries(Rule):
             return None
         libs = dict(p.proc.get("libs") or {})
         libs.update((p.torch_cfg or {}).get("libs") or {})
-        old: dict[str, tuple[str, str]] = {}  # name -> (version that ran, the minimum)
+        old = {}
         for name, minimum in MINIMUM.items():
             v = _version(libs.get(name))
             if v is not None and v < minimum:
                 old[name] = (libs[name], ".".join(map(str, minimum)))
-        return _word_outdated(old) if old else None
-
-
-def _word_outdated(old: dict[str, tuple[str, str]]) -> Finding:
-    return Finding(
-        rule=OutdatedLibraries.name,
-        severity="low",
-        title="Outdated training libraries",
-        waste_fraction=0.0,
-        evidence="; ".join(f"{n} {v} (< {m})" for n, (v, m) in old.items()) + ". Gains are not measured here.",
-        fix=Fix(
-            summary="Upgrade, then re-run gpudoctor to measure the difference.",
-            config={n: f">={m}" for n, (_, m) in old.items()},
-            snippet="pip install -U " + " ".join(old),
-            library="pip",
-        ),
-        predicted_speedup=None,
-        data={n: v for n, (v, _) in old.items()},
-    )
+        if not old:
+            return None
+        return Finding(
+            rule=self.name,
+            severity="low",
+            title="Outdated training libraries",
+            waste_fraction=0.0,
+            evidence="; ".join(f"{n} {v} (< {m})" for n, (v, m) in old.items()) + ". Gains are not measured here.",
+            fix=Fix(
+                summary="Upgrade, then re-run gpudoctor to measure the difference.",
+                config={n: f">={m}" for n, (_, m) in old.items()},
+                snippet="pip install -U " + " ".join(old),
+                library="pip",
+            ),
+            predicted_speedup=None,
+            data={n: v for n, (v, _) in old.items()},
+        )

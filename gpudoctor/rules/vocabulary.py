@@ -217,3 +217,62 @@ def cpu_work_words(names: Names, tokenize_calls: int, cores: int, workers: int) 
         "result; keep workers at most the free cores, or rent a machine with more CPU per GPU.",
         "snippet": f"ds = ds.map(preprocess, batched=True, num_proc={max(1, cores)})\nds.save_to_disk('data/ready')",
     }
+
+
+# -- data parallelism (DDP) -------------------------------------------------------------------
+def no_sync_fix(names: Names, accum: int) -> CallFix:
+    """All-reduce once per optimizer step: ``accelerator.accumulate(model)`` under Accelerate,
+    else ``model.no_sync()`` on every micro-step but the last (the Trainer and Lightning do it)."""
+    if names.framework == "accelerate":
+        call = {"gradient_accumulation_steps": accum} if _accelerator_takes(names, "gradient_accumulation_steps") else {}
+        return CallFix(_accelerator_label(names), "Accelerator", call,
+                       f"accelerator = Accelerator(..., gradient_accumulation_steps={accum})\n"
+                       "for batch in loader:\n"
+                       "    with accelerator.accumulate(model):  # all-reduces on the last micro-step only\n"
+                       "        accelerator.backward(model(**batch).loss)\n"
+                       "        optimizer.step()\n"
+                       "        optimizer.zero_grad()")
+    return CallFix("torch DistributedDataParallel", "model.no_sync", {},
+                   "import contextlib\n"
+                   "for i, batch in enumerate(loader):\n"
+                   f"    last = (i + 1) % {accum} == 0\n"
+                   "    with contextlib.nullcontext() if last else model.no_sync():  # no all-reduce\n"
+                   f"        (model(**batch).loss / {accum}).backward()\n"
+                   "    if last:\n"
+                   "        optimizer.step()\n"
+                   "        optimizer.zero_grad()")
+
+
+def find_unused_fix(names: Names) -> CallFix:
+    """``find_unused_parameters=False`` where the run sets it: ``TrainingArguments``'s
+    ``ddp_find_unused_parameters``, Accelerate's ``DistributedDataParallelKwargs``, Lightning's
+    ``strategy="ddp"``, else the ``DistributedDataParallel`` call."""
+    if names.is_trainer and names.has("ddp_find_unused_parameters"):
+        return CallFix(names.library, "TrainingArguments", {"ddp_find_unused_parameters": False},
+                       "TrainingArguments(..., ddp_find_unused_parameters=False)")
+    if names.framework == "lightning":
+        return CallFix("lightning Trainer", "Trainer", {"strategy": "ddp"},
+                       'Trainer(..., strategy="ddp")  # not "ddp_find_unused_parameters_true"')
+    if names.framework == "accelerate":
+        return CallFix("accelerate DistributedDataParallelKwargs", "DistributedDataParallelKwargs",
+                       {"find_unused_parameters": False},
+                       "from accelerate import DistributedDataParallelKwargs\n"
+                       "accelerator = Accelerator(kwargs_handlers=[DistributedDataParallelKwargs("
+                       "find_unused_parameters=False)])")
+    return CallFix("torch DistributedDataParallel", "DistributedDataParallel", {"find_unused_parameters": False},
+                   "model = DistributedDataParallel(model, find_unused_parameters=False)\n"
+                   "# or, if some parameter is unused the same way every step: static_graph=True")
+
+
+def overlap_fix(names: Names, bucket_cap_mb: float | None, on_gpu: bool) -> CallFix:
+    """Hide the all-reduce behind backward: smaller first buckets, gradients as bucket views,
+    and a compression hook halving the bytes (bf16 with NCCL, fp16 elsewhere)."""
+    cap = max(1, int((bucket_cap_mb or 25) // 2))
+    hook = "bf16_compress_hook" if on_gpu else "fp16_compress_hook"
+    snippet = (f"model = DistributedDataParallel(model, bucket_cap_mb={cap}, gradient_as_bucket_view=True)\n"
+               "from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n"
+               f"model.register_comm_hook(None, default_hooks.{hook})  # half the bytes on the wire")
+    if names.is_trainer and names.has("ddp_bucket_cap_mb"):
+        return CallFix(names.library, "TrainingArguments", {"ddp_bucket_cap_mb": cap}, snippet)
+    return CallFix("torch DistributedDataParallel", "DistributedDataParallel",
+                   {"bucket_cap_mb": cap, "gradient_as_bucket_view": True}, snippet)

@@ -1,0 +1,68 @@
+"""What data parallelism's collectives cost one process, per optimizer step (``comm`` events).
+
+The hooks (:mod:`gpudoctor.hooks.comm_hooks`) write one ``comm`` event per optimizer step: DDP's
+micro-steps and those that all-reduced, gradient buckets, bytes, seconds in flight, the part the
+host waited for after backward (exposed), the unused-parameter search, and direct
+``torch.distributed`` calls. This module reduces them to medians per step, leaving out the first
+step (DDP rebuilds its buckets after it, and the first step carries the warm-up).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from gpudoctor.analysis.process import ProcessView
+
+
+@dataclass(frozen=True)
+class CommFigures:
+    """One process's collectives, per optimizer step (medians over its steady steps)."""
+
+    steps: int  # steps with a ``comm`` event, the first left out when there are more
+    micro: float  # DDP training forwards per optimizer step (the accumulation)
+    synced: float  # of those, the ones that all-reduced their gradients
+    bytes: float  # gradient bytes all-reduced
+    comm_s: float  # seconds some gradient bucket was in flight
+    exposed_s: float | None  # seconds the host waited for the all-reduce after backward (None: not on the host)
+    search_s: float  # find_unused_parameters' graph search
+    direct: float  # direct torch.distributed calls
+    direct_s: float  # host seconds in the blocking ones
+    unused_params: int | None  # parameters without a gradient at the first step (None: not looked)
+    ddp: dict[str, Any] | None  # the DDP model's settings (``ddp`` event)
+
+    @property
+    def per_allreduce_s(self) -> float | None:
+        """Exposed seconds of one backward's all-reduce."""
+        return self.exposed_s / self.synced if self.exposed_s is not None and self.synced else None
+
+    @property
+    def busy_per_allreduce_s(self) -> float | None:
+        """Seconds one backward's all-reduce was in flight (hidden or not)."""
+        return self.comm_s / self.synced if self.synced else None
+
+
+def comm_figures(p: ProcessView) -> CommFigures | None:
+    """The process's collectives per step; None when it made none (no DDP, no direct call)."""
+    rows = sorted(p.comm, key=lambda e: float(e.get("t") or 0.0))
+    if not rows:
+        return None
+    unused = next((e["unused_params"] for e in rows if isinstance(e.get("unused_params"), int)), None)
+    steady = rows[1:] if len(rows) > 2 else rows
+
+    def med(key: str) -> float:
+        return float(statistics.median(float(e.get(key) or 0.0) for e in steady))
+
+    exposed = [float(e["exposed_s"]) for e in steady if isinstance(e.get("exposed_s"), (int, float))]
+    return CommFigures(
+        steps=len(steady), micro=med("micro"), synced=med("synced"), bytes=med("bytes"), comm_s=med("comm_s"),
+        exposed_s=float(statistics.median(exposed)) if len(exposed) * 2 >= len(steady) else None,
+        search_s=med("search_s"), direct=med("direct"), direct_s=med("direct_s"),
+        unused_params=unused, ddp=p.ddp)
+
+
+def step_s(p: ProcessView) -> float | None:
+    """The median seconds from one optimizer step to the next (None: fewer than 3 steps)."""
+    intervals = p.step_intervals_s()
+    return float(statistics.median(intervals)) if len(intervals) >= 2 else None

@@ -1,0 +1,370 @@
+"""Hooks into data parallelism: what the collectives of DDP, FSDP and the script cost each step.
+
+``DistributedDataParallel`` reduces gradients through a communication hook; when the script set
+none, the default all-reduce (``allreduce_hook``, what DDP does anyway) is registered wrapped in a
+timer at the model's first training forward, so each gradient bucket's launch and completion
+are known. A hook the script registers itself is wrapped the same way. Direct
+``torch.distributed`` calls (the script's own, FSDP's all-gather / reduce-scatter) are timed
+around the call; a call with ``async_op=True`` is counted (calls, bytes) but not timed.
+
+What is written is one ``comm`` event per optimizer step (the micro-steps since the last one,
+those that synchronized, buckets, bytes, seconds) and one ``communication`` span per backward
+whose all-reduce the host waited for after the backward's last bucket was launched: that is the
+part not hidden behind backward. On CPU (gloo) DDP's backward waits for every bucket before it
+returns, so that wait is exposed on the host clock. With NCCL on CUDA the host does not wait
+(the wait is on the GPU stream): buckets and bytes are counted, ``exposed_s`` is null, and the
+communication stays inside compute.
+
+A DDP model built before the hooks came in (``attach``) is not given a hook: DDP takes one only
+once, and the script may still register its own. Stdlib-only; torch is read from ``sys.modules``.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from gpudoctor.hooks import patch
+from gpudoctor.hooks.guard import guarded
+from gpudoctor.hooks.writer import EventWriter
+from gpudoctor.recording.events import COMMUNICATION, CommEvent, DdpEvent, SpanEvent
+
+# The collectives of ``torch.distributed`` timed when the script (or FSDP) calls them directly.
+DIRECT = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
+          "broadcast", "reduce", "barrier", "all_to_all_single", "gather", "scatter")
+ADJACENT_S = 1e-4  # direct calls closer than this join one span (a loop of small collectives)
+SPANS_PER_STEP = 64  # direct-call spans a step writes at most; later calls join the last one
+_HELD = "direct collective"  # the writer's hold key for the open direct-call span
+_UNUSED_CHECK_STEPS = 1  # steps whose gradients are looked at for parameters DDP never saw used
+
+
+@dataclass
+class _Tally:
+    """One optimizer step's collectives so far."""
+
+    micro: int = 0
+    synced: int = 0
+    buckets: int = 0
+    bytes: int = 0
+    comm_s: float = 0.0
+    exposed_s: float | None = None  # None until a backward's wait is known on the host
+    search_s: float = 0.0
+    direct: int = 0
+    direct_bytes: int = 0
+    direct_s: float = 0.0
+
+
+@dataclass
+class _Round:
+    """The gradient buckets of one backward: ``[launch, done, bytes, on_host]`` each (perf_counter)."""
+
+    buckets: list[list[Any]] = field(default_factory=list)
+
+
+class CommHooks:
+    """State shared by the collective patches of one process."""
+
+    def __init__(self, writer: EventWriter) -> None:
+        self.writer = writer
+        self.tally = _Tally()
+        self.round = _Round()
+        self.steps = 0
+        self._built: weakref.WeakSet[Any] = weakref.WeakSet()  # DDP models built while hooked
+        self._hooked: weakref.WeakSet[Any] = weakref.WeakSet()  # ... that have our timer
+        self._register: Any = None  # DDP's own register_comm_hook
+        self._inside = threading.local()  # in our bucket hook: its all_reduce is DDP's, not direct
+        self._wall_minus_perf = time.time() - time.perf_counter()
+        self._held: SpanEvent | None = None  # a direct call's wait not written yet (held by the writer)
+        self._held_end = 0.0  # its end, perf_counter
+        self._spans = 0  # direct-call spans written this step
+        self.closed = False  # uninstalled: a timed hook left on a DDP model (DDP keeps it) only passes through
+
+    # -- install ------------------------------------------------------------------------------
+    def install_ddp(self, mod: ModuleType) -> None:
+        cls = getattr(mod, "DistributedDataParallel", None)
+        if cls is None:
+            return
+        patch.replace(cls, "__init__", self._wrap_init)
+        patch.replace(cls, "register_comm_hook", self._wrap_register)
+        patch.replace(cls, "_pre_forward", self._wrap_pre_forward)
+        patch.replace(cls, "_post_forward", self._wrap_post_forward)
+
+    def install_direct(self, dist: ModuleType) -> None:
+        for name in DIRECT:
+            if callable(getattr(dist, name, None)):
+                patch.replace(dist, name, self._wrap_direct)
+
+    def close(self) -> None:
+        """Recording is over (a detach, the end of ``gpudoctor.profile()``): time nothing more."""
+        self.closed = True
+        self.round = _Round()
+        self._emit_held()
+
+    # -- DDP ------------------------------------------------------------------------------------
+    def _wrap_init(self, fn: Any) -> Any:
+        hooks = self
+
+        def __init__(ddp: Any, *args: Any, **kwargs: Any) -> None:
+            fn(ddp, *args, **kwargs)
+            hooks._on_init(ddp)
+
+        return __init__
+
+    @guarded("DDP settings")
+    def _on_init(self, ddp: Any) -> None:
+        self._built.add(ddp)
+        params = [p for p in ddp.module.parameters() if p.requires_grad]
+        group = getattr(ddp, "process_group", None)
+        cap = getattr(ddp, "bucket_bytes_cap", None)
+        event: DdpEvent = {
+            "k": "ddp", "t": time.time(),
+            "find_unused_parameters": bool(getattr(ddp, "find_unused_parameters", False)),
+            "static_graph": bool(getattr(ddp, "static_graph", False)),
+            "gradient_as_bucket_view": bool(getattr(ddp, "gradient_as_bucket_view", False)),
+            "bucket_cap_mb": round(cap / 2**20, 3) if isinstance(cap, (int, float)) else None,
+            "world_size": _group_size(group),
+            "backend": _backend(group),
+            "params": len(params),
+            "param_bytes": sum(p.numel() * p.element_size() for p in params),
+            "device": str(params[0].device.type) if params else None,
+        }
+        self.writer.emit(event)
+
+    def _wrap_register(self, fn: Any) -> Any:
+        hooks = self
+        self._register = fn
+
+        def register_comm_hook(ddp: Any, state: object, hook: Any) -> None:
+            timed = hooks._timed_or_none(hook)
+            fn(ddp, state, hook if timed is None else timed)
+            if timed is not None:
+                hooks._hooked.add(ddp)
+
+        return register_comm_hook
+
+    @guarded("DDP communication timing")
+    def _timed_or_none(self, hook: Any) -> Any:
+        return self.timed(hook)
+
+    def timed(self, hook: Any) -> Any:
+        """``hook`` (a DDP communication hook) with each bucket's launch and completion timed."""
+        hooks = self
+
+        @functools.wraps(hook)
+        def timed_hook(state: object, bucket: Any) -> Any:
+            if hooks.closed:
+                return hook(state, bucket)
+            began = hooks._bucket_begin()
+            try:
+                fut = hook(state, bucket)
+            finally:
+                hooks._inside.on = False
+            record = hooks._bucket_launched(began, bucket)
+            if record is None:
+                return fut
+            return fut.then(functools.partial(_completed, hooks, record))
+
+        return timed_hook
+
+    def _bucket_begin(self) -> float:
+        self._inside.on = True
+        return time.perf_counter()
+
+    @guarded("DDP communication timing")
+    def _bucket_launched(self, began: float, bucket: Any) -> list[Any] | None:
+        buf = bucket.buffer()
+        record = [began, None, int(buf.numel() * buf.element_size()), buf.device.type == "cpu"]
+        self.round.buckets.append(record)
+        return record
+
+    def _wrap_pre_forward(self, fn: Any) -> Any:
+        hooks = self
+
+        def _pre_forward(ddp: Any, *inputs: Any, **kwargs: Any) -> Any:
+            hooks._before_forward(ddp)
+            return fn(ddp, *inputs, **kwargs)
+
+        return _pre_forward
+
+    @guarded("DDP communication timing")
+    def _before_forward(self, ddp: Any) -> None:
+        torch = sys.modules["torch"]
+        if not (ddp.training and torch.is_grad_enabled()):
+            return
+        self._close_round()  # the previous backward is over: its buckets are all known
+        self.tally.micro += 1
+        self.tally.synced += bool(getattr(ddp, "require_backward_grad_sync", True))
+        if ddp in self._built and ddp not in self._hooked and not getattr(ddp, "_comm_hooks", None):
+            self._hooked.add(ddp)  # once, whatever happens below
+            self._register_default(ddp)
+
+    def _register_default(self, ddp: Any) -> None:
+        if getattr(ddp, "_use_python_reducer", False) or getattr(ddp, "mixed_precision", None) is not None:
+            return  # compiled DDP has no reducer hook; DDP's mixed precision brings its own
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+        register = self._register or type(ddp).register_comm_hook
+        register(ddp, ddp.process_group, self.timed(allreduce_hook))
+
+    def _wrap_post_forward(self, fn: Any) -> Any:
+        hooks = self
+        perf = time.perf_counter
+
+        def _post_forward(ddp: Any, output: Any) -> Any:
+            p0 = perf()
+            out = fn(ddp, output)
+            if getattr(ddp, "find_unused_parameters", False) and not getattr(ddp, "static_graph", False):
+                hooks._searched(ddp, perf() - p0)
+            return out
+
+        return _post_forward
+
+    @guarded("DDP communication timing")
+    def _searched(self, ddp: Any, seconds: float) -> None:
+        torch = sys.modules["torch"]
+        if torch.is_grad_enabled() and ddp.require_backward_grad_sync:
+            self.tally.search_s += seconds
+
+    def _close_round(self) -> None:
+        """Add the last backward's buckets to the step: in-flight seconds, and the wait after its
+        last bucket was launched (the backward's own work was over), when the host waited for it."""
+        buckets, self.round = self.round.buckets, _Round()
+        if not buckets:
+            return
+        t = self.tally
+        t.buckets += len(buckets)
+        t.bytes += sum(b[2] for b in buckets)
+        done = [b for b in buckets if b[1] is not None]
+        t.comm_s += _union_s([(b[0], b[1]) for b in done])
+        if len(done) < len(buckets) or not all(b[3] for b in buckets):
+            return  # NCCL: the host never waited; or a bucket still in flight at a step
+        last_launch = max(b[0] for b in buckets)
+        exposed = max(0.0, max(b[1] for b in buckets) - last_launch)
+        t.exposed_s = (t.exposed_s or 0.0) + exposed
+        if exposed > 0:
+            self.writer.emit({"k": "span", "c": COMMUNICATION, "t0": last_launch + self._wall_minus_perf,
+                              "dt": exposed, "name": "DDP gradient all-reduce"})
+
+    # -- direct torch.distributed calls -------------------------------------------------------
+    def _wrap_direct(self, fn: Any) -> Any:
+        hooks = self
+        name = getattr(fn, "__name__", "collective")
+        perf = time.perf_counter
+
+        def collective(*args: Any, **kwargs: Any) -> Any:
+            if getattr(hooks._inside, "on", False) or patch.depth("collective"):
+                return fn(*args, **kwargs)  # DDP's own all-reduce in our hook; a collective in one
+            patch._enter("collective")
+            p0 = perf()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                patch._leave("collective")
+                hooks._direct(name, args, kwargs, p0, perf() - p0)
+
+        return collective
+
+    @guarded("collective timing")
+    def _direct(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], p0: float, seconds: float) -> None:
+        t = self.tally
+        tensors = _tensors(args, kwargs)
+        t.direct += 1
+        t.direct_bytes += max((x.numel() * x.element_size() for x in tensors), default=0)  # an all_gather's list: one
+        if kwargs.get("async_op"):
+            return  # returns at once: its time is spent where the script waits on it
+        t.direct_s += seconds
+        if seconds > 0 and all(x.device.type == "cpu" for x in tensors):  # the host waited (gloo; a barrier)
+            self._direct_wait(name, p0, seconds)
+
+    def _direct_wait(self, name: str, p0: float, seconds: float) -> None:
+        """A blocking call's wait, as a span: calls back to back (less than :data:`ADJACENT_S` apart,
+        or past :data:`SPANS_PER_STEP` in a step) join one span of their summed seconds, so a loop of
+        many small collectives writes a few lines, not one per call. The open span is held by the
+        writer (written at exit if no step comes)."""
+        if self._held is not None and (p0 - self._held_end < ADJACENT_S or self._spans >= SPANS_PER_STEP):
+            self._held_end = p0 + seconds
+            self._held["dt"] += seconds
+            return
+        self._emit_held()
+        self._held = {"k": "span", "c": COMMUNICATION, "t0": p0 + self._wall_minus_perf, "dt": seconds,
+                      "name": f"torch.distributed.{name}"}
+        self._held_end = p0 + seconds
+        self.writer.hold(_HELD, self._held)
+
+    def _emit_held(self) -> None:
+        if self._held is not None:
+            self._held = None
+            self._spans += 1
+            self.writer.release(_HELD)
+
+    # -- steps --------------------------------------------------------------------------------
+    @guarded("DDP communication timing")
+    def step_end(self, n: int, t: float) -> None:
+        """An optimizer step ended: its collectives as one ``comm`` event (none when it had none)."""
+        self._close_round()
+        self._emit_held()
+        self._spans = 0
+        self.steps += 1
+        tally, self.tally = self.tally, _Tally()
+        if not (tally.micro or tally.direct):
+            return
+        event: CommEvent = {"k": "comm", "t": t, "n": n, "micro": tally.micro, "synced": tally.synced,
+                            "buckets": tally.buckets, "bytes": tally.bytes, "comm_s": round(tally.comm_s, 6),
+                            "exposed_s": None if tally.exposed_s is None else round(tally.exposed_s, 6),
+                            "search_s": round(tally.search_s, 6), "direct": tally.direct,
+                            "direct_bytes": tally.direct_bytes, "direct_s": round(tally.direct_s, 6)}
+        if self.steps <= _UNUSED_CHECK_STEPS and self._built:
+            event["unused_params"] = sum(_without_grad(m) for m in list(self._built))
+        self.writer.emit(event)
+
+
+def _completed(hooks: CommHooks, record: list[Any], fut: Any) -> Any:
+    """The bucket's future completed (on the backend's thread): note when, hand its value on."""
+    record[1] = time.perf_counter()
+    return fut.value()
+
+
+def _union_s(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+def _without_grad(ddp: Any) -> int:
+    """Parameters that require a gradient but have none after the first step's backward."""
+    return sum(1 for p in ddp.module.parameters() if p.requires_grad and p.grad is None)
+
+
+def _group_size(group: Any) -> int | None:
+    try:
+        return int(group.size()) if group is not None else None
+    except Exception:
+        return None
+
+
+def _backend(group: Any) -> str | None:
+    dist = sys.modules.get("torch.distributed")
+    try:
+        return str(dist.get_backend(group)) if dist is not None and group is not None else None
+    except Exception:
+        return None
+
+
+def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    torch = sys.modules["torch"]
+    found = []
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            found.extend(v for v in value[:64] if isinstance(v, torch.Tensor))
+    return found
