@@ -84,6 +84,8 @@ def main(argv=None):
     p.add_argument("--grad-as-view", action="store_true", help="DDP(gradient_as_bucket_view=True)")
     p.add_argument("--compress", choices=("none", "fp16", "bf16"), default="none",
                    help="register DDP's fp16 or bf16 compression hook")
+    p.add_argument("--late-hook", action="store_true",
+                   help="register a counting all-reduce hook after the first optimizer step (late_hook_calls)")
     p.add_argument("--log-loss", action="store_true",
                    help="all_reduce the loss after each optimizer step (a direct collective, as loggers do)")
     args = C.add_common_args(p).parse_args(argv)
@@ -127,6 +129,14 @@ def main(argv=None):
     for param in model.parameters():
         param.register_post_accumulate_grad_hook(grad_ready)
 
+    late_calls = [0]
+
+    def counting_hook(state, bucket):  # DDP checks a hook's annotations: none here
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        late_calls[0] += 1
+        return default_hooks.allreduce_hook(state, bucket)
+
     comm_s = sync_s = forward_s = 0.0
     allreduces = micro_steps = 0
     t_first = 0.0
@@ -152,6 +162,8 @@ def main(argv=None):
         if last:
             opt.step()
             opt.zero_grad(set_to_none=True)
+            if args.late_hook and n == args.accum:  # after the first step: DDP's hook slot is taken then
+                ddp.register_comm_hook(None, counting_hook)
             if args.log_loss:
                 t_l = time.perf_counter()
                 dist.all_reduce(loss.detach().clone())  # blocks the host: communication
@@ -164,7 +176,7 @@ def main(argv=None):
     truth.timers["compute_s"] = max(0.0, (truth.timers["compute_s"] or 0.0) - comm_s)
     dist.destroy_process_group()  # no barrier: a final wait for the other rank is no step's
     fields = dict(communication_s=comm_s, sync_cost_s=sync_s, local_backward_s=local_s, allreduces=allreduces,
-                  micro_steps=micro_steps, forward_s=forward_s, final_loss=float(loss.detach()))
+                  micro_steps=micro_steps, forward_s=forward_s, late_hook_calls=late_calls[0], final_loss=float(loss.detach()))
     d = truth.write(**fields, communication_share=comm_s / truth.now())
     if rank == 0 and base:
         with open(base + ".tmp", "w") as f:

@@ -100,9 +100,14 @@ def test_find_unused_parameters_without_unused_ones_is_found(probe_run: Any) -> 
 
 
 def test_healthy_ddp_fires_no_communication_rule(probe_run: Any) -> None:
-    run = probe_run("ddp_comm", "--log-loss", "--steps", "20", "--n-embd", "64", "--n-layer", "2",
+    # --late-hook: the script registers its own comm hook after the first step, when the doctor's
+    # timing hook already holds DDP's one slot: theirs runs (inside ours, still timed), nothing raises
+    run = probe_run("ddp_comm", "--log-loss", "--late-hook", "--steps", "20", "--n-embd", "64", "--n-layer", "2",
                     "--batch-size", "8", "--seq-len", "64", launcher=_torchrun())
     assert run.returncode == 0, run.stderr[-2000:]
+    for rank in (0, 1):
+        assert _rank_truth(run, rank)["late_hook_calls"] >= 19  # every backward after the first step
+    assert all(r.get("buckets", 0) >= 1 for rows in _comm_events(run).values() for r in rows[2:])
     fired = {f["rule"] for f in run.report["findings"]}
     assert not fired & COMM_RULES, fired
     for rows in _comm_events(run).values():

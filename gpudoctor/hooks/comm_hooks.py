@@ -77,6 +77,10 @@ class CommHooks:
         self.steps = 0
         self._built: weakref.WeakSet[Any] = weakref.WeakSet()  # DDP models built while hooked
         self._hooked: weakref.WeakSet[Any] = weakref.WeakSet()  # ... that have our timer
+        # DDP models given our default hook; a hook their script registers later (DDP takes one,
+        # once) is kept here and called by ours instead of DDP refusing it
+        self._defaulted: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._late: weakref.WeakKeyDictionary[Any, tuple[object, Any]] = weakref.WeakKeyDictionary()
         self._register: Any = None  # DDP's own register_comm_hook
         self._inside = threading.local()  # in our bucket hook: its all_reduce is DDP's, not direct
         self._wall_minus_perf = time.time() - time.perf_counter()
@@ -92,6 +96,8 @@ class CommHooks:
             return
         patch.replace(cls, "__init__", self._wrap_init)
         patch.replace(cls, "register_comm_hook", self._wrap_register)
+        if callable(getattr(cls, "_register_builtin_comm_hook", None)):
+            patch.replace(cls, "_register_builtin_comm_hook", self._wrap_builtin)
         patch.replace(cls, "_pre_forward", self._wrap_pre_forward)
         patch.replace(cls, "_post_forward", self._wrap_post_forward)
 
@@ -141,12 +147,38 @@ class CommHooks:
         self._register = fn
 
         def register_comm_hook(ddp: Any, state: object, hook: Any) -> None:
+            if ddp in hooks._defaulted:  # ours went in at the first forward: theirs runs inside it
+                ddp._check_comm_hook(hook)
+                hooks._late[ddp] = (state, hook)
+                ddp._comm_hooks.append((hook, state))
+                return
             timed = hooks._timed_or_none(hook)
             fn(ddp, state, hook if timed is None else timed)
             if timed is not None:
                 hooks._hooked.add(ddp)
 
         return register_comm_hook
+
+    def _wrap_builtin(self, fn: Any) -> Any:
+        hooks = self
+
+        def _register_builtin_comm_hook(ddp: Any, comm_hook_type: Any) -> None:
+            late = hooks._builtin_as_python(ddp, comm_hook_type) if ddp in hooks._defaulted else None
+            if late is None:
+                fn(ddp, comm_hook_type)
+            else:
+                hooks._late[ddp] = late
+
+        return _register_builtin_comm_hook
+
+    @staticmethod
+    def _builtin_as_python(ddp: Any, comm_hook_type: Any) -> tuple[object, Any] | None:
+        """DDP's C++ built-in hook as its Python twin (same arithmetic), to run inside ours."""
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        name = str(getattr(comm_hook_type, "name", comm_hook_type)).rsplit(".", 1)[-1]
+        hook = {"ALLREDUCE": default_hooks.allreduce_hook, "FP16_COMPRESS": default_hooks.fp16_compress_hook}.get(name)
+        return (ddp.process_group, hook) if hook is not None else None
 
     @guarded("DDP communication timing")
     def _timed_or_none(self, hook: Any) -> Any:
@@ -209,8 +241,18 @@ class CommHooks:
             return  # compiled DDP has no reducer hook; DDP's mixed precision brings its own
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
+        late, ref = self._late, weakref.ref(ddp)
+
+        def allreduce_or_theirs(state, bucket):  # type: ignore[no-untyped-def]
+            """DDP's default all-reduce, or the hook the script registered after ours (no annotations:
+            DDP checks a hook's, and under ``from __future__ import annotations`` they are strings)."""
+            model = ref()
+            theirs = late.get(model) if model is not None else None
+            return theirs[1](theirs[0], bucket) if theirs is not None else allreduce_hook(state, bucket)
+
         register = self._register or type(ddp).register_comm_hook
-        register(ddp, ddp.process_group, self.timed(allreduce_hook))
+        register(ddp, ddp.process_group, self.timed(allreduce_or_theirs))
+        self._defaulted.add(ddp)
 
     def _wrap_post_forward(self, fn: Any) -> Any:
         hooks = self
