@@ -2,7 +2,8 @@
 
 The hooks (:mod:`gpudoctor.hooks.comm_hooks`) write one ``comm`` event per optimizer step: DDP's
 micro-steps and those that all-reduced, gradient buckets, bytes, seconds in flight, the part the
-host waited for after backward (exposed), the unused-parameter search, and direct
+host waited for after backward (exposed; on CUDA the GPU clock's ``comm_wait_s`` on its
+``gpu_step`` lines, the training stream's wait for the all-reduce), the unused-parameter search, and direct
 ``torch.distributed`` calls. This module reduces them to medians per step, leaving out the first
 step (DDP rebuilds its buckets after it, and the first step carries the warm-up).
 """
@@ -25,12 +26,13 @@ class CommFigures:
     synced: float  # of those, the ones that all-reduced their gradients
     bytes: float  # gradient bytes all-reduced
     comm_s: float  # seconds some gradient bucket was in flight
-    exposed_s: float | None  # seconds the host waited for the all-reduce after backward (None: not on the host)
+    exposed_s: float | None  # seconds the training waited for the all-reduce after backward (None: not measured)
     search_s: float  # find_unused_parameters' graph search
     direct: float  # direct torch.distributed calls
     direct_s: float  # host seconds in the blocking ones
     unused_params: int | None  # parameters without a gradient at the first step (None: not looked)
     ddp: dict[str, Any] | None  # the DDP model's settings (``ddp`` event)
+    exposed_clock: str | None = None  # host | gpu: whose clock measured ``exposed_s``
 
     @property
     def per_allreduce_s(self) -> float | None:
@@ -55,11 +57,37 @@ def comm_figures(p: ProcessView) -> CommFigures | None:
         return float(statistics.median(float(e.get(key) or 0.0) for e in steady))
 
     exposed = [float(e["exposed_s"]) for e in steady if isinstance(e.get("exposed_s"), (int, float))]
+    clock: str | None = "host"
+    if len(exposed) * 2 < len(steady):
+        exposed, clock = _gpu_exposed(p), "gpu"
+        if not exposed:
+            clock = None
     return CommFigures(
         steps=len(steady), micro=med("micro"), synced=med("synced"), bytes=med("bytes"), comm_s=med("comm_s"),
-        exposed_s=float(statistics.median(exposed)) if len(exposed) * 2 >= len(steady) else None,
+        exposed_s=float(statistics.median(exposed)) if clock is not None else None,
         search_s=med("search_s"), direct=med("direct"), direct_s=med("direct_s"),
-        unused_params=unused, ddp=p.ddp)
+        unused_params=unused, ddp=p.ddp, exposed_clock=clock)
+
+
+def _gpu_steps(p: ProcessView) -> list[dict[str, Any]]:
+    """The GPU clock's steps that timed DDP's all-reduce (a CUDA run), in order."""
+    clock = p.gpu_clock
+    return [s for s in clock.steps if s.get("comms")] if clock is not None else []
+
+
+def _gpu_exposed(p: ProcessView) -> list[float]:
+    """Per steady step, the seconds the training stream waited for the all-reduce after backward."""
+    rows = _gpu_steps(p)
+    steady = rows[1:] if len(rows) > 2 else rows
+    return [float(s.get("comm_wait_s") or 0.0) for s in steady]
+
+
+def exposed_total_s(p: ProcessView) -> float:
+    """All the exposed all-reduce seconds of the run: the host's (CPU, gloo), else the GPU clock's (NCCL)."""
+    host = [float(e["exposed_s"]) for e in p.comm if isinstance(e.get("exposed_s"), (int, float))]
+    if host:
+        return sum(host)
+    return sum(float(s.get("comm_wait_s") or 0.0) for s in _gpu_steps(p))
 
 
 def step_s(p: ProcessView) -> float | None:

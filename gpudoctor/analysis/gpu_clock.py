@@ -28,9 +28,11 @@ class ClockView:
         return [s for s in self.steps if isinstance(s.get("gpu_s"), float)]
 
     def busy_s(self, step: dict[str, Any]) -> float:
-        """GPU seconds of a step less what the events saw it idle (waits, after syncs) or saving."""
+        """GPU seconds of a step less what the events saw it idle (waits, after syncs, the training
+        stream waiting for DDP's all-reduce after backward) or saving."""
         return max(0.0, float(step["gpu_s"]) - float(step.get("wait_idle_s") or 0.0)
-                   - float(step.get("sync_idle_s") or 0.0) - float(step.get("save_s") or 0.0))
+                   - float(step.get("sync_idle_s") or 0.0) - float(step.get("save_s") or 0.0)
+                   - float(step.get("comm_wait_s") or 0.0))
 
 
 def clock_view(events: list[dict[str, Any]]) -> ClockView | None:

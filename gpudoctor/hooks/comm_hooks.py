@@ -13,7 +13,11 @@ whose all-reduce the host waited for after the backward's last bucket was launch
 part not hidden behind backward. On CPU (gloo) DDP's backward waits for every bucket before it
 returns, so that wait is exposed on the host clock. With NCCL on CUDA the host does not wait
 (the wait is on the GPU stream): buckets and bytes are counted, ``exposed_s`` is null, and the
-communication stays inside compute.
+wait is measured on the GPU's own clock instead: a CUDA event on the training stream at each
+bucket's launch (the last one kept) and one once backward is over, after DDP queued its wait for
+the all-reduce (an autograd final callback queued behind DDP's own); the GPU clock
+(:meth:`GpuMarks.comm_end`) resolves the pair with ``query()``, never a sync, into the step's
+``comm_wait_s`` and a ``communication`` span.
 
 A DDP model built before the hooks came in (``attach``) is not given a hook: DDP takes one only
 once, and the script may still register its own. Stdlib-only; torch is read from ``sys.modules``.
@@ -28,12 +32,15 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor.hooks import patch
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.writer import EventWriter
 from gpudoctor.recording.events import COMMUNICATION, CommEvent, DdpEvent, SpanEvent
+
+if TYPE_CHECKING:
+    from gpudoctor.hooks.device_clock import GpuMarks
 
 # The collectives of ``torch.distributed`` timed when the script (or FSDP) calls them directly.
 DIRECT = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
@@ -87,6 +94,8 @@ class CommHooks:
         self._held: SpanEvent | None = None  # a direct call's wait not written yet (held by the writer)
         self._held_end = 0.0  # its end, perf_counter
         self._spans = 0  # direct-call spans written this step
+        self.gpu_marks: Any = lambda: None  # the GPU clock's marks once it runs (set by install), else None
+        self.gpu_end_queued = False  # this backward's end-of-backward mark is queued with autograd
         self.closed = False  # uninstalled: a timed hook left on a DDP model (DDP keeps it) only passes through
 
     # -- install ------------------------------------------------------------------------------
@@ -211,9 +220,28 @@ class CommHooks:
     @guarded("DDP communication timing")
     def _bucket_launched(self, began: float, bucket: Any) -> list[Any] | None:
         buf = bucket.buffer()
-        record = [began, None, int(buf.numel() * buf.element_size()), buf.device.type == "cpu"]
+        on_host = buf.device.type == "cpu"
+        record = [began, None, int(buf.numel() * buf.element_size()), on_host]
         self.round.buckets.append(record)
+        if not on_host:
+            self._gpu_bucket()
         return record
+
+    @guarded("GPU clock: all-reduce")
+    def _gpu_bucket(self) -> None:
+        """A CUDA bucket: a mark on the training stream at its launch, and once per backward an
+        autograd final callback that queues another: it runs after DDP's finalize (queued once the
+        last bucket was ready, so after our first callback), when DDP has made the stream wait for
+        the all-reduce. Two callbacks keep that order whenever DDP queues its own."""
+        marks: GpuMarks | None = self.gpu_marks()
+        if marks is None:
+            return
+        marks.comm_launch()
+        if self.gpu_end_queued:
+            return
+        self.gpu_end_queued = True
+        engine = sys.modules["torch"].autograd.Variable._execution_engine
+        engine.queue_callback(functools.partial(engine.queue_callback, functools.partial(_backward_over, self, marks)))
 
     def _wrap_pre_forward(self, fn: Any) -> Any:
         hooks = self
@@ -364,6 +392,12 @@ class CommHooks:
         if self.steps <= _UNUSED_CHECK_STEPS and self._built:
             event["unused_params"] = sum(_without_grad(m) for m in list(self._built))
         self.writer.emit(event)
+
+
+@guarded("GPU clock: all-reduce")
+def _backward_over(hooks: CommHooks, marks: GpuMarks) -> None:
+    hooks.gpu_end_queued = False
+    marks.comm_end()
 
 
 def _completed(hooks: CommHooks, record: list[Any], fut: Any) -> Any:

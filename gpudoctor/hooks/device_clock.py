@@ -16,6 +16,11 @@ passed them: it never synchronises. What the events give, exactly:
   (its copies to the host and the idle while it serialises and writes); the part of the host's
   save before the GPU reached ``S0`` it spent finishing the previous step;
 * an H2D copy between ``A`` and ``B``: ``elapsed(A, B)`` is the copy on the GPU;
+* DDP's gradient all-reduce under NCCL between ``C0`` and ``C1``: ``C0`` at each bucket's launch
+  (the last one kept), ``C1`` once backward is over and DDP has queued its wait for the
+  all-reduce on the training stream; ``elapsed(C0, C1)`` is the time the stream sat waiting for
+  the network after backward's last bucket (its copy-back kernels included): the exposed
+  all-reduce on the GPU's clock;
 * a host sync (``.item()``, ``.cpu()``, ``cuda.synchronize``): the GPU's queue is empty when it
   returns, so it idles until the host queues more. The events bound that idle by the host's
   own time from the sync's return to the next mark (``sync_idle_s``, an upper bound).
@@ -78,7 +83,7 @@ class _Mark:
 
     def __init__(self, kind: str, host_t: float, handles: tuple[Any, ...], host_dt: float = 0.0,
                  n: int = 0) -> None:
-        self.kind = kind  # wait | save | sync | h2d | step | stepref | reset
+        self.kind = kind  # wait | save | sync | h2d | comm | step | stepref | reset
         self.host_t = host_t  # epoch seconds when the host recorded the (last) handle
         self.handles = handles
         self.host_dt = host_dt  # host seconds: the wait, the sync's block, the copy's block
@@ -87,12 +92,12 @@ class _Mark:
 
 class _StepSums:
     __slots__ = ("waits", "wait_idle_s", "syncs", "sync_block_s", "sync_idle_s", "h2d", "h2d_s", "h2d_block_s",
-                 "saves", "save_s")
+                 "saves", "save_s", "comms", "comm_wait_s")
 
     def __init__(self) -> None:
-        self.waits = self.syncs = self.h2d = self.saves = 0
+        self.waits = self.syncs = self.h2d = self.saves = self.comms = 0
         self.wait_idle_s = self.sync_block_s = self.sync_idle_s = self.h2d_s = self.h2d_block_s = 0.0
-        self.save_s = 0.0
+        self.save_s = self.comm_wait_s = 0.0
 
 
 class GpuMarks:
@@ -111,6 +116,7 @@ class GpuMarks:
         self.dropped = 0
         self._w0: tuple[float, Any] | None = None
         self._s0: tuple[float, Any] | None = None  # an open checkpoint save
+        self._c0: tuple[float, Any] | None = None  # the last gradient bucket launched in this backward
         self._step_ref: Any = None  # this step's reference event: its first wait's end
         self._prev_step: Any = None
         self._sums = _StepSums()
@@ -159,6 +165,22 @@ class GpuMarks:
 
     def mark(self) -> Any:
         return self.clock.record()
+
+    def comm_launch(self) -> None:
+        """DDP launched a gradient bucket's all-reduce (its comm hook, on the training stream): one
+        record; the backward's last one is kept as its ``C0``."""
+        handle = self.clock.record()
+        if handle is not None:
+            self._c0 = (self.now(), handle)
+
+    def comm_end(self) -> None:
+        """Backward is over and DDP queued its wait for the all-reduce on the training stream (an
+        autograd final callback after DDP's own): ``C1``. ``elapsed(C0, C1)`` is that wait."""
+        if self._c0 is None:
+            return
+        t0, h0 = self._c0
+        self._c0 = None
+        self._push(_Mark("comm", t0, (h0, self.clock.record()), host_dt=self.now() - t0))
 
     def step_end(self, n: int) -> None:
         """The step's reference on the GPU is the end of its first loader wait (``W1``, already
@@ -218,6 +240,13 @@ class GpuMarks:
             sums.syncs += 1
             sums.sync_block_s += mark.host_dt
             self._open_sync = mark
+        elif mark.kind == "comm":
+            gpu_s = max(0.0, ms(*mark.handles) / 1000.0)
+            sums.comms += 1
+            sums.comm_wait_s += gpu_s
+            if gpu_s > 0:  # the breakdown's communication: from the last launch on the host, the GPU's seconds
+                self.emit({"k": "span", "c": "communication", "t0": mark.host_t, "dt": gpu_s,
+                           "name": "DDP gradient all-reduce (GPU clock)"})
         elif mark.kind == "h2d":
             sums.h2d += 1
             sums.h2d_s += max(0.0, ms(*mark.handles) / 1000.0)
@@ -226,7 +255,7 @@ class GpuMarks:
             self._emit_step(mark)
 
     def _host_t0(self, mark: _Mark) -> float:
-        if mark.kind in ("wait", "save"):
+        if mark.kind in ("wait", "save", "comm"):
             return mark.host_t  # their host_t is the start already
         return mark.host_t - mark.host_dt if mark.kind == "h2d" else mark.host_t
 
@@ -242,6 +271,8 @@ class GpuMarks:
         }
         if s.saves:
             event.update(saves=s.saves, save_s=s.save_s)
+        if s.comms:
+            event.update(comms=s.comms, comm_wait_s=s.comm_wait_s)
         if self.dropped:
             event["dropped"] = self.dropped
         self._prev_step = mark.handles[0]

@@ -96,7 +96,10 @@ others on the host:
               ``wait_idle_s``, ``syncs``, ``sync_block_s`` (host seconds blocked in them),
               ``sync_idle_s`` (GPU idle after them, at most), ``h2d``, ``h2d_s`` (copies on the
               GPU), ``h2d_block_s`` (host blocked in them), ``saves``, ``save_s`` (the GPU's
-              part of checkpoint saves), ``dropped`` (marks not recorded).
+              part of checkpoint saves), ``comms``, ``comm_wait_s`` (DDP backwards whose all-reduce
+              was timed, and the training stream's wait for it after the last bucket's launch:
+              the exposed all-reduce under NCCL; only when DDP ran on CUDA), ``dropped`` (marks
+              not recorded).
 ``gpu_save``  one checkpoint ``torch.save``: ``t0``, ``dt`` (host), ``idle_s`` (the save's part on
               the GPU, ``elapsed(S0, S1)``: its copies and the idle while it writes).
 
@@ -471,6 +474,8 @@ class GpuStepEvent(_GpuStep, total=False):
     h2d_block_s: Seconds
     saves: Count
     save_s: Seconds
+    comms: Count  # DDP backwards whose all-reduce was timed on the GPU
+    comm_wait_s: Seconds  # the training stream's wait for it after backward's last bucket
     dropped: Count
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.analysis.comm import CommFigures, comm_figures, step_s
+from gpudoctor.analysis.comm import CommFigures, comm_figures, exposed_total_s, step_s
 from gpudoctor.analysis.process import ProcessView
 from gpudoctor.rules import vocabulary
 from gpudoctor.rules.account import Claim, claim
@@ -213,6 +213,7 @@ class ExposedFigures:
     as_view: bool
     on_gpu: bool
     step_s: float | None
+    gpu_clock: bool = False  # measured on the GPU's clock (the training stream's wait), not the host's
 
 
 class ExposedCommunication(Rule):
@@ -231,7 +232,7 @@ class ExposedCommunication(Rule):
         if fig is None:
             return None
         p = ranks[0].p
-        allreduce_s = min(p.seconds("communication"), sum(float(e.get("exposed_s") or 0.0) for e in p.comm))
+        allreduce_s = min(p.seconds("communication"), exposed_total_s(p))
         fix = vocabulary.overlap_fix(names_for(p), fig.bucket_cap_mb, fig.on_gpu)
         if not fig.on_gpu:
             return _word_exposed_on_cpu(fig)
@@ -251,11 +252,14 @@ def _exposed_figures(r: Rank) -> ExposedFigures | None:
     cap = ddp.get("bucket_cap_mb")
     return ExposedFigures(r.p.rank, f.exposed_s, f.comm_s, share, f.bytes / 1e6,
                           float(cap) if isinstance(cap, (int, float)) else None,
-                          bool(ddp.get("gradient_as_bucket_view")), ddp.get("device") == "cuda", r.step_s)
+                          bool(ddp.get("gradient_as_bucket_view")), ddp.get("device") == "cuda", r.step_s,
+                          f.exposed_clock == "gpu")
 
 
 def _evidence_exposed(fig: ExposedFigures) -> str:
-    return (f"After backward, rank {fig.rank} waited {1000 * fig.exposed_s:.1f} ms a step for the gradient "
+    who = f"rank {fig.rank}'s training stream" if fig.gpu_clock else f"rank {fig.rank}"
+    clock = " (CUDA events on the GPU's clock)" if fig.gpu_clock else ""
+    return (f"After backward, {who} waited {1000 * fig.exposed_s:.1f} ms a step{clock} for the gradient "
                 f"all-reduce ({fig.mb:.1f} MB; {1000 * fig.busy_s:.1f} ms in flight in all), "
                 f"{pct(fig.share)} of a step: the all-reduce is not hidden behind backward"
                 + (f" (buckets of {fig.bucket_cap_mb:g} MB" if fig.bucket_cap_mb else " (")
