@@ -108,8 +108,12 @@ def test_healthy_ddp_fires_no_communication_rule(probe_run: Any) -> None:
     for rank in (0, 1):
         assert _rank_truth(run, rank)["late_hook_calls"] >= 19  # every backward after the first step
     assert all(r.get("buckets", 0) >= 1 for rows in _comm_events(run).values() for r in rows[2:])
-    fired = {f["rule"] for f in run.report["findings"]}
-    assert not fired & COMM_RULES, fired
+    fired = {f["rule"]: f for f in run.report["findings"] if f["rule"] in COMM_RULES}
+    # No communication waste is claimed. On CPU exposed_communication is an info note that claims
+    # nothing; on a loaded host the other rank's late arrival in the all-reduce can cross its 10%
+    # line (a real wait, not this job's doing), so only that note is allowed, never a claim.
+    assert set(fired) <= {"exposed_communication"}, set(fired)
+    assert all(f["severity"] == "info" and not f["claims"] for f in fired.values()), fired
     for rows in _comm_events(run).values():
         assert all(r["micro"] == 1 and r["synced"] == 1 for r in rows)
         assert all(r["direct"] == 1 for r in rows[1:])  # the logged loss: one direct all_reduce a step
