@@ -136,3 +136,18 @@ def test_an_all_reduce_not_hidden_behind_backward_is_said_and_on_cpu_promises_no
     assert "ms a step for the gradient all-reduce" in f["evidence"]
     assert run.finding("sync_every_microstep") is None
     _shares_match_truth(run)
+
+
+def test_a_builtin_hook_registered_first_keeps_the_slot_and_the_counts(tmp_path: Path) -> None:
+    """DDP's C++ built-in hook takes its one slot before training: the doctor leaves it (untimed),
+    keeps counting micro-steps, and never tries a second registration (which DDP refuses)."""
+    from tests.conftest import ROOT, run_cli
+
+    done = run_cli("run", "--out", str(tmp_path / "run"), "--", *_torchrun(),
+                   str(ROOT / "tests" / "scripts" / "ddp_builtin_hook.py"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "can only be called once" not in done.stderr and "off in pid" not in done.stderr, done.stderr[-2000:]
+    rows = [json.loads(line) for path in (tmp_path / "run" / "events").glob("*.jsonl")
+            for line in path.read_text().splitlines() if line.strip()]
+    comm = [r for r in rows if r.get("k") == "comm"]
+    assert len(comm) == 2 * 5 and all(r["micro"] == 1 and r["synced"] == 1 for r in comm)

@@ -175,6 +175,7 @@ class CommHooks:
             late = hooks._builtin_as_python(ddp, comm_hook_type) if ddp in hooks._defaulted else None
             if late is None:
                 fn(ddp, comm_hook_type)
+                hooks._hooked.add(ddp)  # DDP's slot is taken (by C++, untimed): ours must not try it
             else:
                 hooks._late[ddp] = late
 
