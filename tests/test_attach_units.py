@@ -74,6 +74,15 @@ def test_sampled_events_give_a_breakdown_in_the_samples_proportions():
     assert not view.step_times  # no step is made up
 
 
+def test_a_launcher_caught_once_in_torch_code_is_not_a_training_loop():
+    """torchrun's agent sampled 190 times, once inside torch: no first step, no wait for a batch
+    (under load that one sample made it a second "rank 0" in an attached job's per-rank table)."""
+    events = sampled_events([_row(0.0, "O" * 6 + "C" + "O" * 90), _row(20.0, "O" * 40 + "D" + "O" * 52)], set())[7]
+    assert not [e for e in events if e["k"] == "first_step" or (e["k"] == "span" and e["c"] in ("loop", "data_wait"))]
+    loop = sampled_events([_row(0.0, "OOOO" + "DDCCC" * 3)], set())[7]  # a short loop: 15 samples
+    assert [e["k"] for e in loop].count("first_step") == 1
+
+
 def test_sampled_events_never_replace_hooked_processes():
     assert sampled_events([_row(1.0, "CCDD")], skip_pids={7}) == {}
 

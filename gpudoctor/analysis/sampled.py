@@ -47,6 +47,10 @@ class Code:
 
 
 LOOP = {Code.DATA_WAIT, Code.DATA_WAIT_TOKENIZE, Code.COMPUTE}
+# A training loop is seen in several samples: a launcher (torchrun's agent) caught once inside
+# torch's own code is not one (1 sample of 190 made it a second "rank 0" under load)
+MIN_LOOP_SAMPLES = 3
+MIN_LOOP_SHARE = 0.05
 SPAN_OF = {Code.DATA_WAIT: "data_wait", Code.DATA_WAIT_TOKENIZE: "data_wait", Code.CHECKPOINT: "checkpoint",
            Code.EVAL: "eval", Code.FORMAT: "format", Code.MODEL_LOAD: "model_load"}
 TOKENIZING = {Code.DATA_WAIT_TOKENIZE, Code.TOKENIZE}
@@ -100,13 +104,16 @@ def _events(pid: int, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         "is_worker": False, "libs": {}, "sampled": True,
     }]
     in_loop = [(t, p) for t, p, code in samples if code in LOOP]
+    blip = len(in_loop) < max(MIN_LOOP_SAMPLES, MIN_LOOP_SHARE * len(samples))
+    if blip:
+        in_loop = []  # not a loop: nor are its "waits for a batch"
     first_loop = in_loop[0][0] if in_loop else None
     if first_loop is not None:
         events.append({"k": "first_step", "t": first_loop})
         # Where the loop was last seen: compute after the last DataLoader wait is still the loop.
         end = in_loop[-1][0] + in_loop[-1][1]
         events.append({"k": "span", "c": "loop", "t0": first_loop, "dt": end - first_loop, "name": "stack samples"})
-    events += _spans(samples)
+    events += [sp for sp in _spans(samples) if not (blip and sp["c"] == "data_wait")]
     events += _tokenize_counters(samples, first_loop)
     return events
 
