@@ -95,6 +95,8 @@ PROBES: list[Probe] = [
     Probe("ddp_comm", (*TORCHRUN_2, "probes/ddp_comm.py", "--find-unused", "--steps", "30", "--n-embd", "8",
                        "--n-layer", "64", "--batch-size", "1", "--seq-len", "4"), "unused_parameter_search",
           fixes={"unused_parameter_search": ("--no-find-unused",)}, label="ddp_comm find_unused"),
+    Probe("fsdp_comm", (*TORCHRUN_2, "probes/fsdp_comm.py", "--steps", "40"), "fsdp_backward_allgather",
+          fixes={"fsdp_backward_allgather": ("--no-reshard",)}, label="fsdp_comm reshard"),
 ]
 
 

@@ -150,6 +150,15 @@ def pad_id(tok) -> int:
 # --------------------------------------------------------------------------- batching
 
 
+def packed_blocks(tok, texts: list[str], n_blocks: int, seq_len: int) -> torch.Tensor:
+    """``texts`` tokenized once and packed end to end into ``n_blocks`` rows of ``seq_len`` ids (the
+    stream repeated as needed): pre-tokenized causal-LM blocks, no padding."""
+    stream = [t for e in tok.encode_batch(texts) for t in e.ids]
+    need = n_blocks * seq_len
+    stream = (stream * (need // max(1, len(stream)) + 1))[:need]
+    return torch.tensor(stream, dtype=torch.long).view(n_blocks, seq_len)
+
+
 def collate_ids(seqs: list[list[int]], pad: int, length: int | None = None) -> dict:
     """Right-pad token-id lists into an HF-style batch dict (labels: -100 on padding)."""
     T = length if length is not None else max(len(s) for s in seqs)

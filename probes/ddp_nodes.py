@@ -41,10 +41,7 @@ PROBE = "ddp_nodes"
 def _blocks(tok, args, world: int) -> torch.Tensor:
     n_blocks = world * args.batch_size * (args.steps + 1)
     texts = C.make_corpus(200, seed=args.seed + 7, median_words=40)
-    stream = [t for e in tok.encode_batch(texts) for t in e.ids]
-    need = n_blocks * args.seq_len
-    stream = (stream * (need // len(stream) + 1))[:need]
-    return torch.tensor(stream, dtype=torch.long).view(n_blocks, args.seq_len)
+    return C.packed_blocks(tok, texts, n_blocks, args.seq_len)
 
 
 def main(argv=None):

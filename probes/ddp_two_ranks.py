@@ -79,10 +79,7 @@ def main(argv=None):
     n_blocks = world * args.batch_size * (args.steps + 1)
     texts = C.make_corpus(400, seed=args.seed + 7, median_words=40)
     with truth.timed("tokenize_s"):
-        stream = [t for e in tok.encode_batch(texts) for t in e.ids]
-    need = n_blocks * args.seq_len
-    stream = (stream * (need // len(stream) + 1))[:need]
-    blocks = torch.tensor(stream, dtype=torch.long).view(n_blocks, args.seq_len)
+        blocks = C.packed_blocks(tok, texts, n_blocks, args.seq_len)
     sleep_s = args.sleep_ms / 1000.0 if args.slow_rank == rank else 0.0
     ds = BlockDataset(blocks, sleep_s, truth)
     sampler = DistributedSampler(ds, num_replicas=world, rank=rank, shuffle=True,

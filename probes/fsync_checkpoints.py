@@ -49,10 +49,7 @@ def main(argv=None):
     tok = C.get_tokenizer(seed=args.seed)
     n_blocks = (args.steps + 1) * args.batch_size
     texts = C.make_corpus(max(64, n_blocks), seed=args.seed + 3, median_words=40)
-    stream = [t for e in tok.encode_batch(texts) for t in e.ids]
-    need = n_blocks * args.seq_len
-    stream = (stream * (need // max(1, len(stream)) + 1))[:need]
-    ids = torch.tensor(stream, dtype=torch.long).view(n_blocks, args.seq_len)
+    ids = C.packed_blocks(tok, texts, n_blocks, args.seq_len)
     loader = DataLoader(TensorDataset(ids), batch_size=args.batch_size, shuffle=True, num_workers=0,
                         generator=torch.Generator().manual_seed(args.seed))
     model = C.TinyCausalLM(tok.get_vocab_size(), n_embd=args.n_embd, n_layer=args.n_layer, n_head=4)

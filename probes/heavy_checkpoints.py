@@ -51,10 +51,7 @@ def main(argv=None):
     n_blocks = args.steps * args.batch_size + args.batch_size
     texts = C.make_corpus(max(64, n_blocks), seed=args.seed + 3, median_words=40)
     with truth.timed("tokenize_s"):
-        stream = [t for e in tok.encode_batch(texts) for t in e.ids]
-    need = n_blocks * args.seq_len
-    stream = (stream * (need // max(1, len(stream)) + 1))[:need]
-    ids = torch.tensor(stream, dtype=torch.long).view(n_blocks, args.seq_len)
+        ids = C.packed_blocks(tok, texts, n_blocks, args.seq_len)
     loader = DataLoader(TensorDataset(ids), batch_size=args.batch_size, shuffle=True,
                         num_workers=0, generator=torch.Generator().manual_seed(args.seed))
 

@@ -33,6 +33,10 @@ class CommFigures:
     unused_params: int | None  # parameters without a gradient at the first step (None: not looked)
     ddp: dict[str, Any] | None  # the DDP model's settings (``ddp`` event)
     exposed_clock: str | None = None  # host | gpu: whose clock measured ``exposed_s``
+    fsdp: int | None = None  # 1 or 2 (``fully_shard``): FSDP's all-gathers were seen
+    gather_bwd: float = 0.0  # all-gathers inside backward (FSDP re-gathering resharded parameters)
+    gather_bwd_bytes: float = 0.0
+    gather_bwd_s: float = 0.0  # ... host seconds (blocking, CPU tensors; 0 where the host does not wait)
 
     @property
     def per_allreduce_s(self) -> float | None:
@@ -66,7 +70,9 @@ def comm_figures(p: ProcessView) -> CommFigures | None:
         steps=len(steady), micro=med("micro"), synced=med("synced"), bytes=med("bytes"), comm_s=med("comm_s"),
         exposed_s=float(statistics.median(exposed)) if clock is not None else None,
         search_s=med("search_s"), direct=med("direct"), direct_s=med("direct_s"),
-        unused_params=unused, ddp=p.ddp, exposed_clock=clock)
+        unused_params=unused, ddp=p.ddp, exposed_clock=clock,
+        fsdp=next((int(e["fsdp"]) for e in rows if e.get("fsdp")), None), gather_bwd=med("gather_bwd"),
+        gather_bwd_bytes=med("gather_bwd_bytes"), gather_bwd_s=med("gather_bwd_s"))
 
 
 def _gpu_steps(p: ProcessView) -> list[dict[str, Any]]:

@@ -86,3 +86,12 @@ def bucket_text(f: Any) -> str:
     b = f["bucket_s"]
     label = SPAN_LABELS.get(f["bucket"], f["bucket"])
     return f"{label} {fmt_number(b['before'])} → {fmt_seconds(b['after'], f['unit'])}"
+
+
+def in_sentence(title: str) -> str:
+    """A finding's title inside a sentence: its first word lowercased, unless it is an acronym
+    ("FSDP gathers ...", "DDP searches ..." keep theirs)."""
+    first, _, rest = title.partition(" ")
+    if len(first) > 1 and first[1:].lower() != first[1:]:
+        return title
+    return first.lower() + (" " + rest if rest else "")

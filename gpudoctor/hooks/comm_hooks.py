@@ -43,8 +43,15 @@ if TYPE_CHECKING:
     from gpudoctor.hooks.device_clock import GpuMarks
 
 # The collectives of ``torch.distributed`` timed when the script (or FSDP) calls them directly.
-DIRECT = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
-          "broadcast", "reduce", "barrier", "all_to_all_single", "gather", "scatter")
+DIRECT = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single", "reduce_scatter",
+          "reduce_scatter_tensor", "reduce_scatter_single", "broadcast", "reduce", "barrier", "all_to_all",
+          "all_to_all_single", "gather", "scatter")
+# The all-gathers FSDP unshards its parameters with (``*_single`` from torch 2.13 on); one inside
+# backward re-gathers what the forward gathered and then freed (``reshard_after_forward``).
+GATHERS = frozenset({"all_gather", "all_gather_into_tensor", "all_gather_single"})
+# Where FSDP's gathers are called from, by version: FSDP2 (``fully_shard``), FSDP1 (the wrapper class).
+_FSDP_CALLERS = (("torch.distributed.fsdp._fully_shard", 2), ("torch.distributed._composable.fsdp", 2),
+                 ("torch.distributed.fsdp", 1))
 ADJACENT_S = 1e-4  # direct calls closer than this join one span (a loop of small collectives)
 SPANS_PER_STEP = 64  # direct-call spans a step writes at most; later calls join the last one
 _HELD = "direct collective"  # the writer's hold key for the open direct-call span
@@ -65,6 +72,9 @@ class _Tally:
     direct: int = 0
     direct_bytes: int = 0
     direct_s: float = 0.0
+    gather_bwd: int = 0  # all-gathers inside backward (FSDP re-gathering resharded parameters)
+    gather_bwd_bytes: int = 0
+    gather_bwd_s: float = 0.0  # ... the host's seconds in the blocking ones
 
 
 @dataclass
@@ -97,6 +107,7 @@ class CommHooks:
         self.gpu_marks: Any = lambda: None  # the GPU clock's marks once it runs (set by install), else None
         self.gpu_end_queued = False  # this backward's end-of-backward mark is queued with autograd
         self.closed = False  # uninstalled: a timed hook left on a DDP model (DDP keeps it) only passes through
+        self.fsdp: int | None = None  # 1 or 2: the FSDP whose all-gathers were seen (its callers' module)
 
     # -- install ------------------------------------------------------------------------------
     def install_ddp(self, mod: ModuleType) -> None:
@@ -345,13 +356,32 @@ class CommHooks:
     def _direct(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], p0: float, seconds: float) -> None:
         t = self.tally
         tensors = _tensors(args, kwargs)
+        size = max((x.numel() * x.element_size() for x in tensors), default=0)  # an all_gather's list: one
         t.direct += 1
-        t.direct_bytes += max((x.numel() * x.element_size() for x in tensors), default=0)  # an all_gather's list: one
-        if kwargs.get("async_op"):
-            return  # returns at once: its time is spent where the script waits on it
+        t.direct_bytes += size
+        blocking = not kwargs.get("async_op")  # an async call returns at once: its time is spent where it is waited on
+        on_host = blocking and all(x.device.type == "cpu" for x in tensors)  # the host waited (gloo; a barrier)
+        if name in GATHERS:
+            self._gather(size, seconds if on_host else 0.0)
+        if not blocking:
+            return
         t.direct_s += seconds
-        if seconds > 0 and all(x.device.type == "cpu" for x in tensors):  # the host waited (gloo; a barrier)
+        if seconds > 0 and on_host:
             self._direct_wait(name, p0, seconds)
+
+    def _gather(self, size: int, host_s: float) -> None:
+        """An all-gather: FSDP's (which one, from its caller's module, once) and, inside backward, a
+        re-gather of parameters the forward freed after use."""
+        if not self.fsdp:
+            self.fsdp = _fsdp_caller(sys._getframe(1)) or None
+        torch = sys.modules["torch"]
+        graph_task = getattr(torch._C, "_current_graph_task_id", None)
+        if graph_task is None or graph_task() == -1:
+            return  # not in backward
+        t = self.tally
+        t.gather_bwd += 1
+        t.gather_bwd_bytes += size
+        t.gather_bwd_s += host_s
 
     def _direct_wait(self, name: str, p0: float, seconds: float) -> None:
         """A blocking call's wait, as a span: calls back to back (less than :data:`ADJACENT_S` apart,
@@ -392,6 +422,11 @@ class CommHooks:
                             "direct_bytes": tally.direct_bytes, "direct_s": round(tally.direct_s, 6)}
         if self.steps <= _UNUSED_CHECK_STEPS and self._built:
             event["unused_params"] = sum(_without_grad(m) for m in list(self._built))
+        if self.fsdp:
+            event["fsdp"] = self.fsdp
+            event["gather_bwd"] = tally.gather_bwd
+            event["gather_bwd_bytes"] = tally.gather_bwd_bytes
+            event["gather_bwd_s"] = round(tally.gather_bwd_s, 6)
         self.writer.emit(event)
 
 
@@ -405,6 +440,20 @@ def _completed(hooks: CommHooks, record: list[Any], fut: Any) -> Any:
     """The bucket's future completed (on the backend's thread): note when, hand its value on."""
     record[1] = time.perf_counter()
     return fut.value()
+
+
+def _fsdp_caller(frame: Any) -> int:
+    """1 or 2 when FSDP (the wrapper class, or ``fully_shard``) made the call: one of the few frames
+    above ``frame`` is in its modules (a wrapper of the script's may sit between); 0 otherwise."""
+    for _ in range(8):
+        if frame is None:
+            break
+        module = str(frame.f_globals.get("__name__", ""))
+        for prefix, version in _FSDP_CALLERS:
+            if module.startswith(prefix):
+                return version
+        frame = frame.f_back
+    return 0
 
 
 def _union_s(intervals: list[tuple[float, float]]) -> float:

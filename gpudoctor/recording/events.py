@@ -558,6 +558,10 @@ class CommEvent(_Comm, total=False):
     direct_bytes: Count
     direct_s: Seconds
     unused_params: Count
+    fsdp: Count  # 1 or 2 (``fully_shard``): FSDP's all-gathers were seen in this process
+    gather_bwd: Count  # all-gathers inside backward: FSDP re-gathering what the forward resharded
+    gather_bwd_bytes: Count
+    gather_bwd_s: Seconds  # ... the host's seconds in them (blocking calls on CPU tensors; 0 on CUDA)
 
 
 # The kinds the loader checks (validate.EVENT_FIELDS is derived from these), by ``k``.

@@ -17,6 +17,7 @@ from gpudoctor._version import __version__
 from gpudoctor.analysis import Analysis, analyze, gpu_timeline
 from gpudoctor.analysis.process import quantiles
 from gpudoctor.analysis.saves import split_saves
+from gpudoctor.common.wording import in_sentence
 from gpudoctor.recording.store import Recording
 from gpudoctor.report import schema
 from gpudoctor.report.attach import attach_section, attach_time, summary_lines, timeline_caption
@@ -205,7 +206,7 @@ def _verdict(a: Analysis, findings: list[Finding], wasted: float, meta: dict[str
             and a.share(f.claims[0].bucket) >= WEAK_FINDING_SHARE]
     if not real and weak:  # a finding whose measured share is large, though its fix recovers little here
         said = (f"No fix recovers 5% or more of wall time on this machine; the biggest finding: "
-                f"{weak[0].title.lower()} ({_measured_and_recovered(a, weak[0])}).")
+                f"{in_sentence(weak[0].title)} ({_measured_and_recovered(a, weak[0])}).")
         return f"{crashed}; in what ran, {said}" if crashed else said
     if not real:
         if crashed:
@@ -214,7 +215,7 @@ def _verdict(a: Analysis, findings: list[Finding], wasted: float, meta: dict[str
         return f"Healthy: no waste above 5% found; {100 * compute:.0f}% of wall time went to training compute."
     top = real[0]
     speed = account.speedup(wasted) or 1.0
-    found = (f"{len(real)} problem{'' if len(real) == 1 else 's'} found; the biggest: {top.title.lower()} "
+    found = (f"{len(real)} problem{'' if len(real) == 1 else 's'} found; the biggest: {in_sentence(top.title)} "
              f"({_measured_and_recovered(a, top)}).")
     if crashed:
         return f"{crashed}; in what ran, {found}"

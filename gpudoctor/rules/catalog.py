@@ -12,6 +12,7 @@ from gpudoctor.rules.base import Finding, Rule, settle_findings
 from gpudoctor.rules.batches import PaddingWaste
 from gpudoctor.rules.communication import (
     ExposedCommunication,
+    FsdpBackwardAllgather,
     SyncEveryMicrostep,
     UnusedParameterSearch,
 )
@@ -49,6 +50,7 @@ RULES: tuple[type[Rule], ...] = (
     SyncEveryMicrostep,
     UnusedParameterSearch,
     ExposedCommunication,
+    FsdpBackwardAllgather,
     StragglerRank,
     StragglerNode,
     OutdatedLibraries,

@@ -1,5 +1,5 @@
 """Rules for the communication data parallelism adds: all-reduces per micro-step, the unused
-parameter search, and all-reduce not hidden behind backward.
+parameter search, all-reduce not hidden behind backward, and FSDP's parameters gathered twice a step.
 
 Each rank's collectives come from :mod:`gpudoctor.analysis.comm`. Of a job's ranks the one whose
 all-reduce was exposed the least is read: a rank that waits for a slower one inside the
@@ -22,6 +22,7 @@ from gpudoctor.rules.names import names_for
 
 MIN_SEARCH_SHARE = 0.005  # of a step: a search below it is noise beside the step's own spread
 MIN_EXPOSED_SHARE = 0.10  # of a step: exposed all-reduce below it is what DDP costs anyway
+MIN_REGATHER_SHARE = 0.05  # of a step: FSDP's backward all-gathers below it are not worth their memory
 
 
 @dataclass(frozen=True)
@@ -296,6 +297,81 @@ def _word_exposed(fig: ExposedFigures, fix: vocabulary.CallFix, claims: list[Cla
         data={**_exposed_data(fig),
               "predicted_loop_speedup": _r(loop_speedup(fig.step_s, 0.5 * fig.exposed_s)),
               "predicted_loop_speedup_up_to": _r(loop_speedup(fig.step_s, fig.exposed_s))},
+    )
+
+
+# -- fsdp_backward_allgather ----------------------------------------------------------------
+@dataclass(frozen=True)
+class RegatherFigures:
+    rank: int
+    fsdp: int  # 1 or 2
+    gathers: int  # all-gathers in backward per step
+    gather_s: float  # their host seconds per step (the least on any rank: the wire, not a straggler)
+    gathered_mib: float  # bytes they gathered per step
+    extra_mib: float | None  # memory a rank holds more once forward keeps them (None: world size unknown)
+    share: float  # of a step
+    step_s: float | None
+    speedup: float | None
+
+
+class FsdpBackwardAllgather(Rule):
+    name = "fsdp_backward_allgather"
+    fires_when = ("FSDP all-gathers the parameters again in backward (`reshard_after_forward=True`, FULL_SHARD), "
+                  "those all-gathers ≥ 5% of a step on the rank that waited in them least (host clock: CPU, gloo)")
+    fix_from = ("`reshard_after_forward=False` (FSDP2 `fully_shard`, Accelerate's plugin, the Trainer's `fsdp_config`) "
+                "or `SHARD_GRAD_OP` (FSDP1, Lightning): the measured seconds of the backward all-gathers per step, "
+                "for the unsharded parameters held from forward to backward (the memory it costs is said)")
+
+    def match(self, a: Analysis) -> Finding | None:
+        found = _regather_figures(a)
+        if found is None:
+            return None
+        fig, p = found
+        fix = vocabulary.reshard_fix(names_for(p), fig.fsdp)
+        removed = fig.gather_s * max(1, len(p.step_times))
+        claims = [claim("communication", removed, p.seconds("communication"), part="fsdp_allgather",
+                        part_s=min(removed, p.seconds("communication")) or None)]
+        return _word_regather(fig, fix, claims)
+
+
+def _regather_figures(a: Analysis) -> tuple[RegatherFigures, ProcessView] | None:
+    for group in a.trainings or [a.procs]:
+        ranks = [Rank(p, f, step_s(p)) for p in group
+                 if (f := comm_figures(p)) is not None and f.fsdp and f.gather_bwd >= 1]
+        if ranks:
+            break
+    else:
+        return None
+    r = min(ranks, key=lambda x: x.fig.gather_bwd_s)  # a straggler's partners wait inside the gathers
+    f = r.fig
+    share = f.gather_bwd_s / r.step_s if r.step_s else 0.0
+    if share < MIN_REGATHER_SHARE:
+        return None
+    world = r.p.proc.get("world_size")
+    mib = f.gather_bwd_bytes / 2**20
+    extra = mib * (int(world) - 1) / int(world) if isinstance(world, int) and world > 0 else None
+    return RegatherFigures(r.p.rank, int(f.fsdp or 2), round(f.gather_bwd), f.gather_bwd_s, mib, extra, share,
+                           r.step_s, loop_speedup(r.step_s, f.gather_bwd_s)), r.p
+
+
+def _word_regather(fig: RegatherFigures, fix: vocabulary.CallFix, claims: list[Claim]) -> Finding:
+    evidence = (f"FSDP{'2' if fig.fsdp == 2 else ''} freed each unit's gathered parameters after its forward and "
+                f"all-gathered them again in backward: {fig.gathers} all-gathers of {fig.gathered_mib:.1f} MiB and "
+                f"{1000 * fig.gather_s:.1f} ms a step on rank {fig.rank}, {pct(fig.share)} of a step.")
+    memory = (f" Each rank then holds about {fig.extra_mib:.0f} MiB more between forward and backward"
+              if fig.extra_mib is not None else " Each rank then holds the unsharded parameters between forward and backward")
+    summary = ("Keep the gathered parameters from forward to backward (" + fix.snippet.splitlines()[-1].strip()
+               + "): one all-gather per unit a step instead of two"
+               + (f", the loop about {fig.speedup:.2f}x faster." if fig.speedup else ".")
+               + memory + " (ZeRO-2 instead of ZeRO-3): take it where the memory allows.")
+    return Finding(
+        rule=FsdpBackwardAllgather.name, title="FSDP gathers the parameters twice a step",
+        claims=claims, evidence=evidence,
+        fix=Fix(summary=summary, config=fix.config, snippet=fix.snippet, library=fix.library, call=fix.call),
+        data={"rank": fig.rank, "fsdp_version": fig.fsdp, "backward_allgathers_per_step": fig.gathers,
+              "backward_allgather_per_step_s": round(fig.gather_s, 4), "gathered_mib_per_step": round(fig.gathered_mib, 2),
+              "extra_memory_mib": _r(fig.extra_mib), "step_s": _r(fig.step_s), "share_of_step": round(fig.share, 4),
+              "predicted_loop_speedup": _r(fig.speedup)},
     )
 
 

@@ -264,6 +264,35 @@ def find_unused_fix(names: Names) -> CallFix:
                    "# or, if some parameter is unused the same way every step: static_graph=True")
 
 
+def reshard_fix(names: Names, fsdp: int) -> CallFix:
+    """Keep FSDP's gathered parameters from forward to backward (ZeRO-2): ``reshard_after_forward=False``
+    with FSDP2 (``fully_shard``), ``ShardingStrategy.SHARD_GRAD_OP`` with FSDP1, in the call the run used."""
+    v2 = fsdp == 2
+    if names.is_trainer:
+        cfg: dict[str, Any] = {"fsdp_config": {"reshard_after_forward": False}} if v2 else {"fsdp": "shard_grad_op auto_wrap"}
+        text = ("fsdp_config={..., 'reshard_after_forward': False}" if v2 else 'fsdp="shard_grad_op auto_wrap"')
+        return CallFix(names.library, "TrainingArguments", cfg, f"TrainingArguments(..., {text})")
+    if names.framework == "lightning":
+        return CallFix("lightning FSDPStrategy", "FSDPStrategy", {"sharding_strategy": "SHARD_GRAD_OP"},
+                       'Trainer(..., strategy=FSDPStrategy(sharding_strategy="SHARD_GRAD_OP"))')
+    if names.framework == "accelerate":
+        value: Any = False if v2 else "SHARD_GRAD_OP"
+        return CallFix("accelerate FullyShardedDataParallelPlugin", "FullyShardedDataParallelPlugin",
+                       {"reshard_after_forward": value},
+                       "from accelerate import FullyShardedDataParallelPlugin\n"
+                       f"plugin = FullyShardedDataParallelPlugin(..., reshard_after_forward={value!r})\n"
+                       "accelerator = Accelerator(..., fsdp_plugin=plugin)")
+    if v2:
+        return CallFix("torch fully_shard", "fully_shard", {"reshard_after_forward": False},
+                       "for block in model.blocks:\n"
+                       "    fully_shard(block, reshard_after_forward=False)  # gathered once a step\n"
+                       "fully_shard(model, reshard_after_forward=False)")
+    return CallFix("torch FullyShardedDataParallel", "FullyShardedDataParallel",
+                   {"sharding_strategy": "SHARD_GRAD_OP"},
+                   "from torch.distributed.fsdp import ShardingStrategy\n"
+                   "model = FullyShardedDataParallel(model, ..., sharding_strategy=ShardingStrategy.SHARD_GRAD_OP)")
+
+
 def overlap_fix(names: Names, bucket_cap_mb: float | None, on_gpu: bool) -> CallFix:
     """Hide the all-reduce behind backward: smaller first buckets, gradients as bucket views,
     and a compression hook halving the bytes (bf16 with NCCL, fp16 elsewhere)."""
