@@ -19,8 +19,11 @@ the all-reduce (an autograd final callback queued behind DDP's own); the GPU clo
 (:meth:`GpuMarks.comm_end`) resolves the pair with ``query()``, never a sync, into the step's
 ``comm_wait_s`` and a ``communication`` span.
 
-A DDP model built before the hooks came in (``attach``) is not given a hook: DDP takes one only
-once, and the script may still register its own. Stdlib-only; torch is read from ``sys.modules``.
+A DDP model built before the hooks came in (``attach``, ``gpudoctor.profile()`` around a loop) is
+adopted at its next training forward: its settings are read then, and our timer goes into DDP's hook
+slot when it is free (DDP keeps a hook for good: after a detach ours passes through, and a later
+attach's hooks time through it again). A slot the script filled before (its own hook, a C++
+built-in) stays untimed; micro-steps are still counted. Stdlib-only; torch is read from ``sys.modules``.
 """
 
 from __future__ import annotations
@@ -58,6 +61,13 @@ _HELD = "direct collective"  # the writer's hold key for the open direct-call sp
 _UNUSED_CHECK_STEPS = 1  # steps whose gradients are looked at for parameters DDP never saw used
 
 
+# Per DDP model, for as long as it lives (DDP keeps a hook for good, across detach and re-attach):
+# the models whose hook slot holds our default all-reduce, and the hook their script registered
+# after it (called by ours instead of DDP refusing a second one).
+_DEFAULTED: weakref.WeakSet[Any] = weakref.WeakSet()
+_LATE: weakref.WeakKeyDictionary[Any, tuple[object, Any]] = weakref.WeakKeyDictionary()
+
+
 @dataclass
 class _Tally:
     """One optimizer step's collectives so far."""
@@ -87,6 +97,8 @@ class _Round:
 class CommHooks:
     """State shared by the collective patches of one process."""
 
+    current: CommHooks | None = None  # the installed one: a timed hook left on DDP by an earlier one reports here
+
     def __init__(self, writer: EventWriter) -> None:
         self.writer = writer
         self.tally = _Tally()
@@ -94,10 +106,8 @@ class CommHooks:
         self.steps = 0
         self._built: weakref.WeakSet[Any] = weakref.WeakSet()  # DDP models built while hooked
         self._hooked: weakref.WeakSet[Any] = weakref.WeakSet()  # ... that have our timer
-        # DDP models given our default hook; a hook their script registers later (DDP takes one,
-        # once) is kept here and called by ours instead of DDP refusing it
-        self._defaulted: weakref.WeakSet[Any] = weakref.WeakSet()
-        self._late: weakref.WeakKeyDictionary[Any, tuple[object, Any]] = weakref.WeakKeyDictionary()
+        self._defaulted = _DEFAULTED
+        self._late = _LATE
         self._register: Any = None  # DDP's own register_comm_hook
         self._inside = threading.local()  # in our bucket hook: its all_reduce is DDP's, not direct
         self._wall_minus_perf = time.time() - time.perf_counter()
@@ -108,6 +118,7 @@ class CommHooks:
         self.gpu_end_queued = False  # this backward's end-of-backward mark is queued with autograd
         self.closed = False  # uninstalled: a timed hook left on a DDP model (DDP keeps it) only passes through
         self.fsdp: int | None = None  # 1 or 2: the FSDP whose all-gathers were seen (its callers' module)
+        CommHooks.current = self
 
     # -- install ------------------------------------------------------------------------------
     def install_ddp(self, mod: ModuleType) -> None:
@@ -131,6 +142,8 @@ class CommHooks:
         self.closed = True
         self.round = _Round()
         self._emit_held()
+        if CommHooks.current is self:
+            CommHooks.current = None
 
     # -- DDP ------------------------------------------------------------------------------------
     def _wrap_init(self, fn: Any) -> Any:
@@ -211,17 +224,18 @@ class CommHooks:
 
         @functools.wraps(hook)
         def timed_hook(state: object, bucket: Any) -> Any:
-            if hooks.closed:
+            now = hooks if not hooks.closed else CommHooks.current  # detached; re-attached, maybe
+            if now is None or now.closed:
                 return hook(state, bucket)
-            began = hooks._bucket_begin()
+            began = now._bucket_begin()
             try:
                 fut = hook(state, bucket)
             finally:
-                hooks._inside.on = False
-            record = hooks._bucket_launched(began, bucket)
+                now._inside.on = False
+            record = now._bucket_launched(began, bucket)
             if record is None:
                 return fut
-            return fut.then(functools.partial(_completed, hooks, record))
+            return fut.then(functools.partial(_completed, now, record))
 
         return timed_hook
 
@@ -272,9 +286,19 @@ class CommHooks:
         self._close_round()  # the previous backward is over: its buckets are all known
         self.tally.micro += 1
         self.tally.synced += bool(getattr(ddp, "require_backward_grad_sync", True))
-        if ddp in self._built and ddp not in self._hooked and not getattr(ddp, "_comm_hooks", None):
+        if ddp not in self._built:
+            self._adopt(ddp)
+        if ddp not in self._hooked and not getattr(ddp, "_comm_hooks", None):
             self._hooked.add(ddp)  # once, whatever happens below
             self._register_default(ddp)
+
+    def _adopt(self, ddp: Any) -> None:
+        """A DDP model built before the hooks: its settings now; DDP's hook slot left alone when it
+        is taken (ours from an earlier attach times through to us already; another is DDP's for good)."""
+        self._on_init(ddp)
+        logged = getattr(ddp, "_get_ddp_logging_data", None)
+        if ddp in _DEFAULTED or (callable(logged) and logged().get("comm_hook")):
+            self._hooked.add(ddp)
 
     def _register_default(self, ddp: Any) -> None:
         if getattr(ddp, "_use_python_reducer", False) or getattr(ddp, "mixed_precision", None) is not None:

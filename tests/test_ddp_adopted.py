@@ -1,0 +1,93 @@
+"""A DDP model built before the doctor came in (``attach``, ``gpudoctor.profile()`` around a loop
+already running) is adopted at its next training forward: its settings are recorded and its
+all-reduce timed, through a detach and a second attach, and the training's gradients are untouched.
+One real rank (gloo, an in-memory store) in this process."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import gpudoctor
+
+torch = pytest.importorskip("torch")
+dist = torch.distributed
+
+
+def _events(folder: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for path in (folder / "events").glob("*.jsonl")
+            for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture()
+def one_rank() -> Any:
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def _net() -> Any:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+
+
+def test_a_model_built_before_the_doctor_is_timed_through_a_detach_and_a_second_attach(
+        one_rank: Any, tmp_path: Path) -> None:
+    plain = _net()
+    model = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(plain))
+    opts = [torch.optim.SGD(m.parameters(), lr=0.05) for m in (plain, model)]
+    x = torch.randn(16, 32)
+
+    def train(steps: int) -> None:
+        for _ in range(steps):
+            for m, opt in zip((plain, model), opts, strict=True):
+                m(x).pow(2).mean().backward()
+                opt.step()
+                opt.zero_grad()
+
+    train(2)  # built and trained before any doctor
+    for folder in ("first", "second"):
+        with gpudoctor.profile(out=tmp_path / folder, interval_s=0.05):
+            train(5)
+        train(2)  # detached: DDP keeps our hook, which passes through
+    for folder in ("first", "second"):
+        rows = _events(tmp_path / folder)
+        ddp = [r for r in rows if r["k"] == "ddp"]
+        assert len(ddp) == 1 and ddp[0]["world_size"] == 1 and ddp[0]["find_unused_parameters"] is False
+        comm = [r for r in rows if r["k"] == "comm"]
+        assert len(comm) == 5, folder
+        assert all(r["micro"] == 1 and r["synced"] == 1 and r["buckets"] >= 1 and r["bytes"] > 0 for r in comm)
+        assert all(r["exposed_s"] is not None for r in comm[1:])  # the first step registers the timer
+        assert not [r for r in rows if r["k"] == "hook_error"]
+    for a, b in zip(plain.parameters(), model.module.parameters(), strict=True):  # one rank: the same arithmetic
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_a_hook_the_script_registered_before_the_doctor_keeps_the_slot(one_rank: Any, tmp_path: Path) -> None:
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    calls = [0]
+
+    def theirs(state, bucket):  # type: ignore[no-untyped-def]  # DDP checks real annotations, not strings
+        calls[0] += 1
+        return default_hooks.allreduce_hook(state, bucket)
+
+    model = torch.nn.parallel.DistributedDataParallel(_net())
+    model.register_comm_hook(None, theirs)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    with gpudoctor.profile(out=tmp_path / "run", interval_s=0.05):
+        for _ in range(4):
+            model(torch.randn(8, 32)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    rows = _events(tmp_path / "run")
+    assert calls[0] == 4  # theirs ran every backward, nothing registered over it
+    assert not [r for r in rows if r["k"] == "hook_error"]
+    comm = [r for r in rows if r["k"] == "comm"]
+    assert len(comm) == 4 and all(r["micro"] == 1 and r["synced"] == 1 and r["buckets"] == 0 for r in comm)
