@@ -150,7 +150,9 @@ def diagnose(p: Probe, work: Path) -> dict[str, Any]:
         fix_argv = words[script:] if script is not None else None
     predicted = data.get("predicted_loop_speedup") or steady_prediction(out, top["rule"]) or top.get("predicted_speedup")
     noop = fix_argv is not None and list(fix_argv) == list(p.argv)
-    return {"top": top["rule"], "fix_argv": fix_argv, "predicted": predicted, "noop": noop,
+    base = list(p.argv)
+    fix_words = (fix_argv[len(base):] if fix_argv[:len(base)] == base else fix_argv[-2:]) if fix_argv else None
+    return {"top": top["rule"], "fix_argv": fix_argv, "fix_words": fix_words, "predicted": predicted, "noop": noop,
             "whole_run_speedup": top.get("predicted_speedup"), "summary": top["fix"]["summary"],
             "rules": [f["rule"] for f in found], "report": str(out / "report.json")}
 
@@ -219,7 +221,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| probe | planted | top finding | fix applied | predicted | achieved (median, min–max) | ±20% | best by hand | fix ≥ best |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        fix = " ".join(r["fix_argv"][len(r["fix_argv"]) - 2:]) if r.get("fix_argv") else "—"
+        fix = " ".join(r.get("fix_words") or r["fix_argv"][-2:]) if r.get("fix_argv") else "—"
         pred = f"{r['predicted']:.2f}×" if r.get("predicted") else "—"
         ach = (f"{r['achieved']:.2f}× ({r['spread'][0]:.2f}–{r['spread'][1]:.2f})" if "achieved" in r else "—")
         within = {True: "yes", False: "**no**"}.get(r.get("within"), "—")

@@ -120,7 +120,10 @@ Data parallelism (in-process; see :mod:`gpudoctor.hooks.comm_hooks`):
               ``direct`` / ``direct_bytes`` / ``direct_s`` (``torch.distributed`` calls made by the
               script or FSDP: all_reduce, all_gather, broadcast, barrier...: count, bytes, host
               seconds of the synchronous ones), ``unused_params`` (parameters of DDP models with
-              no gradient at the first step; only on that step).
+              no gradient at the first step; only on that step); once FSDP's all-gathers were
+              seen: ``fsdp`` (1, or 2 for ``fully_shard``), ``gather_bwd`` / ``gather_bwd_bytes`` /
+              ``gather_bwd_s`` (all-gathers inside backward: parameters gathered again after the
+              forward resharded them; host seconds of the blocking ones on CPU tensors).
               Exposed seconds are also written as ``span`` events of category
               ``communication`` (one per synced backward, one per blocking direct call).
 

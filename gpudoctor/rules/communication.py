@@ -108,7 +108,7 @@ def _sync_claims(r: Rank, fig: SyncFigures) -> list[Claim]:
     of them: an all-reduce in flight during backward shares the cores (gloo) or the memory bandwidth
     with it, and how much that slowed backward (compute) is not measured."""
     p = r.p
-    allreduce_s = sum(float(e.get("exposed_s") or 0.0) for e in p.comm)
+    allreduce_s = exposed_total_s(p)  # the host's waits (gloo), else the GPU clock's (NCCL)
     overlapped_s = max(0.0, sum(float(e.get("comm_s") or 0.0) for e in p.comm) - allreduce_s)
     dropped = 1 - 1 / fig.synced
     claims = [claim("communication", dropped * allreduce_s, p.seconds("communication"), part="ddp_allreduce",
