@@ -36,7 +36,8 @@ class CommFigures:
     fsdp: int | None = None  # 1 or 2 (``fully_shard``): FSDP's all-gathers were seen
     gather_bwd: float = 0.0  # all-gathers inside backward (FSDP re-gathering resharded parameters)
     gather_bwd_bytes: float = 0.0
-    gather_bwd_s: float = 0.0  # ... host seconds (blocking, CPU tensors; 0 where the host does not wait)
+    gather_bwd_s: float = 0.0  # ... seconds the training waited in them (host: gloo; GPU clock: NCCL)
+    gather_clock: str | None = None  # host | gpu: whose clock measured ``gather_bwd_s``
 
     @property
     def per_allreduce_s(self) -> float | None:
@@ -72,7 +73,21 @@ def comm_figures(p: ProcessView) -> CommFigures | None:
         search_s=med("search_s"), direct=med("direct"), direct_s=med("direct_s"),
         unused_params=unused, ddp=p.ddp, exposed_clock=clock,
         fsdp=next((int(e["fsdp"]) for e in rows if e.get("fsdp")), None), gather_bwd=med("gather_bwd"),
-        gather_bwd_bytes=med("gather_bwd_bytes"), gather_bwd_s=med("gather_bwd_s"))
+        gather_bwd_bytes=med("gather_bwd_bytes"), **_gather_wait(p, med("gather_bwd_s")))
+
+
+def _gather_wait(p: ProcessView, host_s: float) -> dict[str, Any]:
+    """FSDP's backward all-gathers per step: the host's seconds (gloo blocks it), else the training
+    stream's waits for them on the GPU clock (NCCL)."""
+    if host_s > 0:
+        return {"gather_bwd_s": host_s, "gather_clock": "host"}
+    clock = p.gpu_clock
+    rows = [s for s in clock.steps if s.get("gathers")] if clock is not None else []
+    steady = rows[1:] if len(rows) > 2 else rows
+    if not steady:
+        return {"gather_bwd_s": host_s, "gather_clock": None}
+    return {"gather_bwd_s": float(statistics.median(float(s.get("gather_bwd_wait_s") or 0.0) for s in steady)),
+            "gather_clock": "gpu"}
 
 
 def _gpu_steps(p: ProcessView) -> list[dict[str, Any]]:

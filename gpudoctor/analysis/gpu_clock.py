@@ -12,6 +12,10 @@ from typing import Any
 
 from gpudoctor.analysis import timeline as tl
 
+# A gpu_step's seconds the training stream sat idle: loader waits, after host syncs, checkpoint
+# saves, and waiting for collectives (DDP's all-reduce, FSDP's all-gathers and reduce-scatters).
+IDLE_KEYS = ("wait_idle_s", "sync_idle_s", "save_s", "comm_wait_s", "gather_wait_s", "rs_wait_s")
+
 
 @dataclass
 class ClockView:
@@ -29,10 +33,10 @@ class ClockView:
 
     def busy_s(self, step: dict[str, Any]) -> float:
         """GPU seconds of a step less what the events saw it idle (waits, after syncs, the training
-        stream waiting for DDP's all-reduce after backward) or saving."""
-        return max(0.0, float(step["gpu_s"]) - float(step.get("wait_idle_s") or 0.0)
-                   - float(step.get("sync_idle_s") or 0.0) - float(step.get("save_s") or 0.0)
-                   - float(step.get("comm_wait_s") or 0.0))
+        stream waiting for DDP's all-reduce after backward or for FSDP's all-gathers and last
+        reduce-scatters) or saving."""
+        idle = sum(float(step.get(k) or 0.0) for k in IDLE_KEYS)
+        return max(0.0, float(step["gpu_s"]) - idle)
 
 
 def clock_view(events: list[dict[str, Any]]) -> ClockView | None:

@@ -61,6 +61,8 @@ def install(run_dir: str | os.PathLike[str]) -> EventWriter:
     comm.gpu_marks = lambda: th.gpu  # on CUDA, DDP's exposed all-reduce on the GPU clock
     imports.when_imported("torch.nn.parallel.distributed", comm.install_ddp)
     imports.when_imported("torch.distributed", comm.install_direct)
+    imports.when_imported("torch.distributed.fsdp._fully_shard._fsdp_param_group", comm.install_fsdp_group)
+    imports.when_imported("torch.distributed.fsdp._fully_shard._fsdp_state", comm.install_fsdp_state)
     regions = _eval_regions = EvalRegions(w, th)
     imports.when_imported("torch", regions.install)
     imports.when_imported("transformers.tokenization_utils_base", lambda m: hf_hooks.install_tokenizers(w, th, m))

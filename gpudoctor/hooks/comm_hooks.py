@@ -19,6 +19,12 @@ the all-reduce (an autograd final callback queued behind DDP's own); the GPU clo
 (:meth:`GpuMarks.comm_end`) resolves the pair with ``query()``, never a sync, into the step's
 ``comm_wait_s`` and a ``communication`` span.
 
+FSDP's collectives are direct calls (torch 2.13's FSDP calls ``all_gather_single`` and
+``reduce_scatter_single``); an all-gather inside backward is a parameter gathered again after the
+forward resharded it, counted apart. On CUDA they return to the host at once; the training stream's
+waits for them are marked instead, around FSDP2's ``wait_for_unshard`` and its end-of-backward
+callback (the last reduce-scatters), and resolved by the GPU clock like DDP's.
+
 A DDP model built before the hooks came in (``attach``, ``gpudoctor.profile()`` around a loop) is
 adopted at its next training forward: its settings are read then, and our timer goes into DDP's hook
 slot when it is free (DDP keeps a hook for good: after a detach ours passes through, and a later
@@ -131,6 +137,50 @@ class CommHooks:
             patch.replace(cls, "_register_builtin_comm_hook", self._wrap_builtin)
         patch.replace(cls, "_pre_forward", self._wrap_pre_forward)
         patch.replace(cls, "_post_forward", self._wrap_post_forward)
+
+    def install_fsdp_group(self, mod: ModuleType) -> None:
+        """FSDP2 on CUDA: the training stream's wait for each unshard's all-gather, on the GPU clock."""
+        cls = getattr(mod, "FSDPParamGroup", None)
+        if cls is not None and callable(getattr(cls, "wait_for_unshard", None)):
+            patch.replace(cls, "wait_for_unshard", self._wrap_fsdp_wait("gather", "device"))
+
+    def install_fsdp_state(self, mod: ModuleType) -> None:
+        """FSDP2 on CUDA: at the end of backward, the training stream's wait for the last reduce-scatters."""
+        cls = getattr(mod, "FSDPState", None)
+        if cls is not None and callable(getattr(cls, "_root_post_backward_final_callback", None)):
+            patch.replace(cls, "_root_post_backward_final_callback", self._wrap_fsdp_wait("rs", "_device"))
+
+    def _wrap_fsdp_wait(self, kind: str, device_attr: str) -> Any:
+        hooks = self
+
+        def wrap(fn: Any) -> Any:
+            def waits(obj: Any, *args: Any, **kwargs: Any) -> Any:
+                began = hooks._fsdp_wait_start(obj, device_attr, kind)
+                out = fn(obj, *args, **kwargs)
+                if began is not None:
+                    hooks._fsdp_wait_end(began, kind)
+                return out
+
+            return waits
+
+        return wrap
+
+    @guarded("GPU clock: FSDP")
+    def _fsdp_wait_start(self, obj: Any, device_attr: str, kind: str) -> tuple[GpuMarks, Any] | None:
+        """``G0`` / ``R0`` when ``obj`` (a param group, the root state) is on CUDA and has a wait to
+        queue (an unshard pending); else None."""
+        device = getattr(obj, device_attr, None)
+        if self.closed or getattr(device, "type", None) != "cuda":
+            return None
+        if kind == "gather" and not getattr(obj, "_all_gather_result", None):
+            return None
+        marks: GpuMarks | None = self.gpu_marks()
+        return (marks, marks.fsdp_wait_start()) if marks is not None else None
+
+    @guarded("GPU clock: FSDP")
+    def _fsdp_wait_end(self, began: tuple[GpuMarks, Any], kind: str) -> None:
+        marks, token = began
+        marks.fsdp_wait_end(token, kind, kind == "gather" and _in_backward())
 
     def install_direct(self, dist: ModuleType) -> None:
         for name in DIRECT:
@@ -398,10 +448,8 @@ class CommHooks:
         re-gather of parameters the forward freed after use."""
         if not self.fsdp:
             self.fsdp = _fsdp_caller(sys._getframe(1)) or None
-        torch = sys.modules["torch"]
-        graph_task = getattr(torch._C, "_current_graph_task_id", None)
-        if graph_task is None or graph_task() == -1:
-            return  # not in backward
+        if not _in_backward():
+            return
         t = self.tally
         t.gather_bwd += 1
         t.gather_bwd_bytes += size
@@ -464,6 +512,12 @@ def _completed(hooks: CommHooks, record: list[Any], fut: Any) -> Any:
     """The bucket's future completed (on the backend's thread): note when, hand its value on."""
     record[1] = time.perf_counter()
     return fut.value()
+
+
+def _in_backward() -> bool:
+    """Inside autograd's backward (a graph task is running on this thread)."""
+    graph_task = getattr(sys.modules["torch"]._C, "_current_graph_task_id", None)
+    return graph_task is not None and graph_task() != -1
 
 
 def _fsdp_caller(frame: Any) -> int:

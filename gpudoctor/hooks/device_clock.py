@@ -21,6 +21,11 @@ passed them: it never synchronises. What the events give, exactly:
   all-reduce on the training stream; ``elapsed(C0, C1)`` is the time the stream sat waiting for
   the network after backward's last bucket (its copy-back kernels included): the exposed
   all-reduce on the GPU's clock;
+* FSDP2's all-gathers under NCCL between ``G0`` and ``G1``: around the wait for an unshard (its
+  ``wait_for_unshard``: the training stream waits for the all-gather stream's event, then copies
+  the gathered parameters out); ``elapsed(G0, G1)`` is the all-gather not hidden behind the work
+  before it (copy-out included), kept apart inside backward (a re-gather); and ``R0``/``R1`` around
+  FSDP's end-of-backward callback, where the stream waits for the last reduce-scatters;
 * a host sync (``.item()``, ``.cpu()``, ``cuda.synchronize``): the GPU's queue is empty when it
   returns, so it idles until the host queues more. The events bound that idle by the host's
   own time from the sync's return to the next mark (``sync_idle_s``, an upper bound).
@@ -83,7 +88,7 @@ class _Mark:
 
     def __init__(self, kind: str, host_t: float, handles: tuple[Any, ...], host_dt: float = 0.0,
                  n: int = 0) -> None:
-        self.kind = kind  # wait | save | sync | h2d | comm | step | stepref | reset
+        self.kind = kind  # wait | save | sync | h2d | comm | gather | rs | step | stepref | reset
         self.host_t = host_t  # epoch seconds when the host recorded the (last) handle
         self.handles = handles
         self.host_dt = host_dt  # host seconds: the wait, the sync's block, the copy's block
@@ -92,12 +97,13 @@ class _Mark:
 
 class _StepSums:
     __slots__ = ("waits", "wait_idle_s", "syncs", "sync_block_s", "sync_idle_s", "h2d", "h2d_s", "h2d_block_s",
-                 "saves", "save_s", "comms", "comm_wait_s")
+                 "saves", "save_s", "comms", "comm_wait_s", "gathers", "gather_wait_s", "gathers_bwd",
+                 "gather_bwd_wait_s", "rs_wait_s")
 
     def __init__(self) -> None:
-        self.waits = self.syncs = self.h2d = self.saves = self.comms = 0
+        self.waits = self.syncs = self.h2d = self.saves = self.comms = self.gathers = self.gathers_bwd = 0
         self.wait_idle_s = self.sync_block_s = self.sync_idle_s = self.h2d_s = self.h2d_block_s = 0.0
-        self.save_s = self.comm_wait_s = 0.0
+        self.save_s = self.comm_wait_s = self.gather_wait_s = self.gather_bwd_wait_s = self.rs_wait_s = 0.0
 
 
 class GpuMarks:
@@ -182,6 +188,20 @@ class GpuMarks:
         self._c0 = None
         self._push(_Mark("comm", t0, (h0, self.clock.record()), host_dt=self.now() - t0))
 
+    def fsdp_wait_start(self) -> tuple[float, Any] | None:
+        """FSDP is about to make the training stream wait for its collective stream: ``G0`` / ``R0``,
+        handed back to :meth:`fsdp_wait_end` (the two may nest: the end-of-backward callback's)."""
+        handle = self.clock.record()
+        return (self.now(), handle) if handle is not None else None
+
+    def fsdp_wait_end(self, began: tuple[float, Any] | None, kind: str, in_backward: bool = False) -> None:
+        """The wait is queued (and the gathered parameters copied out): ``G1`` / ``R1``. ``kind``:
+        ``gather`` (an unshard; ``in_backward``: a re-gather) or ``rs`` (the last reduce-scatters)."""
+        if began is None:
+            return
+        t0, h0 = began
+        self._push(_Mark(kind, t0, (h0, self.clock.record()), host_dt=self.now() - t0, n=int(in_backward)))
+
     def step_end(self, n: int) -> None:
         """The step's reference on the GPU is the end of its first loader wait (``W1``, already
         recorded): consecutive references are one loop period apart on the GPU, so a step costs
@@ -247,6 +267,8 @@ class GpuMarks:
             if gpu_s > 0:  # the breakdown's communication: from the last launch on the host, the GPU's seconds
                 self.emit({"k": "span", "c": "communication", "t0": mark.host_t, "dt": gpu_s,
                            "name": "DDP gradient all-reduce (GPU clock)"})
+        elif mark.kind in ("gather", "rs"):
+            self._resolve_fsdp(mark, sums)
         elif mark.kind == "h2d":
             sums.h2d += 1
             sums.h2d_s += max(0.0, ms(*mark.handles) / 1000.0)
@@ -254,8 +276,23 @@ class GpuMarks:
         else:
             self._emit_step(mark)
 
+    def _resolve_fsdp(self, mark: _Mark, sums: _StepSums) -> None:
+        gpu_s = max(0.0, self.clock.elapsed_ms(*mark.handles) / 1000.0)
+        if mark.kind == "rs":
+            sums.rs_wait_s += gpu_s
+            name = "FSDP reduce-scatter (GPU clock)"
+        else:
+            sums.gathers += 1
+            sums.gather_wait_s += gpu_s
+            if mark.n:
+                sums.gathers_bwd += 1
+                sums.gather_bwd_wait_s += gpu_s
+            name = "FSDP all-gather (GPU clock)"
+        if gpu_s > 0:
+            self.emit({"k": "span", "c": "communication", "t0": mark.host_t, "dt": gpu_s, "name": name})
+
     def _host_t0(self, mark: _Mark) -> float:
-        if mark.kind in ("wait", "save", "comm"):
+        if mark.kind in ("wait", "save", "comm", "gather", "rs"):
             return mark.host_t  # their host_t is the start already
         return mark.host_t - mark.host_dt if mark.kind == "h2d" else mark.host_t
 
@@ -273,6 +310,9 @@ class GpuMarks:
             event.update(saves=s.saves, save_s=s.save_s)
         if s.comms:
             event.update(comms=s.comms, comm_wait_s=s.comm_wait_s)
+        if s.gathers or s.rs_wait_s:
+            event.update(gathers=s.gathers, gather_wait_s=s.gather_wait_s, gathers_bwd=s.gathers_bwd,
+                         gather_bwd_wait_s=s.gather_bwd_wait_s, rs_wait_s=s.rs_wait_s)
         if self.dropped:
             event["dropped"] = self.dropped
         self._prev_step = mark.handles[0]

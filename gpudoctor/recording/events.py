@@ -98,8 +98,10 @@ others on the host:
               GPU), ``h2d_block_s`` (host blocked in them), ``saves``, ``save_s`` (the GPU's
               part of checkpoint saves), ``comms``, ``comm_wait_s`` (DDP backwards whose all-reduce
               was timed, and the training stream's wait for it after the last bucket's launch:
-              the exposed all-reduce under NCCL; only when DDP ran on CUDA), ``dropped`` (marks
-              not recorded).
+              the exposed all-reduce under NCCL; only when DDP ran on CUDA), ``gathers``,
+              ``gather_wait_s``, ``gathers_bwd``, ``gather_bwd_wait_s``, ``rs_wait_s`` (FSDP2 on
+              CUDA: the training stream's waits for its all-gathers, those inside backward, and
+              for the last reduce-scatters at the end of backward), ``dropped`` (marks not recorded).
 ``gpu_save``  one checkpoint ``torch.save``: ``t0``, ``dt`` (host), ``idle_s`` (the save's part on
               the GPU, ``elapsed(S0, S1)``: its copies and the idle while it writes).
 
@@ -479,6 +481,11 @@ class GpuStepEvent(_GpuStep, total=False):
     save_s: Seconds
     comms: Count  # DDP backwards whose all-reduce was timed on the GPU
     comm_wait_s: Seconds  # the training stream's wait for it after backward's last bucket
+    gathers: Count  # FSDP unshards waited for on the training stream
+    gather_wait_s: Seconds  # ... the stream's wait for their all-gathers (copy-out included)
+    gathers_bwd: Count  # ... of them inside backward: re-gathers
+    gather_bwd_wait_s: Seconds
+    rs_wait_s: Seconds  # FSDP's end of backward: the stream's wait for the last reduce-scatters
     dropped: Count
 
 

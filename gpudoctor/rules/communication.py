@@ -312,12 +312,14 @@ class RegatherFigures:
     share: float  # of a step
     step_s: float | None
     speedup: float | None
+    gpu_clock: bool  # the training stream's waits (CUDA events), not the host's
 
 
 class FsdpBackwardAllgather(Rule):
     name = "fsdp_backward_allgather"
     fires_when = ("FSDP all-gathers the parameters again in backward (`reshard_after_forward=True`, FULL_SHARD), "
-                  "those all-gathers ≥ 5% of a step on the rank that waited in them least (host clock: CPU, gloo)")
+                  "the wait for those all-gathers ≥ 5% of a step on the rank that waited least (host clock on gloo, the "
+                  "training stream's on the GPU clock under NCCL)")
     fix_from = ("`reshard_after_forward=False` (FSDP2 `fully_shard`, Accelerate's plugin, the Trainer's `fsdp_config`) "
                 "or `SHARD_GRAD_OP` (FSDP1, Lightning): the measured seconds of the backward all-gathers per step, "
                 "for the unsharded parameters held from forward to backward (the memory it costs is said)")
@@ -351,13 +353,16 @@ def _regather_figures(a: Analysis) -> tuple[RegatherFigures, ProcessView] | None
     mib = f.gather_bwd_bytes / 2**20
     extra = mib * (int(world) - 1) / int(world) if isinstance(world, int) and world > 0 else None
     return RegatherFigures(r.p.rank, int(f.fsdp or 2), round(f.gather_bwd), f.gather_bwd_s, mib, extra, share,
-                           r.step_s, loop_speedup(r.step_s, f.gather_bwd_s)), r.p
+                           r.step_s, loop_speedup(r.step_s, f.gather_bwd_s), f.gather_clock == "gpu"), r.p
 
 
 def _word_regather(fig: RegatherFigures, fix: vocabulary.CallFix, claims: list[Claim]) -> Finding:
     evidence = (f"FSDP{'2' if fig.fsdp == 2 else ''} freed each unit's gathered parameters after its forward and "
-                f"all-gathered them again in backward: {fig.gathers} all-gathers of {fig.gathered_mib:.1f} MiB and "
-                f"{1000 * fig.gather_s:.1f} ms a step on rank {fig.rank}, {pct(fig.share)} of a step.")
+                f"all-gathered them again in backward: {fig.gathers} all-gathers of {fig.gathered_mib:.1f} MiB a step; "
+                + (f"rank {fig.rank}'s training stream waited {1000 * fig.gather_s:.1f} ms a step for them "
+                   "(CUDA events on the GPU's clock)" if fig.gpu_clock else
+                   f"rank {fig.rank} waited {1000 * fig.gather_s:.1f} ms a step in them")
+                + f", {pct(fig.share)} of a step.")
     memory = (f" Each rank then holds about {fig.extra_mib:.0f} MiB more between forward and backward"
               if fig.extra_mib is not None else " Each rank then holds the unsharded parameters between forward and backward")
     summary = ("Keep the gathered parameters from forward to backward (" + fix.snippet.splitlines()[-1].strip()
