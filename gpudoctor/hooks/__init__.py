@@ -58,6 +58,7 @@ def install(run_dir: str | os.PathLike[str]) -> EventWriter:
     imports.when_imported("torch.optim.optimizer", th.install_optimizer)
     imports.when_imported("torch.nn.modules.module", th.install_module)
     comm = th.comm = CommHooks(w)  # DDP's all-reduce and direct torch.distributed calls, per step
+    CommHooks.current = comm  # a timer DDP kept from an earlier attach reports to this one
     comm.gpu_marks = lambda: th.gpu  # on CUDA, DDP's exposed all-reduce on the GPU clock
     imports.when_imported("torch.nn.parallel.distributed", comm.install_ddp)
     imports.when_imported("torch.distributed", comm.install_direct)

@@ -103,7 +103,7 @@ class _Round:
 class CommHooks:
     """State shared by the collective patches of one process."""
 
-    current: CommHooks | None = None  # the installed one: a timed hook left on DDP by an earlier one reports here
+    current: CommHooks | None = None  # the installed one (set by install): a timed hook left on DDP by an earlier one reports here
 
     def __init__(self, writer: EventWriter) -> None:
         self.writer = writer
@@ -124,7 +124,6 @@ class CommHooks:
         self.gpu_end_queued = False  # this backward's end-of-backward mark is queued with autograd
         self.closed = False  # uninstalled: a timed hook left on a DDP model (DDP keeps it) only passes through
         self.fsdp: int | None = None  # 1 or 2: the FSDP whose all-gathers were seen (its callers' module)
-        CommHooks.current = self
 
     # -- install ------------------------------------------------------------------------------
     def install_ddp(self, mod: ModuleType) -> None:
