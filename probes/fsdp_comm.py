@@ -1,13 +1,14 @@
 """Probe: the collectives FSDP adds on CPU (gloo), two ranks, parameters re-gathered in backward or not.
 
-Run with ``torchrun --nproc-per-node 2 probes/fsdp_comm.py [--no-reshard]``. Each rank trains a tiny
-causal LM sharded with FSDP2 (``fully_shard`` on every block, then on the root) over pre-tokenized
+Run with ``torchrun --nproc-per-node 2 probes/fsdp_comm.py [--no-reshard] [--fsdp1]``. Each rank
+trains a tiny causal LM sharded with FSDP2 (``fully_shard`` on every block, then on the root), or with
+``--fsdp1`` the ``FullyShardedDataParallel`` wrapper (every block its own unit), over pre-tokenized
 packed blocks (a ``DistributedSampler``).
 
 Planted: FSDP's default ``reshard_after_forward=True`` frees each block's gathered parameters after
 its forward and all-gathers them again in backward (``fsdp_backward_allgather``); ``--no-reshard``
-(``reshard_after_forward=False``, ZeRO-2: the gathered parameters kept from forward to backward) is
-its fix, at the cost of that memory.
+(``reshard_after_forward=False``, ZeRO-2: the gathered parameters kept from forward to backward;
+FSDP1's ``ShardingStrategy.SHARD_GRAD_OP``) is its fix, at the cost of that memory.
 
 Ground truth per rank, ``<truth>.rank<R>.json`` (rank 0's also at ``<truth>`` itself, for
 ``bench/prescriptions.py``), timed by the probe itself around each collective FSDP issues (its own
@@ -78,11 +79,28 @@ class Collectives:
         return timed
 
 
+def shard(model: torch.nn.Module, args: argparse.Namespace) -> torch.nn.Module:
+    """Every block its own unit, then the root: FSDP2's ``fully_shard``, or FSDP1's wrapper."""
+    if not args.fsdp1:
+        for block in model.blocks:
+            fully_shard(block, reshard_after_forward=not args.no_reshard)
+        return fully_shard(model, reshard_after_forward=not args.no_reshard)
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp import ShardingStrategy
+
+    strategy = ShardingStrategy.SHARD_GRAD_OP if args.no_reshard else ShardingStrategy.FULL_SHARD
+    cpu = torch.device("cpu")
+    for i, block in enumerate(model.blocks):
+        model.blocks[i] = FSDP(block, sharding_strategy=strategy, device_id=cpu, use_orig_params=True)
+    return FSDP(model, sharding_strategy=strategy, device_id=cpu, use_orig_params=True)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=30, help="optimizer steps per rank (default 30)")
     p.add_argument("--no-reshard", action="store_true",
                    help="fully_shard(..., reshard_after_forward=False): no all-gather in backward (the fix)")
+    p.add_argument("--fsdp1", action="store_true", help="the FullyShardedDataParallel wrapper (FSDP1), not fully_shard")
     p.add_argument("--batch-size", type=int, default=2, help="per-rank batch size")
     p.add_argument("--seq-len", type=int, default=32)
     p.add_argument("--n-embd", type=int, default=256)
@@ -96,7 +114,8 @@ def main(argv=None):
     truth = C.Truth(PROBE, "none" if args.no_reshard else "fsdp_backward_allgather",
                     f"{base}.rank{rank}.json" if base else None)
     truth.enable("data_wait_s", "tokenize_s", "checkpoint_s", "compute_s")
-    truth.fields.update(rank=rank, world_size=world, reshard_after_forward=not args.no_reshard)
+    truth.fields.update(rank=rank, world_size=world, reshard_after_forward=not args.no_reshard,
+                        fsdp=1 if args.fsdp1 else 2)
 
     tok = C.get_tokenizer(seed=args.seed)
     n_blocks = world * args.batch_size * (args.steps + 1)
@@ -108,9 +127,7 @@ def main(argv=None):
 
     torch.manual_seed(args.seed)  # identical initial weights on every rank
     model = C.TinyCausalLM(tok.get_vocab_size(), n_embd=args.n_embd, n_layer=args.n_layer, n_head=4)
-    for block in model.blocks:
-        fully_shard(block, reshard_after_forward=not args.no_reshard)
-    fully_shard(model, reshard_after_forward=not args.no_reshard)
+    model = shard(model, args)
     opt = C.make_adamw(model.parameters(), 3e-4, truth)
 
     comms = Collectives()

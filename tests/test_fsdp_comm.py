@@ -60,3 +60,19 @@ def test_parameters_kept_from_forward_to_backward_are_gathered_once(probe_run: A
         assert _truth(run, rank)["gathers_bwd"] == 0
     assert run.finding("fsdp_backward_allgather") is None
     _shares_match_truth(run)
+
+
+def test_fsdp1_is_told_its_own_sharding_strategy(probe_run: Any) -> None:
+    """The wrapper class, every block its own unit (the root keeps its parameters after forward):
+    the same waste, the fix in FSDP1's words."""
+    run = probe_run("fsdp_comm", "--steps", str(STEPS), "--fsdp1", launcher=_torchrun())
+    assert run.returncode == 0, run.stderr[-2000:]
+    for rank, rows in _comm_events(run).items():
+        assert all(r["fsdp"] == 1 and r["gather_bwd"] == UNITS - 1 for r in rows)
+        assert sum(r["gather_bwd"] for r in rows) == _truth(run, rank)["gathers_bwd"]
+    f = run.finding("fsdp_backward_allgather")
+    assert f is not None, [x["rule"] for x in run.report["findings"]]
+    assert f["fix"]["call"] == "FullyShardedDataParallel" and f["fix"]["config"] == {"sharding_strategy": "SHARD_GRAD_OP"}
+    d = f["data"]
+    # 2 ranks: each holds the other's half of what it gathers in backward
+    assert d["extra_memory_mib"] == pytest.approx(d["gathered_mib_per_step"] / 2, rel=0.01)

@@ -435,7 +435,7 @@ class CommHooks:
         blocking = not kwargs.get("async_op")  # an async call returns at once: its time is spent where it is waited on
         on_host = blocking and all(x.device.type == "cpu" for x in tensors)  # the host waited (gloo; a barrier)
         if name in GATHERS:
-            self._gather(size, seconds if on_host else 0.0)
+            self._gather(_gathered_bytes(args, kwargs, size), seconds if on_host else 0.0)
         if not blocking:
             return
         t.direct_s += seconds
@@ -511,6 +511,15 @@ def _completed(hooks: CommHooks, record: list[Any], fut: Any) -> Any:
     """The bucket's future completed (on the backend's thread): note when, hand its value on."""
     record[1] = time.perf_counter()
     return fut.value()
+
+
+def _gathered_bytes(args: tuple[Any, ...], kwargs: dict[str, Any], largest: int) -> int:
+    """What an all-gather gathers: its output list's bytes (``all_gather(list, tensor)``, FSDP1 on
+    gloo), else its largest tensor (the output of ``all_gather_single`` / ``_into_tensor``)."""
+    out = args[0] if args else kwargs.get("tensor_list")
+    if isinstance(out, (list, tuple)):
+        return sum(int(x.numel() * x.element_size()) for x in out if hasattr(x, "numel"))
+    return largest
 
 
 def _in_backward() -> bool:
