@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import statistics
@@ -171,7 +172,13 @@ def main(argv=None):
             truth.step_times.append(t_end - t_first)
 
     truth.timers["compute_s"] = max(0.0, (truth.timers["compute_s"] or 0.0) - comm_s)
-    dist.destroy_process_group()  # no barrier: a final wait for the other rank is no step's
+    # DDP's reducer holds the process group: drop it first, so the group (and gloo's threads, which may
+    # hold the Python comm hook's futures) is gone while the interpreter is whole; left to interpreter
+    # exit, gloo's teardown aborts the process now and then ("terminate called without an active
+    # exception", pytorch/pytorch#179291). No barrier: a final wait for the other rank is no step's.
+    del ddp
+    gc.collect()
+    dist.destroy_process_group()
     fields = dict(communication_s=comm_s, sync_cost_s=sync_s, local_backward_s=local_s, allreduces=allreduces,
                   micro_steps=micro_steps, forward_s=forward_s, late_hook_calls=late_calls[0], final_loss=float(loss.detach()))
     d = truth.write(**fields, communication_share=comm_s / truth.now())

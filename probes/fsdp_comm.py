@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import json
 import os
 import sys
@@ -144,6 +145,8 @@ def main(argv=None):
         truth.step_times.append(t_end - t_step)
 
     truth.timers["compute_s"] = max(0.0, (truth.timers["compute_s"] or 0.0) - comms.s["all"])
+    del model, opt  # FSDP holds the process group: gone before it, while the interpreter is whole (see ddp_comm)
+    gc.collect()
     dist.destroy_process_group()
     d = truth.write(communication_s=comms.s["all"], gather_bwd_s=comms.s["gather_bwd"], **comms.n,
                     final_loss=float(loss.detach()), communication_share=comms.s["all"] / truth.now())
