@@ -1,7 +1,9 @@
-"""A DDP model built before the doctor came in (``attach``, ``gpudoctor.profile()`` around a loop
-already running) is adopted at its next training forward: its settings are recorded and its
-all-reduce timed, through a detach and a second attach, and the training's gradients are untouched.
-One real rank (gloo, an in-memory store) in this process."""
+"""DDP in this process, one real rank (gloo, an in-memory store).
+
+A model built before the doctor came in (``attach``, ``gpudoctor.profile()`` around a loop already
+running) is adopted at its next training forward: its settings are recorded and its all-reduce
+timed, through a detach and a second attach, and the training's gradients are untouched. And
+``gpudoctor try``'s DDP arguments reach the call the script wrote."""
 
 from __future__ import annotations
 
@@ -91,3 +93,25 @@ def test_a_hook_the_script_registered_before_the_doctor_keeps_the_slot(one_rank:
     assert not [r for r in rows if r["k"] == "hook_error"]
     comm = [r for r in rows if r["k"] == "comm"]
     assert len(comm) == 4 and all(r["micro"] == 1 and r["synced"] == 1 and r["buckets"] == 0 for r in comm)
+
+
+def test_try_sets_the_ddp_argument_in_the_call_the_script_wrote(
+        one_rank: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``gpudoctor try``'s fix for unused_parameter_search reaches ``DistributedDataParallel(...)``
+    through the hooks: the model is built with find_unused_parameters=False, and an ``applied``
+    event says what it was."""
+    from gpudoctor import hooks
+    from gpudoctor.hooks import apply
+
+    spec = {"schema": apply.SCHEMA, "rule": "unused_parameter_search", "ddp": {"find_unused_parameters": False}}
+    monkeypatch.setattr(apply, "_overrides", apply.Overrides(spec))  # what GPUDOCTOR_APPLY's file gives
+    with gpudoctor.profile(out=tmp_path / "run", interval_s=0.05):
+        monkeypatch.setattr(apply, "_writer", hooks.writer())
+        model = torch.nn.parallel.DistributedDataParallel(_net(), find_unused_parameters=True)
+        model(torch.randn(4, 32)).sum().backward()
+    assert model.find_unused_parameters is False
+    applied = [r for r in _events(tmp_path / "run") if r["k"] == "applied"]
+    assert [(a["call"], a["values"], a["was"]) for a in applied] == [
+        ("DistributedDataParallel", {"find_unused_parameters": False}, {"find_unused_parameters": True})]
+    ddp = [r for r in _events(tmp_path / "run") if r["k"] == "ddp"]
+    assert ddp[0]["find_unused_parameters"] is False  # the settings recorded are those that ran

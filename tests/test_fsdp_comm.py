@@ -76,3 +76,30 @@ def test_fsdp1_is_told_its_own_sharding_strategy(probe_run: Any) -> None:
     d = f["data"]
     # 2 ranks: each holds the other's half of what it gathers in backward
     assert d["extra_memory_mib"] == pytest.approx(d["gathered_mib_per_step"] / 2, rel=0.01)
+
+
+def test_try_keeps_fsdp2s_parameters_in_its_own_ranks_and_stops_them_cleanly(tmp_path: Path) -> None:
+    """``gpudoctor try`` on a torchrun FSDP2 job: the trial's ranks get ``reshard_after_forward=False``
+    through the hooks (no code edited), gather nothing in backward, and try's own stop of torchrun
+    (its agent raises SignalException on SIGINT) is a stop, not a crash. Counts, never the speedup."""
+    from gpudoctor.report.check import problem
+    from tests.conftest import PROBES, run_cli
+
+    out = tmp_path / "try"
+    proc = run_cli("try", "--out", str(out), "--seconds", "4", "--", *_torchrun(), str(PROBES / "fsdp_comm.py"),
+                   "--steps", "5000", timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert problem(report) is None
+    trial = report["trial"]
+    assert trial["rule"] == "fsdp_backward_allgather" and trial["trial_run"]["crash"] is None
+    applied = [a for a in trial["applied"] if a["call"] == "fully_shard"]
+    assert applied and all(a["values"] == {"reshard_after_forward": False} for a in applied)
+    assert trial["predicted_speedup"] > 1 and trial["achieved_speedup"] > 0
+
+    def gathers_in_backward(events: Path) -> set[int]:
+        rows = [json.loads(line) for f in events.glob("*.jsonl") for line in f.read_text().splitlines() if line.strip()]
+        return {r["gather_bwd"] for r in rows if r.get("k") == "comm"}
+
+    assert gathers_in_backward(out / "events") == {UNITS}
+    assert gathers_in_backward(out / "trial" / "events") == {0}

@@ -3,7 +3,8 @@
 ``gpudoctor try`` writes the fix's values to a JSON file in its run folder and names it in
 ``GPUDOCTOR_APPLY``. At install, the hooks read it and change the arguments of the calls
 they already see: ``TrainingArguments`` fields (set before its ``__post_init__``, so the
-library still validates them), ``DataLoader(...)`` arguments, and tokenizer call arguments.
+library still validates them), ``DataLoader(...)`` arguments, tokenizer call arguments, and the
+data-parallel wrappers' (``DistributedDataParallel(...)``, ``fully_shard(...)``, FSDP1's class).
 What was actually changed is recorded as ``applied`` events, so the report shows what ran,
 not what was asked. Stdlib-only, like the rest of the injected part.
 
@@ -36,6 +37,10 @@ LOADER_KEYS = {"num_workers": int, "persistent_workers": bool, "prefetch_factor"
 TOKENIZER_KEYS = {"max_length": int, "padding": (bool, str), "pad_to_multiple_of": int, "truncation": (bool, str)}
 SAVE_KEYS = {"keep_every": int}  # torch.save in a hand-written loop: keep every k-th checkpoint
 MODEL_CHECKPOINT_KEYS = {"every_n_train_steps": int, "save_weights_only": bool, "save_top_k": int}
+DDP_KEYS = {"find_unused_parameters": bool, "static_graph": bool, "gradient_as_bucket_view": bool,
+            "bucket_cap_mb": (int, float)}
+FULLY_SHARD_KEYS = {"reshard_after_forward": bool}
+FSDP1_KEYS = {"sharding_strategy": str}  # a ShardingStrategy's name (SHARD_GRAD_OP)
 Scalar = int | float | bool | str | None
 
 
@@ -51,6 +56,9 @@ class Overrides:
         self.saves_seen = 0
         self.saves_skipped = 0
         self.model_checkpoint = _scalars(spec.get("model_checkpoint"), MODEL_CHECKPOINT_KEYS)
+        self.ddp = _scalars(spec.get("ddp"), DDP_KEYS)
+        self.fully_shard = _scalars(spec.get("fully_shard"), FULLY_SHARD_KEYS)
+        self.fsdp1 = _scalars(spec.get("fsdp1"), FSDP1_KEYS)
         self.said: dict[str, int] = {}
 
 
@@ -103,6 +111,11 @@ def install(writer: EventWriter) -> None:
         imports.when_imported("torch.utils.data.dataloader", _install_dataloader)
     if found.training_arguments:
         imports.when_imported("transformers.training_args", _install_training_arguments)
+    if found.fully_shard:  # the script's ``from torch.distributed.fsdp import fully_shard`` gets ours
+        for name in ("torch.distributed.fsdp", "torch.distributed._composable.fsdp"):
+            imports.when_imported(name, _install_fully_shard)
+    if found.fsdp1:
+        imports.when_imported("torch.distributed.fsdp.fully_sharded_data_parallel", _install_fsdp1)
 
 
 def active() -> bool:
@@ -323,3 +336,77 @@ def _model_checkpoint_kwargs(fn: Any, self: Any, args: tuple[Any, ...], kwargs: 
         values[key] = out[key] = value
     _emit("ModelCheckpoint", values, {k: _plain(v) for k, v in was.items()}, skipped)
     return out
+
+
+# -- the data-parallel wrappers: DistributedDataParallel(...), fully_shard(...), FSDP1 ------------
+def call_kwargs(section: str, call: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                first: int = 0) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``fn``'s arguments with the fix's values of ``section`` (``ddp``, ``fully_shard``, ``fsdp1``),
+    bound by name (a value given positionally is replaced too); the call as written otherwise.
+    ``first``: leading arguments not to hand back (``self``). Called by the DDP hook as well."""
+    changed = _call_kwargs(section, call, fn, args, kwargs)
+    if changed is None:
+        return args, kwargs
+    new_args, new_kwargs = changed
+    return new_args[first:], new_kwargs
+
+
+@guarded("apply data-parallel fix")
+def _call_kwargs(section: str, call: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+                 ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    o = _overrides
+    values_in: dict[str, Scalar] = (getattr(o, section, None) or {}) if o is not None else {}
+    if not values_in:
+        return None
+    sig = inspect.signature(fn)
+    try:
+        bound = sig.bind(*args, **kwargs)
+    except TypeError:  # wrong as written: the call will say so itself
+        return None
+    params = sig.parameters
+    values: dict[str, Any] = {}
+    was: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
+    for key, value in values_in.items():
+        if key not in params:
+            skipped[key] = f"this {call} takes no {key} argument"
+            continue
+        current = bound.arguments.get(key, params[key].default)
+        was[key] = current.name if key == "sharding_strategy" and hasattr(current, "name") else _plain(current)
+        bound.arguments[key] = _sharding_strategy(value) if key == "sharding_strategy" else value
+        values[key] = value
+    _emit(call, values, was, skipped)
+    return bound.args, bound.kwargs
+
+
+def _sharding_strategy(name: Any) -> Any:
+    from torch.distributed.fsdp import ShardingStrategy
+
+    return ShardingStrategy[str(name)]
+
+
+def _install_fully_shard(mod: ModuleType) -> None:
+    if callable(getattr(mod, "fully_shard", None)):
+        patch.replace(mod, "fully_shard", _wrap_fully_shard)
+
+
+def _wrap_fully_shard(fn: Any) -> Any:
+    def fully_shard(*args: Any, **kwargs: Any) -> Any:
+        args, kwargs = call_kwargs("fully_shard", "fully_shard", fn, args, kwargs)
+        return fn(*args, **kwargs)
+
+    return fully_shard
+
+
+def _install_fsdp1(mod: ModuleType) -> None:
+    cls = getattr(mod, "FullyShardedDataParallel", None)
+    if cls is not None:
+        patch.replace(cls, "__init__", _wrap_fsdp1_init)
+
+
+def _wrap_fsdp1_init(fn: Any) -> Any:
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        args, kwargs = call_kwargs("fsdp1", "FullyShardedDataParallel", fn, (self, *args), kwargs, first=1)
+        fn(self, *args, **kwargs)
+
+    return __init__

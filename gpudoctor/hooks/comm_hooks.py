@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from gpudoctor.hooks import patch
+from gpudoctor.hooks import apply, patch
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.writer import EventWriter
 from gpudoctor.recording.events import COMMUNICATION, CommEvent, DdpEvent, SpanEvent
@@ -199,6 +199,8 @@ class CommHooks:
         hooks = self
 
         def __init__(ddp: Any, *args: Any, **kwargs: Any) -> None:
+            if apply.active():  # ``gpudoctor try``: the fix's DDP arguments
+                args, kwargs = apply.call_kwargs("ddp", "DistributedDataParallel", fn, (ddp, *args), kwargs, first=1)
             fn(ddp, *args, **kwargs)
             hooks._on_init(ddp)
 

@@ -38,7 +38,7 @@ def _wrap(writer: EventWriter, fn: Any) -> Any:
 
 @guarded("crash record")
 def _record(writer: EventWriter, kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
-    if issubclass(kind, KeyboardInterrupt):
+    if issubclass(kind, KeyboardInterrupt) or _launcher_signal(kind):
         return  # a stop (try's own SIGINT included), not a crash
     frames = traceback.extract_tb(tb)[-LAST_FRAMES:]
     # A DataLoader worker's error carries the worker's whole traceback: its last line is the error.
@@ -46,3 +46,8 @@ def _record(writer: EventWriter, kind: type[BaseException], exc: BaseException, 
     message = redact_value(" ".join(said[-1].split()) if said else "")[:MAX_MESSAGE]
     writer.emit({"k": "uncaught", "t": time.time(), "error": kind.__name__, "message": message,
                  "frames": [f"{os.path.basename(f.filename)}:{f.lineno} in {f.name}" for f in frames]})
+
+
+def _launcher_signal(kind: type[BaseException]) -> bool:
+    """torchrun's agent turns SIGINT/SIGTERM into its ``SignalException``: a stop, like Ctrl-C."""
+    return kind.__name__ == "SignalException" and kind.__module__.startswith("torch.distributed.elastic")

@@ -16,6 +16,9 @@ from typing import Any
 from gpudoctor.analysis import Analysis
 from gpudoctor.common.errors import UserError
 from gpudoctor.hooks.apply import (
+    DDP_KEYS,
+    FSDP1_KEYS,
+    FULLY_SHARD_KEYS,
     LOADER_KEYS,
     MODEL_CHECKPOINT_KEYS,
     SAVE_KEYS,
@@ -26,7 +29,12 @@ from gpudoctor.report.schema import Finding, FixTable, NotApplied, Report
 from gpudoctor.rules.names import Names, names_for
 
 TARGETS = {"TrainingArguments": "training_arguments", "DataLoader": "dataloader", "tokenizer": "tokenizer",
-           "torch.save": "torch_save", "ModelCheckpoint": "model_checkpoint"}
+           "torch.save": "torch_save", "ModelCheckpoint": "model_checkpoint", "DistributedDataParallel": "ddp",
+           "fully_shard": "fully_shard", "FullyShardedDataParallel": "fsdp1"}
+# The settable keyword arguments of each target the hooks change a call of (TrainingArguments: its fields).
+_TARGET_KEYS: dict[str, dict[str, Any]] = {"dataloader": LOADER_KEYS, "tokenizer": TOKENIZER_KEYS,
+                                           "torch_save": SAVE_KEYS, "ddp": DDP_KEYS,
+                                           "fully_shard": FULLY_SHARD_KEYS, "fsdp1": FSDP1_KEYS}
 LOOP = "your training loop"
 _CODE_REASONS = {
     "ds.map": "datasets.map runs in the script before training: pre-processing it needs a code change",
@@ -165,7 +173,9 @@ def _thinned_saves(table: FixTable, finding: Finding) -> Part | None:
     return part
 
 # The call each settable key belongs to, when the finding's own tables do not name it.
-_KEY_CALLS = (("DataLoader", LOADER_KEYS), ("tokenizer", TOKENIZER_KEYS), ("ModelCheckpoint", MODEL_CHECKPOINT_KEYS))
+_KEY_CALLS = (("DataLoader", LOADER_KEYS), ("tokenizer", TOKENIZER_KEYS), ("ModelCheckpoint", MODEL_CHECKPOINT_KEYS),
+              ("DistributedDataParallel", DDP_KEYS), ("fully_shard", FULLY_SHARD_KEYS),
+              ("FullyShardedDataParallel", FSDP1_KEYS))
 
 
 def _part_for(key: str, parts: list[Part], names: Names) -> Part:
@@ -212,7 +222,9 @@ def check_sets(sets: dict[str, Any]) -> None:
         if key not in fields:
             raise UserError(
                 f"--set {key}: not an argument the trial can set (DataLoader: {', '.join(LOADER_KEYS)}; "
-                f"tokenizer: {', '.join(TOKENIZER_KEYS)}; ModelCheckpoint: {', '.join(MODEL_CHECKPOINT_KEYS)}"
+                f"tokenizer: {', '.join(TOKENIZER_KEYS)}; ModelCheckpoint: {', '.join(MODEL_CHECKPOINT_KEYS)}; "
+                f"DistributedDataParallel: {', '.join(DDP_KEYS)}; fully_shard: {', '.join(FULLY_SHARD_KEYS)}; "
+                f"FullyShardedDataParallel: {', '.join(FSDP1_KEYS)}"
                 + ("; or a field of the installed transformers' TrainingArguments)" if fields else
                    "; TrainingArguments fields need transformers, which is not installed here)"))
 
@@ -249,12 +261,8 @@ def _training_argument_fields() -> set[str]:
 
 
 def _settable(target: str | None, key: str, names: Names) -> bool:
-    if target == "dataloader":
-        return key in LOADER_KEYS
-    if target == "tokenizer":
-        return key in TOKENIZER_KEYS
-    if target == "torch_save":
-        return key in SAVE_KEYS
+    if target in _TARGET_KEYS:
+        return key in _TARGET_KEYS[target]
     if target == "model_checkpoint":
         return key in MODEL_CHECKPOINT_KEYS and key in set((names.lightning or {}).get("params") or [key])
     return target == "training_arguments" and (not names.trainer_fields or key in names.trainer_fields)

@@ -20,7 +20,7 @@ from gpudoctor.rules.account import Claim
 MIN_WARMUP_STEPS = 3
 WARMUP_SHARE = 0.1
 MIN_STEPS = 3
-LOOP_BUCKETS = ("data_wait", "compute", "checkpoint", "eval")
+LOOP_BUCKETS = ("data_wait", "compute", "communication", "checkpoint", "eval")
 
 
 @dataclass
