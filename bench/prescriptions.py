@@ -97,6 +97,8 @@ PROBES: list[Probe] = [
           fixes={"unused_parameter_search": ("--no-find-unused",)}, label="ddp_comm find_unused"),
     Probe("fsdp_comm", (*TORCHRUN_2, "probes/fsdp_comm.py", "--steps", "40"), "fsdp_backward_allgather",
           fixes={"fsdp_backward_allgather": ("--no-reshard",)}, label="fsdp_comm reshard"),
+    Probe("fsdp_comm", (*TORCHRUN_2, "probes/fsdp_comm.py", "--steps", "40"), "fsdp_backward_allgather",
+          fixes={"fsdp_backward_allgather": ("--no-reshard",)}, hog=True, label="fsdp_comm reshard + hog"),
 ]
 
 
