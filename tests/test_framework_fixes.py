@@ -90,3 +90,37 @@ def test_accelerator_as_built_is_recorded_from_a_real_loop(tmp_path):
     assert acc["version"] == accelerate.__version__ and acc["params"] == _accelerator_params()
     report = json.loads((folder / "report.json").read_text())
     assert report["steps"]["count"] >= 3
+
+
+def test_the_fsdp_fix_is_an_argument_of_each_frameworks_installed_call() -> None:
+    """``fsdp_backward_allgather``'s fix in each framework's terms names an argument the installed
+    library's call really takes (FSDP2 and FSDP1 in torch, Accelerate's plugin, Lightning's strategy,
+    the Trainer's ``fsdp_config``)."""
+    import dataclasses
+
+    import transformers
+    from lightning.pytorch.strategies import FSDPStrategy
+    from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy, fully_shard
+
+    from gpudoctor.rules.names import Names
+    from gpudoctor.rules.vocabulary import reshard_fix
+
+    def names(kind: str = "loop", **kw: Any) -> Names:
+        return Names(kind, "torch", set(), set(), {}, None, **kw)
+
+    takes = {
+        "fully_shard": set(inspect.signature(fully_shard).parameters),
+        "FullyShardedDataParallel": set(inspect.signature(FullyShardedDataParallel.__init__).parameters),
+        "FullyShardedDataParallelPlugin": {f.name for f in dataclasses.fields(accelerate.FullyShardedDataParallelPlugin)},
+        "FSDPStrategy": set(inspect.signature(FSDPStrategy.__init__).parameters),
+        "TrainingArguments": {f.name for f in dataclasses.fields(transformers.TrainingArguments)},
+    }
+    cases = [(names(), 2, "fully_shard"), (names(), 1, "FullyShardedDataParallel"),
+             (names(accelerate=True), 2, "FullyShardedDataParallelPlugin"),
+             (names(lightning_trainer={}), 1, "FSDPStrategy"), (names("trainer"), 2, "TrainingArguments")]
+    for n, version, call in cases:
+        fix = reshard_fix(n, version)
+        assert fix.call == call and fix.config and set(fix.config) <= takes[call], (call, fix.config)
+        if "sharding_strategy" in fix.config:
+            assert ShardingStrategy[fix.config["sharding_strategy"]] is ShardingStrategy.SHARD_GRAD_OP
+    assert reshard_fix(names("trainer"), 2).config == {"fsdp_config": {"reshard_after_forward": False}}

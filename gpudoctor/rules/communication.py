@@ -306,7 +306,7 @@ class RegatherFigures:
     rank: int
     fsdp: int  # 1 or 2
     gathers: int  # all-gathers in backward per step
-    gather_s: float  # their host seconds per step (the least on any rank: the wire, not a straggler)
+    gather_s: float  # the wait for them per step, host or GPU clock (the least on any rank: the wire, not a straggler)
     gathered_mib: float  # bytes they gathered per step
     extra_mib: float | None  # memory a rank holds more once forward keeps them (None: world size unknown)
     share: float  # of a step
@@ -365,7 +365,9 @@ def _word_regather(fig: RegatherFigures, fix: vocabulary.CallFix, claims: list[C
                 + f", {pct(fig.share)} of a step.")
     memory = (f" Each rank then holds about {fig.extra_mib:.0f} MiB more between forward and backward"
               if fig.extra_mib is not None else " Each rank then holds the unsharded parameters between forward and backward")
-    summary = ("Keep the gathered parameters from forward to backward (" + fix.snippet.splitlines()[-1].strip()
+    lines = fix.snippet.splitlines()
+    line = next((x for x in lines if "reshard_after_forward" in x or "SHARD_GRAD_OP" in x), lines[-1])
+    summary = ("Keep the gathered parameters from forward to backward (" + line.split("#")[0].strip()
                + "): one all-gather per unit a step instead of two"
                + (f", the loop about {fig.speedup:.2f}x faster." if fig.speedup else ".")
                + memory + " (ZeRO-2 instead of ZeRO-3): take it where the memory allows.")
