@@ -68,7 +68,9 @@ class Fsdp:
         self.truth["rs"][-1] += max(0.0, self.net_free - before)
 
 
-def play_fsdp(root: Path, gather_s: float, reshard: bool = True) -> tuple[Fsdp, StrictClock]:
+def play_fsdp(root: Path, gather_s: float, reshard: bool = True,
+              mem_used_mib: float | None = None) -> tuple[Fsdp, StrictClock]:
+    """The loop, ``STEPS`` steps; ``mem_used_mib``: NVML's samples of an 80 GB GPU at that peak."""
     gpu = FakeGpu(now=T0 + 1.0, busy_until=T0 + 1.0, queue_s=0.2)
     clock = StrictClock(gpu)
     b = RecordingBuilder(root, cores=8)
@@ -140,6 +142,8 @@ def play_fsdp(root: Path, gather_s: float, reshard: bool = True) -> tuple[Fsdp, 
     gpu.sync()
     marks.poll()
     b.duration_s = gpu.now - T0 + 0.5
+    if mem_used_mib is not None:
+        b.gpu_rows(util_pct=90.0, mem_used_mib=mem_used_mib)
     b.write()
     return fsdp, clock
 
@@ -185,3 +189,19 @@ def test_kept_parameters_and_a_fast_network_claim_nothing(tmp_path: Path) -> Non
     steps = _steps(tmp_path / "fast")
     assert [s["gather_bwd_wait_s"] for s in steps] == pytest.approx(fsdp.truth["gather_bwd"], abs=1e-5)
     assert "fsdp_backward_allgather" not in {f["rule"] for f in build_report(load_recording(tmp_path / "fast"))["findings"]}
+
+
+def test_the_fix_is_set_beside_the_gpus_measured_memory(tmp_path: Path) -> None:
+    """Keeping the gathered parameters costs memory: beside a low measured peak the fix says it fits;
+    beside a peak near the GPU's size it is an info note that claims nothing, never a promise."""
+    findings = {}
+    for name, used in (("roomy", 4000.0), ("full", 80000.0)):
+        play_fsdp(tmp_path / name, gather_s=0.020, mem_used_mib=used)
+        report = build_report(load_recording(tmp_path / name))
+        findings[name] = {f["rule"]: f for f in report["findings"]}["fsdp_backward_allgather"]
+    roomy, full = findings["roomy"], findings["full"]
+    assert roomy["data"]["fits"] is True and roomy["claims"] and roomy["severity"] != "info"
+    assert "it fits" in roomy["fix"]["summary"]
+    assert full["data"]["fits"] is False and full["severity"] == "info" and full["claims"] == []
+    assert full["predicted_speedup"] is None and full["data"]["predicted_loop_speedup"] is None
+    assert full["fix"]["summary"].startswith("No fix that fits")

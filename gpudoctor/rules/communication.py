@@ -23,6 +23,7 @@ from gpudoctor.rules.names import names_for
 MIN_SEARCH_SHARE = 0.005  # of a step: a search below it is noise beside the step's own spread
 MIN_EXPOSED_SHARE = 0.10  # of a step: exposed all-reduce below it is what DDP costs anyway
 MIN_REGATHER_SHARE = 0.05  # of a step: FSDP's backward all-gathers below it are not worth their memory
+MEMORY_FILL = 0.90  # of a GPU's memory: kept parameters that would take peak use past it do not fit
 
 
 @dataclass(frozen=True)
@@ -313,6 +314,15 @@ class RegatherFigures:
     step_s: float | None
     speedup: float | None
     gpu_clock: bool  # the training stream's waits (CUDA events), not the host's
+    used_mib: float | None = None  # peak GPU memory in use (NVML), where a GPU was sampled
+    total_mib: float | None = None
+
+    @property
+    def fits(self) -> bool | None:
+        """Whether the kept parameters fit beside the measured peak (None: no GPU memory figure)."""
+        if self.extra_mib is None or not self.used_mib or not self.total_mib:
+            return None
+        return self.used_mib + self.extra_mib <= MEMORY_FILL * self.total_mib
 
 
 class FsdpBackwardAllgather(Rule):
@@ -322,7 +332,8 @@ class FsdpBackwardAllgather(Rule):
                   "training stream's on the GPU clock under NCCL)")
     fix_from = ("`reshard_after_forward=False` (FSDP2 `fully_shard`, Accelerate's plugin, the Trainer's `fsdp_config`) "
                 "or `SHARD_GRAD_OP` (FSDP1, Lightning): the measured seconds of the backward all-gathers per step, "
-                "for the unsharded parameters held from forward to backward (the memory it costs is said)")
+                "for the unsharded parameters held from forward to backward (the memory it costs is said, and set "
+                "beside the GPU's measured peak: where it would not fit, an `info` note claiming nothing)")
 
     def match(self, a: Analysis) -> Finding | None:
         found = _regather_figures(a)
@@ -330,6 +341,8 @@ class FsdpBackwardAllgather(Rule):
             return None
         fig, p = found
         fix = vocabulary.reshard_fix(names_for(p), fig.fsdp)
+        if fig.fits is False:
+            return _word_regather(fig, fix, [])
         removed = fig.gather_s * max(1, len(p.step_times))
         claims = [claim("communication", removed, p.seconds("communication"), part="fsdp_allgather",
                         part_s=min(removed, p.seconds("communication")) or None)]
@@ -353,7 +366,8 @@ def _regather_figures(a: Analysis) -> tuple[RegatherFigures, ProcessView] | None
     mib = f.gather_bwd_bytes / 2**20
     extra = mib * (int(world) - 1) / int(world) if isinstance(world, int) and world > 0 else None
     return RegatherFigures(r.p.rank, int(f.fsdp or 2), round(f.gather_bwd), f.gather_bwd_s, mib, extra, share,
-                           r.step_s, loop_speedup(r.step_s, f.gather_bwd_s), f.gather_clock == "gpu"), r.p
+                           r.step_s, loop_speedup(r.step_s, f.gather_bwd_s), f.gather_clock == "gpu",
+                           a.gpu.mem_used_max_mib, a.gpu.mem_total_mib), r.p
 
 
 def _word_regather(fig: RegatherFigures, fix: vocabulary.CallFix, claims: list[Claim]) -> Finding:
@@ -363,22 +377,32 @@ def _word_regather(fig: RegatherFigures, fix: vocabulary.CallFix, claims: list[C
                    "(CUDA events on the GPU's clock)" if fig.gpu_clock else
                    f"rank {fig.rank} waited {1000 * fig.gather_s:.1f} ms a step in them")
                 + f", {pct(fig.share)} of a step.")
-    memory = (f" Each rank then holds about {fig.extra_mib:.0f} MiB more between forward and backward"
-              if fig.extra_mib is not None else " Each rank then holds the unsharded parameters between forward and backward")
     lines = fix.snippet.splitlines()
     line = next((x for x in lines if "reshard_after_forward" in x or "SHARD_GRAD_OP" in x), lines[-1])
-    summary = ("Keep the gathered parameters from forward to backward (" + line.split("#")[0].strip()
-               + "): one all-gather per unit a step instead of two"
-               + (f", the loop about {fig.speedup:.2f}x faster." if fig.speedup else ".")
-               + memory + " (ZeRO-2 instead of ZeRO-3): take it where the memory allows.")
+    call = line.split("#")[0].strip()
+    keep = f"Keep the gathered parameters from forward to backward ({call})"
+    if fig.fits is False:
+        summary = (f"No fix that fits: keeping the gathered parameters from forward to backward ({call}) would "
+                   f"hold about {fig.extra_mib:.0f} MiB more per GPU beside a measured peak of {fig.used_mib:.0f} "
+                   f"of {fig.total_mib:.0f} MiB. The re-gathers stay: that memory is what they save.")
+    else:
+        memory = (f" Each rank then holds about {fig.extra_mib:.0f} MiB more between forward and backward"
+                  if fig.extra_mib is not None else " Each rank then holds the unsharded parameters between forward and backward")
+        room = (f"; beside the measured peak of {fig.used_mib:.0f} of {fig.total_mib:.0f} MiB it fits."
+                if fig.fits else " (ZeRO-2 instead of ZeRO-3): take it where the memory allows.")
+        summary = (keep + ": one all-gather per unit a step instead of two"
+                   + (f", the loop about {fig.speedup:.2f}x faster." if fig.speedup else ".") + memory + room)
     return Finding(
         rule=FsdpBackwardAllgather.name, title="FSDP gathers the parameters twice a step",
+        severity="info" if fig.fits is False else "low",  # "low" is settled from the claims
         claims=claims, evidence=evidence,
         fix=Fix(summary=summary, config=fix.config, snippet=fix.snippet, library=fix.library, call=fix.call),
         data={"rank": fig.rank, "fsdp_version": fig.fsdp, "backward_allgathers_per_step": fig.gathers,
               "backward_allgather_per_step_s": round(fig.gather_s, 4), "gathered_mib_per_step": round(fig.gathered_mib, 2),
-              "extra_memory_mib": _r(fig.extra_mib), "step_s": _r(fig.step_s), "share_of_step": round(fig.share, 4),
-              "predicted_loop_speedup": _r(fig.speedup)},
+              "extra_memory_mib": _r(fig.extra_mib), "peak_gpu_memory_mib": fig.used_mib,
+              "gpu_memory_mib": fig.total_mib, "fits": fig.fits, "step_s": _r(fig.step_s),
+              "share_of_step": round(fig.share, 4),
+              "predicted_loop_speedup": _r(fig.speedup) if fig.fits is not False else None},
     )
 
 
