@@ -301,6 +301,15 @@ def test_a_launcher_gets_every_rank_hooked_and_a_straggler_finding(tmp_path: Pat
     report = load(tmp_path / "run", "report.json")
     assert sorted(r["rank"] for r in report["per_rank"]) == [0, 1]
     assert report["findings"][0]["rule"] == "straggler_rank"
+    # Each rank's DDP model, built before the hooks came in or after, is known and its all-reduce
+    # timed: its settings (a ``ddp`` event) and buckets in the steps' ``comm`` events.
+    for path in (tmp_path / "run" / "events").glob("*.jsonl"):
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        if not any(r.get("k") == "step" for r in rows):
+            continue  # the launcher, a worker
+        assert [r["k"] for r in rows].count("ddp") == 1, path.name
+        comm = [r for r in rows if r.get("k") == "comm"]
+        assert comm and all(r["buckets"] >= 1 for r in comm[1:]), path.name
 
 
 # -- bad input: one clear line, non-zero exit, nobody hung --------------------------------------
