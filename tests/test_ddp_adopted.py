@@ -115,3 +115,49 @@ def test_try_sets_the_ddp_argument_in_the_call_the_script_wrote(
         ("DistributedDataParallel", {"find_unused_parameters": False}, {"find_unused_parameters": True})]
     ddp = [r for r in _events(tmp_path / "run") if r["k"] == "ddp"]
     assert ddp[0]["find_unused_parameters"] is False  # the settings recorded are those that ran
+
+
+def test_try_all_reduces_once_per_accumulation_and_builds_ddp_as_written(
+        one_rank: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``gpudoctor try``'s no_sync fix: DDP's switch is set before each training forward, so 4
+    micro-steps all-reduce once; the DDP call itself, with nothing of its own to change, is built as
+    written. The weights equal a plain model's trained on the same micro-batches."""
+    from gpudoctor import hooks
+    from gpudoctor.hooks import apply
+
+    spec = {"schema": apply.SCHEMA, "rule": "sync_every_microstep", "ddp_sync": {"every": 4}}
+    monkeypatch.setattr(apply, "_overrides", apply.Overrides(spec))
+    plain = _net()
+    xs = [torch.randn(4, 32) for _ in range(8)]
+    with gpudoctor.profile(out=tmp_path / "run", interval_s=0.05):
+        monkeypatch.setattr(apply, "_writer", hooks.writer())
+        model = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(plain), bucket_cap_mb=1)
+        for m in (plain, model):
+            opt = torch.optim.SGD(m.parameters(), lr=0.05)
+            for i, x in enumerate(xs):
+                m(x).pow(2).mean().backward()
+                if i % 4 == 3:
+                    opt.step()
+                    opt.zero_grad()
+    rows = _events(tmp_path / "run")
+    comm = [r for r in rows if r["k"] == "comm"]
+    assert [(r["micro"], r["synced"]) for r in comm[-2:]] == [(4, 1), (4, 1)]  # the DDP model's two steps
+    assert [r["call"] for r in rows if r["k"] == "applied"] == ["model.no_sync"]
+    for a, b in zip(plain.parameters(), model.module.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_the_no_sync_fix_is_a_plan_try_can_carry_out_whole() -> None:
+    """``sync_every_microstep``'s fix is the script's own loop (``no_sync()``), yet the trial can set
+    DDP's switch: the plan hands the hooks the accumulation the baseline measured, nothing else."""
+    from typing import cast
+
+    from gpudoctor.report.schema import Finding
+    from gpudoctor.rules.names import Names
+    from gpudoctor.tryfix.plan import _plan
+
+    finding = cast(Finding, {"rule": "sync_every_microstep", "data": {"micro_steps": 4},
+                             "fix": {"library": "torch DistributedDataParallel", "call": "model.no_sync", "config": {}}})
+    plan = _plan(finding, Names("loop", "torch", set(), set(), {}, None), cast(Any, None), {})
+    assert plan.complete and [p.call for p in plan.parts] == ["model.no_sync"]
+    assert plan.spec()["ddp_sync"] == {"every": 4}

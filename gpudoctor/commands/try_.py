@@ -28,7 +28,7 @@ HELP = "measure a finding's fix on the command itself, before editing code"
 DESCRIPTION = ("Profile CMD for S seconds of training (the baseline), then run CMD again for S seconds of "
                "training with the top finding's fix (or --fix RULE) applied by the hooks: TrainingArguments "
                "fields, DataLoader workers/pin memory/prefetch, tokenizer max_length/padding, save interval, "
-               "DistributedDataParallel/fully_shard/FSDP arguments. A "
+               "DistributedDataParallel/fully_shard/FSDP arguments, DDP's no_sync on accumulation. A "
                "fix that needs a code change is said, not tried. The report compares predicted and achieved "
                "steady-state steps/s. Both runs are your command itself, with its side effects (it may write "
                "outputs and checkpoints).")

@@ -41,6 +41,7 @@ DDP_KEYS = {"find_unused_parameters": bool, "static_graph": bool, "gradient_as_b
             "bucket_cap_mb": (int, float)}
 FULLY_SHARD_KEYS = {"reshard_after_forward": bool}
 FSDP1_KEYS = {"sharding_strategy": str}  # a ShardingStrategy's name (SHARD_GRAD_OP)
+DDP_SYNC_KEYS = {"every": int}  # DDP all-reduces on the last of every this many micro-steps (no_sync() on the rest)
 Scalar = int | float | bool | str | None
 
 
@@ -59,6 +60,7 @@ class Overrides:
         self.ddp = _scalars(spec.get("ddp"), DDP_KEYS)
         self.fully_shard = _scalars(spec.get("fully_shard"), FULLY_SHARD_KEYS)
         self.fsdp1 = _scalars(spec.get("fsdp1"), FSDP1_KEYS)
+        self.ddp_sync = _scalars(spec.get("ddp_sync"), DDP_SYNC_KEYS)
         self.said: dict[str, int] = {}
 
 
@@ -345,9 +347,7 @@ def call_kwargs(section: str, call: str, fn: Any, args: tuple[Any, ...], kwargs:
     bound by name (a value given positionally is replaced too); the call as written otherwise.
     ``first``: leading arguments not to hand back (``self``). Called by the DDP hook as well."""
     changed = _call_kwargs(section, call, fn, args, kwargs)
-    if changed is None:
-        return args, kwargs
-    new_args, new_kwargs = changed
+    new_args, new_kwargs = changed if changed is not None else (args, kwargs)
     return new_args[first:], new_kwargs
 
 
@@ -410,3 +410,22 @@ def _wrap_fsdp1_init(fn: Any) -> Any:
         fn(self, *args, **kwargs)
 
     return __init__
+
+
+# -- model.no_sync() on all but the last micro-step -----------------------------------------
+def ddp_sync(micro: int) -> bool | None:
+    """Whether DDP all-reduces on this micro-step (``micro``: forwards since the last optimizer step,
+    from 0): only the last of every ``every``, as ``no_sync()`` on the others would; None when the
+    trial sets nothing here. Called by the DDP hook before each training forward."""
+    return _ddp_sync(micro)
+
+
+@guarded("apply no_sync fix")
+def _ddp_sync(micro: int) -> bool | None:
+    o = _overrides
+    every = o.ddp_sync.get("every") if o is not None else None
+    if o is None or not isinstance(every, int) or every < 2:
+        return None
+    if o.said.get("model.no_sync", 0) < 1:
+        _emit("model.no_sync", {"every": every}, {"every": 1}, {})
+    return micro % every == every - 1

@@ -335,6 +335,10 @@ class CommHooks:
         if not (ddp.training and torch.is_grad_enabled()):
             return
         self._close_round()  # the previous backward is over: its buckets are all known
+        if apply.active():  # ``gpudoctor try``: no_sync() on all but the last micro-step
+            sync = apply.ddp_sync(self.tally.micro)
+            if sync is not None:
+                ddp.require_backward_grad_sync = sync
         self.tally.micro += 1
         self.tally.synced += bool(getattr(ddp, "require_backward_grad_sync", True))
         if ddp not in self._built:

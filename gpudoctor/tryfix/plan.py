@@ -17,6 +17,7 @@ from gpudoctor.analysis import Analysis
 from gpudoctor.common.errors import UserError
 from gpudoctor.hooks.apply import (
     DDP_KEYS,
+    DDP_SYNC_KEYS,
     FSDP1_KEYS,
     FULLY_SHARD_KEYS,
     LOADER_KEYS,
@@ -30,11 +31,13 @@ from gpudoctor.rules.names import Names, names_for
 
 TARGETS = {"TrainingArguments": "training_arguments", "DataLoader": "dataloader", "tokenizer": "tokenizer",
            "torch.save": "torch_save", "ModelCheckpoint": "model_checkpoint", "DistributedDataParallel": "ddp",
+           "model.no_sync": "ddp_sync",
            "fully_shard": "fully_shard", "FullyShardedDataParallel": "fsdp1"}
 # The settable keyword arguments of each target the hooks change a call of (TrainingArguments: its fields).
 _TARGET_KEYS: dict[str, dict[str, Any]] = {"dataloader": LOADER_KEYS, "tokenizer": TOKENIZER_KEYS,
                                            "torch_save": SAVE_KEYS, "ddp": DDP_KEYS,
-                                           "fully_shard": FULLY_SHARD_KEYS, "fsdp1": FSDP1_KEYS}
+                                           "fully_shard": FULLY_SHARD_KEYS, "fsdp1": FSDP1_KEYS,
+                                           "ddp_sync": DDP_SYNC_KEYS}
 LOOP = "your training loop"
 _CODE_REASONS = {
     "ds.map": "datasets.map runs in the script before training: pre-processing it needs a code change",
@@ -142,6 +145,9 @@ def make_plan(report: Report, a: Analysis, rule: str | None, sets: dict[str, Any
 
 def _plan(finding: Finding, names: Names, a: Analysis, sets: dict[str, Any]) -> Plan:
     parts = [_part(t, names, a, finding) for t in tables(finding)]
+    no_sync = _no_sync(finding)
+    if no_sync is not None:
+        parts.insert(0, no_sync)
     for key, value in sets.items():  # every key was checked before the baseline: none is refused here
         part = _part_for(key, parts, names)
         part.unchanged.pop(key, None)
@@ -171,6 +177,16 @@ def _thinned_saves(table: FixTable, finding: Finding) -> Part | None:
     part = Part("torch.save", LOOP, "torch_save", apply={"keep_every": k})
     part.thinned = {"save_steps": new, "ran_every": int(now), "trial_every": int(now) * k}
     return part
+
+def _no_sync(finding: Finding) -> Part | None:
+    """``no_sync()`` on all but the last micro-step is the script's own loop, but DDP's switch for it
+    (``require_backward_grad_sync``) is the hooks' to set before each forward: the trial all-reduces
+    once every ``micro_steps`` forwards, as the fix would (Accelerate's ``accumulate`` does the same)."""
+    micro = (finding.get("data") or {}).get("micro_steps")
+    if finding.get("rule") != "sync_every_microstep" or not isinstance(micro, int) or micro < 2:
+        return None
+    return Part("model.no_sync", "torch DistributedDataParallel", "ddp_sync", apply={"every": micro})
+
 
 # The call each settable key belongs to, when the finding's own tables do not name it.
 _KEY_CALLS = (("DataLoader", LOADER_KEYS), ("tokenizer", TOKENIZER_KEYS), ("ModelCheckpoint", MODEL_CHECKPOINT_KEYS),
