@@ -178,6 +178,7 @@ def _thinned_saves(table: FixTable, finding: Finding) -> Part | None:
     part.thinned = {"save_steps": new, "ran_every": int(now), "trial_every": int(now) * k}
     return part
 
+
 def _no_sync(finding: Finding) -> Part | None:
     """``no_sync()`` on all but the last micro-step is the script's own loop, but DDP's switch for it
     (``require_backward_grad_sync``) is the hooks' to set before each forward: the trial all-reduces
