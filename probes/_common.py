@@ -159,6 +159,20 @@ def packed_blocks(tok, texts: list[str], n_blocks: int, seq_len: int) -> torch.T
     return torch.tensor(stream, dtype=torch.long).view(n_blocks, seq_len)
 
 
+def rank_loader(tok, args, world: int, rank: int, n_blocks: int, truth: Truth):
+    """This rank's ``(sampler, loader)`` over ``n_blocks`` packed blocks of ``args.seq_len`` ids, the
+    corpus tokenized once (timed as the truth's ``tokenize_s``): a ``DistributedSampler`` of
+    ``args.batch_size`` per rank, no workers; the same blocks on every rank."""
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+
+    texts = make_corpus(400, seed=args.seed + 7, median_words=40)
+    with truth.timed("tokenize_s"):
+        blocks = packed_blocks(tok, texts, n_blocks, args.seq_len)
+    sampler = DistributedSampler(blocks, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
+    return sampler, DataLoader(blocks, batch_size=args.batch_size, sampler=sampler, num_workers=0)
+
+
 def collate_ids(seqs: list[list[int]], pad: int, length: int | None = None) -> dict:
     """Right-pad token-id lists into an HF-style batch dict (labels: -100 on padding)."""
     T = length if length is not None else max(len(s) for s in seqs)
@@ -384,7 +398,9 @@ class Truth:
         finally:
             self.add(name, time.perf_counter() - t)
 
-    def write(self, **fields) -> dict:
+    def write(self, also_at: str | None = None, **fields) -> dict:
+        """The truth as a dict, written to its path (and to ``also_at``: rank 0's copy at the plain
+        ``--truth`` path of a multi-rank probe, for ``bench/prescriptions.py``)."""
         self.fields.update(fields)
         wall = self.now()
         d = {
@@ -407,12 +423,12 @@ class Truth:
         for k in ("startup", "data_wait", "tokenize", "checkpoint", "format", "eval", "compute"):
             v = d.get(k + "_s")
             d[k + "_share"] = None if v is None or wall <= 0 else v / wall
-        if self.path:
-            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-            tmp = self.path + ".tmp"
-            with open(tmp, "w") as f:
-                json.dump(d, f, indent=2, sort_keys=False)
-            os.replace(tmp, self.path)
+        for path in (self.path, also_at):
+            if path:
+                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+                with open(path + ".tmp", "w") as f:
+                    json.dump(d, f, indent=2, sort_keys=False)
+                os.replace(path + ".tmp", path)
         # Interpreter teardown with torch._dynamo loaded takes ~1-1.5 s on a small box, time
         # that happens after the truth is written and that no probe means to plant. Freezing
         # the GC generations makes the final collection skip them (teardown ~0.2-0.4 s).

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import json
 import os
 import statistics
 import sys
@@ -42,8 +41,6 @@ import _common as C  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
-from torch.utils.data.distributed import DistributedSampler  # noqa: E402
 
 PROBE = "ddp_comm"
 
@@ -101,12 +98,7 @@ def main(argv=None):
                         find_unused=args.find_unused)
 
     tok = C.get_tokenizer(seed=args.seed)
-    n_blocks = world * args.batch_size * (args.steps * args.accum + 1)
-    texts = C.make_corpus(400, seed=args.seed + 7, median_words=40)
-    with truth.timed("tokenize_s"):
-        blocks = C.packed_blocks(tok, texts, n_blocks, args.seq_len)
-    sampler = DistributedSampler(blocks, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
-    loader = DataLoader(blocks, batch_size=args.batch_size, sampler=sampler, num_workers=0)
+    sampler, loader = C.rank_loader(tok, args, world, rank, world * args.batch_size * (args.steps * args.accum + 1), truth)
 
     torch.manual_seed(args.seed)  # identical initial weights on every rank
     model = C.TinyCausalLM(tok.get_vocab_size(), n_embd=args.n_embd, n_layer=args.n_layer, n_head=4)
@@ -117,7 +109,7 @@ def main(argv=None):
 
         ddp.register_comm_hook(None, getattr(default_hooks, f"{args.compress}_compress_hook"))
     opt = C.make_adamw(ddp.parameters(), 3e-4, truth)
-    local_s = local_backward_s(ddp, blocks[: args.batch_size], args.calib)
+    local_s = local_backward_s(ddp, loader.dataset[: args.batch_size], args.calib)
 
     last_grad = [0.0]  # when the last parameter's gradient was accumulated in this backward
 
@@ -181,11 +173,7 @@ def main(argv=None):
     dist.destroy_process_group()
     fields = dict(communication_s=comm_s, sync_cost_s=sync_s, local_backward_s=local_s, allreduces=allreduces,
                   micro_steps=micro_steps, forward_s=forward_s, late_hook_calls=late_calls[0], final_loss=float(loss.detach()))
-    d = truth.write(**fields, communication_share=comm_s / truth.now())
-    if rank == 0 and base:
-        with open(base + ".tmp", "w") as f:
-            json.dump(d, f, indent=2)
-        os.replace(base + ".tmp", base)
+    truth.write(also_at=base if rank == 0 else None, **fields, communication_share=comm_s / truth.now())
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
-import json
 import os
 import sys
 import time
@@ -34,8 +33,6 @@ import _common as C  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.distributed.fsdp import fully_shard  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
-from torch.utils.data.distributed import DistributedSampler  # noqa: E402
 
 PROBE = "fsdp_comm"
 TIMED = ("all_gather_single", "all_gather_into_tensor", "all_gather", "reduce_scatter_single",
@@ -119,12 +116,7 @@ def main(argv=None):
                         fsdp=1 if args.fsdp1 else 2)
 
     tok = C.get_tokenizer(seed=args.seed)
-    n_blocks = world * args.batch_size * (args.steps + 1)
-    texts = C.make_corpus(400, seed=args.seed + 7, median_words=40)
-    with truth.timed("tokenize_s"):
-        blocks = C.packed_blocks(tok, texts, n_blocks, args.seq_len)
-    sampler = DistributedSampler(blocks, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
-    loader = DataLoader(blocks, batch_size=args.batch_size, sampler=sampler, num_workers=0)
+    sampler, loader = C.rank_loader(tok, args, world, rank, world * args.batch_size * (args.steps + 1), truth)
 
     torch.manual_seed(args.seed)  # identical initial weights on every rank
     model = C.TinyCausalLM(tok.get_vocab_size(), n_embd=args.n_embd, n_layer=args.n_layer, n_head=4)
@@ -148,12 +140,9 @@ def main(argv=None):
     del model, opt  # FSDP holds the process group: gone before it, while the interpreter is whole (see ddp_comm)
     gc.collect()
     dist.destroy_process_group()
-    d = truth.write(communication_s=comms.s["all"], gather_bwd_s=comms.s["gather_bwd"], **comms.n,
-                    final_loss=float(loss.detach()), communication_share=comms.s["all"] / truth.now())
-    if rank == 0 and base:
-        with open(base + ".tmp", "w") as f:
-            json.dump(d, f, indent=2)
-        os.replace(base + ".tmp", base)
+    truth.write(also_at=base if rank == 0 else None, communication_s=comms.s["all"],
+                gather_bwd_s=comms.s["gather_bwd"], **comms.n, final_loss=float(loss.detach()),
+                communication_share=comms.s["all"] / truth.now())
 
 
 if __name__ == "__main__":
