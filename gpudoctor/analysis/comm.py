@@ -56,7 +56,7 @@ def comm_figures(p: ProcessView) -> CommFigures | None:
     if not rows:
         return None
     unused = next((e["unused_params"] for e in rows if isinstance(e.get("unused_params"), int)), None)
-    steady = rows[1:] if len(rows) > 2 else rows
+    steady = _steady(rows)
 
     def med(key: str) -> float:
         return float(statistics.median(float(e.get(key) or 0.0) for e in steady))
@@ -81,25 +81,28 @@ def _gather_wait(p: ProcessView, host_s: float) -> dict[str, Any]:
     stream's waits for them on the GPU clock (NCCL)."""
     if host_s > 0:
         return {"gather_bwd_s": host_s, "gather_clock": "host"}
-    clock = p.gpu_clock
-    rows = [s for s in clock.steps if s.get("gathers")] if clock is not None else []
-    steady = rows[1:] if len(rows) > 2 else rows
+    steady = _steady(_gpu_steps(p, "gathers"))
     if not steady:
         return {"gather_bwd_s": host_s, "gather_clock": None}
     return {"gather_bwd_s": float(statistics.median(float(s.get("gather_bwd_wait_s") or 0.0) for s in steady)),
             "gather_clock": "gpu"}
 
 
-def _gpu_steps(p: ProcessView) -> list[dict[str, Any]]:
-    """The GPU clock's steps that timed DDP's all-reduce (a CUDA run), in order."""
+def _steady(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per-step rows less the first (DDP rebuilds its buckets after it; it carries the warm-up)."""
+    return rows[1:] if len(rows) > 2 else rows
+
+
+def _gpu_steps(p: ProcessView, timed: str = "comms") -> list[dict[str, Any]]:
+    """The GPU clock's steps, in order, that timed ``timed``: DDP's all-reduce (``comms``) or FSDP's
+    all-gathers (``gathers``) on a CUDA run."""
     clock = p.gpu_clock
-    return [s for s in clock.steps if s.get("comms")] if clock is not None else []
+    return [s for s in clock.steps if s.get(timed)] if clock is not None else []
 
 
 def _gpu_exposed(p: ProcessView) -> list[float]:
     """Per steady step, the seconds the training stream waited for the all-reduce after backward."""
-    rows = _gpu_steps(p)
-    steady = rows[1:] if len(rows) > 2 else rows
+    steady = _steady(_gpu_steps(p))
     return [float(s.get("comm_wait_s") or 0.0) for s in steady]
 
 

@@ -112,8 +112,6 @@ class CommHooks:
         self.steps = 0
         self._built: weakref.WeakSet[Any] = weakref.WeakSet()  # DDP models built while hooked
         self._hooked: weakref.WeakSet[Any] = weakref.WeakSet()  # ... that have our timer
-        self._defaulted = _DEFAULTED
-        self._late = _LATE
         self._register: Any = None  # DDP's own register_comm_hook
         self._inside = threading.local()  # in our bucket hook: its all_reduce is DDP's, not direct
         self._wall_minus_perf = time.time() - time.perf_counter()
@@ -231,9 +229,9 @@ class CommHooks:
         self._register = fn
 
         def register_comm_hook(ddp: Any, state: object, hook: Any) -> None:
-            if ddp in hooks._defaulted:  # ours went in at the first forward: theirs runs inside it
+            if ddp in _DEFAULTED:  # ours went in at the first forward: theirs runs inside it
                 ddp._check_comm_hook(hook)
-                hooks._late[ddp] = (state, hook)
+                _LATE[ddp] = (state, hook)
                 ddp._comm_hooks.append((hook, state))
                 return
             timed = hooks._timed_or_none(hook)
@@ -247,12 +245,12 @@ class CommHooks:
         hooks = self
 
         def _register_builtin_comm_hook(ddp: Any, comm_hook_type: Any) -> None:
-            late = hooks._builtin_as_python(ddp, comm_hook_type) if ddp in hooks._defaulted else None
+            late = hooks._builtin_as_python(ddp, comm_hook_type) if ddp in _DEFAULTED else None
             if late is None:
                 fn(ddp, comm_hook_type)
                 hooks._hooked.add(ddp)  # DDP's slot is taken (by C++, untimed): ours must not try it
             else:
-                hooks._late[ddp] = late
+                _LATE[ddp] = late
 
         return _register_builtin_comm_hook
 
@@ -360,7 +358,7 @@ class CommHooks:
             return  # compiled DDP has no reducer hook; DDP's mixed precision brings its own
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-        late, ref = self._late, weakref.ref(ddp)
+        late, ref = _LATE, weakref.ref(ddp)
 
         def allreduce_or_theirs(state, bucket):  # type: ignore[no-untyped-def]
             """DDP's default all-reduce, or the hook the script registered after ours (no annotations:
@@ -371,7 +369,7 @@ class CommHooks:
 
         register = self._register or type(ddp).register_comm_hook
         register(ddp, ddp.process_group, self.timed(allreduce_or_theirs))
-        self._defaulted.add(ddp)
+        _DEFAULTED.add(ddp)
 
     def _wrap_post_forward(self, fn: Any) -> Any:
         hooks = self
