@@ -33,6 +33,9 @@ class _Clock:
     def elapsed_ms(self, a: Any, b: Any) -> float:
         return 1.0
 
+    def capturing(self) -> bool:
+        return False
+
 
 def _marks_us(calls: int, buckets: int) -> float:
     """µs per backward: ``buckets`` launches, one end, the resolve (a poll)."""

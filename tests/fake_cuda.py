@@ -66,13 +66,22 @@ class FakeClock:
         self.gpu = gpu
         self.records = 0
         self.queries = 0
+        self.capture = False  # a CUDA graph is being captured on the stream
+        self.queries_in_capture = 0  # each would have invalidated the training's capture on a GPU
 
-    def record(self) -> FakeEvent:
+    def capturing(self) -> bool:
+        return self.capture
+
+    def record(self) -> FakeEvent | None:
+        if self.capture:  # as CudaClock: no event while capturing
+            return None
         self.records += 1
         return FakeEvent(max(self.gpu.now, self.gpu.busy_until))
 
     def query(self, handle: FakeEvent) -> bool:
         self.queries += 1
+        if self.capture:
+            self.queries_in_capture += 1
         return handle.reached <= self.gpu.now
 
     def elapsed_ms(self, a: FakeEvent, b: FakeEvent) -> float:

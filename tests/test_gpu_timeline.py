@@ -287,6 +287,9 @@ class _Immediate:
     def elapsed_ms(self, a: Any, b: Any) -> float:
         return self.clock.elapsed_ms(a, b)
 
+    def capturing(self) -> bool:
+        return False
+
 
 def test_the_hooks_mark_each_wait_step_and_sync_of_a_real_loop(tmp_path: Path) -> None:
     """A real CPU loop, the fake clock in place of CUDA: one gpu_wait per batch, one gpu_step per
@@ -389,27 +392,43 @@ def test_cuda_events_time_a_wait_the_gpu_spent_busy() -> None:
 def test_no_event_is_recorded_while_a_cuda_graph_is_captured() -> None:
     """A timing event on a capturing stream would break the training's graph: such marks are left
     out, and the step after is timed from the next step end, not across the gap."""
-
-    class Capturing(FakeClock):
-        capturing = False
-
-        def record(self) -> Any:
-            return None if self.capturing else super().record()
-
     gpu = FakeGpu()
-    clock = Capturing(gpu)
+    clock = FakeClock(gpu)
     out: list[dict[str, Any]] = []
     marks = GpuMarks(clock, out.append, now=lambda: gpu.now)
     for n in range(1, 7):
-        clock.capturing = n in (3, 4)
+        clock.capture = n in (3, 4)
         marks.wait_start(gpu.now)
         gpu.host(0.01)
         marks.wait_end()
         gpu.launch(0.05)
         marks.step_end(n)
+    clock.capture = False
     gpu.sync()
     marks.poll()
     steps = [e for e in out if e["k"] == "gpu_step"]
     assert [s["n"] for s in steps] == [1, 2, 5, 6]
     assert [s["gpu_s"] is None for s in steps] == [True, False, True, False]
     assert len([e for e in out if e["k"] == "gpu_wait"]) == 4
+
+
+def test_nothing_is_queried_while_a_whole_step_is_captured() -> None:
+    """Whole-iteration capture (``optimizer.step()`` inside ``torch.cuda.graph``): the step end's
+    read-back must not ``query()`` an event mid-capture (on a GPU that invalidates the capture and
+    the training fails; issue #34, row 6). The marks still pending are read after the capture."""
+    gpu = FakeGpu()
+    clock = FakeClock(gpu)
+    out: list[dict[str, Any]] = []
+    marks = GpuMarks(clock, out.append, now=lambda: gpu.now)
+    for n in range(1, 5):
+        clock.capture = n == 3  # step 2's marks are still queued on the GPU when step 3 captures
+        marks.wait_start(gpu.now)
+        gpu.host(0.01)
+        marks.wait_end()
+        gpu.launch(0.05, launch_s=0.001)
+        marks.step_end(n)
+    clock.capture = False
+    gpu.sync()
+    marks.poll()
+    assert clock.queries_in_capture == 0
+    assert [e["n"] for e in out if e["k"] == "gpu_step"] == [1, 2, 4]

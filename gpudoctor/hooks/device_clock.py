@@ -59,6 +59,10 @@ class DeviceClock(Protocol):
     def elapsed_ms(self, a: Any, b: Any) -> float:
         """GPU milliseconds from ``a`` to ``b``; both must have been passed (``query`` true)."""
 
+    def capturing(self) -> bool:
+        """Is the current stream capturing a CUDA graph? Then nothing may be recorded or queried:
+        ``cudaEventQuery`` mid-capture invalidates the training's capture (issue #34, row 6)."""
+
 
 class CudaClock:
     """``torch.cuda.Event(enable_timing=True)`` on the current stream (the one training uses)."""
@@ -66,6 +70,9 @@ class CudaClock:
     def __init__(self, torch: ModuleType) -> None:
         self._event = torch.cuda.Event
         self._capturing = torch.cuda.is_current_stream_capturing
+
+    def capturing(self) -> bool:
+        return bool(self._capturing())
 
     def record(self) -> Any:
         if self._capturing():  # a timing event would invalidate the training's CUDA graph capture
@@ -226,6 +233,10 @@ class GpuMarks:
 
     # -- read back -----------------------------------------------------------------------
     def poll(self) -> None:
+        """Read back what the GPU has passed; nothing at all while a graph is being captured (a
+        query then would invalidate the capture: the marks wait for the next poll outside it)."""
+        if self.clock.capturing():
+            return
         query = self.clock.query
         while self.pending:
             mark = self.pending[0]
