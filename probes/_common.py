@@ -62,6 +62,8 @@ def add_common_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    p.add_argument("--device", default="cpu", help="where the model trains: cpu (default) or cuda "
+                   "(bench/gpu_check.py); the probes that take it move their model and batches there")
     return p
 
 
@@ -477,15 +479,19 @@ def timed_batches(loader, truth, done, on_epoch=None):
             yield step, batch, t_step, t_data
 
 
-def train_timed(model, loader, opt, truth, pads, done, on_step=None):
+def train_timed(model, loader, opt, truth, pads, done, on_step=None, device="cpu"):
     """The probes' shared training loop, timing its own data wait and compute.
 
     ``done(step)`` says when to stop (checked before each batch, across epochs);
-    ``on_step(step, t_end)`` runs after each optimizer step. Returns the last loss.
+    ``on_step(step, t_end)`` runs after each optimizer step. Returns the last loss. On ``cuda``
+    each batch is copied there as a user's loop does (``.to(device)``, pageable memory); the host's
+    step times then hold the GPU's pace once its queue is full (the copy waits for it).
     """
     loss = None
     for step, batch, t_step, t_data in timed_batches(loader, truth, done):
         pads.add(batch["attention_mask"])
+        if device != "cpu":
+            batch = {k: v.to(device) for k, v in batch.items()}
         loss = model(**batch).loss
         loss.backward()
         opt.step()

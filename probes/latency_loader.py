@@ -66,11 +66,12 @@ def main(argv=None):
                         persistent_workers=args.num_workers > 0,
                         generator=torch.Generator().manual_seed(args.seed))
     model = C.TinyCausalLM(VOCAB)
+    model.to(args.device)
     opt = C.make_adamw(model.parameters(), args.lr, truth)
     model.train()
     pads = C.PadCounter()
     truth.mark_train_start()
-    loss = C.train_timed(model, loader, opt, truth, pads, done=lambda step: step >= args.steps)
+    loss = C.train_timed(model, loader, opt, truth, pads, done=lambda step: step >= args.steps, device=args.device)
     truth.write(**pads.fields(), latency_s=ds.slept_s, num_workers=args.num_workers,
                 final_loss=float(loss.detach()))
 

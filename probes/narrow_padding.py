@@ -66,13 +66,14 @@ def main(argv=None):
                         generator=torch.Generator().manual_seed(args.seed))
     model = C.TinyCausalLM(len(tokenizer), n_embd=args.n_embd, n_layer=args.n_layer, n_head=args.n_head,
                            n_positions=max(1024, args.max_length))
+    model.to(args.device)
     opt = C.make_adamw(model.parameters(), args.lr, truth)
     model.train()
     pads = C.PadCounter()
 
     cpu = [time.process_time()]  # CPU seconds per step: the work, whatever else shares the cores
     truth.mark_train_start()
-    loss = C.train_timed(model, loader, opt, truth, pads, done=lambda step: step >= args.steps,
+    loss = C.train_timed(model, loader, opt, truth, pads, done=lambda step: step >= args.steps, device=args.device,
                          on_step=lambda step, t: cpu.append(time.process_time()))
     truth.write(**pads.fields(), step_times_s=list(truth.step_times),
                 step_cpu_s=[b - a for a, b in zip(cpu, cpu[1:], strict=False)], final_loss=float(loss.detach()))
