@@ -47,6 +47,8 @@ PY = sys.executable
 # marks' own placement (the doctor's reference is the loader wait's end, the probe's the step end).
 STEP_TOLERANCE = 0.10
 BUSY_POINTS = 0.05
+# data_stall's threshold (rules/data.py MIN_SHARE): the GPU's idle in the waits, as a share of its time.
+STALL_SHARE = 0.05
 # A save's GPU seconds: the doctor's marks wrap torch.save itself, the probe's the same call.
 SAVE_TOLERANCE = 0.20
 # NVML read through gpudoctor and through nvidia-smi at the same moments: the same counters.
@@ -80,8 +82,8 @@ class Row:
 class Context:
     work: Path
     deadline: float
-    gpu_name: str = ""
     log: list[str] = field(default_factory=list)
+    patterns: list[str] | None = None
 
     def left_s(self) -> float:
         return self.deadline - time.monotonic()
@@ -252,6 +254,9 @@ PATTERN_STEPS = {"trap": 100, "sync": 100, "stall": 120, "save": 100}
 def check_gpu_clock(ctx: Context) -> list[Row]:
     rows = []
     for pattern, steps in PATTERN_STEPS.items():
+        if ctx.patterns and pattern not in ctx.patterns:
+            rows.append(Row(f"gpu clock: {pattern}", note="not asked for (--pattern)"))
+            continue
         report, truth, done = doctor_run(ctx, f"pattern-{pattern}",
                                          ["probes/gpu_patterns.py", "--pattern", pattern, "--steps", str(steps)])
         rows.append(judge_pattern(pattern, report, truth, done.returncode))
@@ -276,9 +281,8 @@ def judge_pattern(pattern: str, report: dict[str, Any] | None, truth: dict[str, 
     expected = [f"step {_ms(true_step)}", f"busy {true_busy:.0%}"]
     if pattern != "save":  # a save's idle is the save's, not the loop's busy share
         checks["busy"] = abs(busy - true_busy) <= BUSY_POINTS
-    if pattern == "trap":
-        checks["no data_stall"] = "data_stall" not in rules
-        expected.append("no data_stall")
+    if pattern in ("trap", "stall"):
+        _judge_stall(rules, truth, checks, measured, expected)
     elif pattern == "sync":
         idle = float(g.get("sync_idle_s_per_step") or 0.0)
         true_idle = float(truth.get("gpu_idle_after_sync_ms_p50") or 0.0) / 1000
@@ -287,10 +291,6 @@ def judge_pattern(pattern: str, report: dict[str, Any] | None, truth: dict[str, 
         checks["sync idle"] = 0.9 * true_idle <= idle <= 1.5 * true_idle + 0.005
         measured.append(f"idle after sync {_ms(idle)}")
         expected += [f"idle after sync {_ms(true_idle)}", "host_sync"]
-    elif pattern == "stall":
-        stall = rules.get("data_stall") or rules.get("tokenization_in_loop")
-        checks["data_stall"] = stall is not None
-        expected.append("data_stall with workers")
     elif pattern == "save":
         ckpt = rules.get("checkpoint_overhead")
         per_save = float(((ckpt or {}).get("data") or {}).get("per_save_s") or 0.0)
@@ -307,6 +307,27 @@ def judge_pattern(pattern: str, report: dict[str, Any] | None, truth: dict[str, 
     row.figures = {"gpu_timeline": {k: v for k, v in g.items() if k != "nvml_windows"},
                    "nvml_verdict": g.get("nvml_verdict"), "truth": truth, "rules": list(rules)}
     return row
+
+
+def _judge_stall(rules: dict[str, dict[str, Any]], truth: dict[str, Any], checks: dict[str, bool],
+                 measured: list[str], expected: list[str]) -> None:
+    """``data_stall`` fires exactly when the probe's events saw the GPU idle in the loader waits for
+    at least the rule's share of its time, and then promises no more than removing all of that idle
+    would give: ``1 / (1 - idle share)``. (The trap is a trap only where the build is shorter than
+    the GPU step; the truth says which it was on this GPU.)"""
+    idle = float(truth.get("gpu_idle_in_wait_share_of_gpu_time") or 0.0)
+    stall = rules.get("data_stall")
+    ceiling = 1 / max(1e-6, 1 - idle)
+    if idle < STALL_SHARE:
+        checks["no data_stall"] = stall is None
+        expected.append(f"GPU idle in waits {idle:.0%}: no data_stall")
+        return
+    checks["data_stall"] = stall is not None
+    data = (stall or {}).get("data") or {}
+    predicted = float(data.get("predicted_loop_speedup") or (stall or {}).get("predicted_speedup") or 0.0)
+    checks["prediction within the idle"] = stall is not None and 1.0 < predicted <= ceiling * (1 + STEP_TOLERANCE / 2)
+    measured.append(f"data_stall predicts {predicted:.2f}x" if stall else "no data_stall")
+    expected.append(f"GPU idle in waits {idle:.0%}: data_stall, at most {ceiling:.2f}x")
 
 
 # --------------------------------------------------------------------------- 3. MFU
@@ -441,7 +462,8 @@ def check_attach(ctx: Context, bare_s: float = 8.0, attached_s: float = 10.0) ->
     total = 2 * bare_s + attached_s + 12
     patient = subprocess.Popen([PY, "-c", PATIENT, str(log), str(total)])
     try:
-        time.sleep(bare_s + 3)  # CUDA start-up, then a bare stretch
+        _first_steps(log, patient, warm_s=3.0)  # CUDA's start-up and the clocks' ramp are not the bare rate
+        time.sleep(bare_s)
         t_attach = time.time()
         done = run([PY, "-m", "gpudoctor", "attach", str(patient.pid), "--duration", str(attached_s),
                     "--out", str(ctx.work / "attach")], ctx, attached_s + 60)
@@ -453,6 +475,16 @@ def check_attach(ctx: Context, bare_s: float = 8.0, attached_s: float = 10.0) ->
     ends = [float(v) for v in log.read_text().split()] if log.exists() else []
     report = _load(ctx.work / "attach" / "report.json")
     return judge_attach(ends, t_attach, t_detach, bare_s, done.returncode, report, row)
+
+
+def _first_steps(log: Path, patient: subprocess.Popen[bytes], warm_s: float, limit_s: float = 60.0) -> None:
+    """Until the patient has logged steps for ``warm_s`` seconds (or exited, or ``limit_s``)."""
+    end = time.time() + limit_s
+    while time.time() < end and patient.poll() is None:
+        ends = log.read_text().split() if log.exists() else []
+        if ends and time.time() - float(ends[0]) >= warm_s:
+            return
+        time.sleep(0.2)
 
 
 def judge_attach(ends: list[float], t_attach: float, t_detach: float, bare_s: float, rc: int,
@@ -470,6 +502,11 @@ def judge_attach(ends: list[float], t_attach: float, t_detach: float, bare_s: fl
         return row
     bare = (before + after) / 2
     cost = 1 - during / bare
+    if abs(before - after) / bare > ATTACH_BUDGET:  # the bare rate moved: no cost can be read off it
+        row.result = "error"
+        row.note = f"the bare stretches disagree ({before:.1f} vs {after:.1f} steps/s)"
+        row.figures = {"before": before, "during": during, "after": after}
+        return row
     loaded = ((report or {}).get("attach") or {}).get("loaded") or []
     hooks = ("hooks not loaded: stack samples only" if any("not loaded" in line for line in loaded)
              else "hooks loaded" if loaded else "no report")
@@ -594,7 +631,10 @@ def environment() -> dict[str, Any]:
 
 
 def checks_to_run(only: list[str] | None) -> list[tuple[str, Callable[[Context], list[Row]], list[str]]]:
-    return [c for c in CHECKS if not only or c[0] in only]
+    """All checks in their order, or those named by ``--only`` in the order named (a rerun in a short
+    lease puts first what has not run yet)."""
+    by_name = {c[0]: c for c in CHECKS}
+    return [by_name[n] for n in dict.fromkeys(only)] if only else list(CHECKS)
 
 
 def dry_rows(picked: list[tuple[str, Callable[[Context], list[Row]], list[str]]], why: str) -> list[Row]:
@@ -614,7 +654,8 @@ def workdir(keep: Path | None) -> Iterator[Path]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budget-s", type=float, default=360.0, help="start no check after this many seconds (360)")
-    ap.add_argument("--only", action="append", choices=[c[0] for c in CHECKS], help="run these checks only")
+    ap.add_argument("--only", action="append", choices=[c[0] for c in CHECKS], help="run these checks only, in this order")
+    ap.add_argument("--pattern", action="append", choices=list(PATTERN_STEPS), help="gpu_clock: these patterns only")
     ap.add_argument("--json", type=Path, default=None, help="write the rows here (default $OUT/gpu_check.json)")
     ap.add_argument("--work", type=Path, default=None, help="keep the runs' folders here (default: a temporary one)")
     ap.add_argument("--dry", action="store_true", help="the dry path even with a GPU (what CI runs)")
@@ -631,7 +672,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         rows = []
         with workdir(args.work) as work:
-            ctx = Context(work, t0 + args.budget_s, log=log)
+            ctx = Context(work, t0 + args.budget_s, log=log, patterns=args.pattern)
             for name, check, names in picked:
                 if ctx.left_s() <= 0:
                     rows += [Row(n, note="skipped: out of time (--budget-s)") for n in names]

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--truth", default=os.environ.get("GPUDOCTOR_PROBE_TRUTH"))
     args = p.parse_args(argv)
     import torch
-    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data import DataLoader
     from transformers import GPT2Config, GPT2LMHeadModel
 
     if not torch.cuda.is_available():
@@ -52,13 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     model = GPT2LMHeadModel(config).cuda().train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids = torch.randint(0, args.vocab, (args.batch_size * 8, args.seq_len))
-    loader = DataLoader(TensorDataset(ids), batch_size=args.batch_size, shuffle=False)
+    rows = [{"input_ids": row, "labels": row} for row in ids]  # collated into a dict of 2-D token tensors
+    loader = DataLoader(rows, batch_size=args.batch_size, shuffle=False)
     ends: list[Any] = []
     t0 = time.perf_counter()
     step = 0
     while step < args.steps:
-        for (x,) in loader:
-            batch = {"input_ids": x, "labels": x}  # a dict of 2-D token tensors, as a Trainer's
+        for batch in loader:
             batch = {k: v.to("cuda") for k, v in batch.items()}
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
                 loss = model(**batch).loss

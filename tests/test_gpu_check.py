@@ -49,7 +49,9 @@ def _fake_truth(name: str, played: Any) -> dict[str, Any]:
     saves = played.steps // p.save_every if p.save_every else 0
     per_save = p.save_copy_s + p.save_write_s
     step_s = (played.loop_s - saves * per_save) / played.steps
+    idle_in_waits = 0.0 if p.sync_python_s or p.save_every else 1 - played.true_busy  # else all idle is in waits
     return {"gpu_step_ms_p50": 1000 * step_s, "gpu_busy_share_of_gpu_time": played.true_busy,
+            "gpu_idle_in_wait_share_of_gpu_time": idle_in_waits,
             "gpu_idle_after_sync_ms_p50": 1000 * p.sync_python_s if p.sync_python_s else None,
             "gpu_save_ms_p50": 1000 * per_save if saves else None}
 
@@ -72,6 +74,19 @@ def test_each_pattern_is_judged_against_its_truth(pattern: str, fake_reports: di
     moved = {**truth, "gpu_step_ms_p50": truth["gpu_step_ms_p50"] * 1.5}
     off = gpu_check.judge_pattern(pattern, report, moved)
     assert off.result == "fail" and "step" in off.note
+
+
+def test_a_stall_is_expected_exactly_where_the_truth_saw_the_gpu_idle(fake_reports: dict[str, Any]) -> None:
+    """The trap on the H200 was a real 15% stall (a 173 ms build behind a 180 ms step): the judgement
+    follows the truth's idle share, not the pattern's name; a promise beyond that idle fails."""
+    trap, trap_truth = fake_reports["trap"]
+    stall, stall_truth = fake_reports["stall"]
+    assert gpu_check.judge_pattern("trap", trap, {**trap_truth, "gpu_idle_in_wait_share_of_gpu_time": 0.3}
+                                   ).result == "fail"  # the truth says stall; the report says none
+    assert gpu_check.judge_pattern("stall", stall, {**stall_truth, "gpu_idle_in_wait_share_of_gpu_time": 0.01}
+                                   ).result == "fail"
+    capped = gpu_check.judge_pattern("stall", stall, {**stall_truth, "gpu_idle_in_wait_share_of_gpu_time": 0.2})
+    assert capped.result == "fail" and "prediction within the idle" in capped.note
 
 
 def test_a_missing_report_is_an_error_not_a_pass() -> None:
@@ -143,6 +158,8 @@ def test_prescription_attach_and_graph_rows() -> None:
     assert gpu_check.judge_attach(sorted(attached), 10.0, 20.0, 8.0, 0, None).result == "pass"
     slow = [t for t in ends if not 10 <= t < 20] + [10 + i / 8 for i in range(80)]
     assert gpu_check.judge_attach(sorted(slow), 10.0, 20.0, 8.0, 0, None).result == "fail"
+    warming = [t for t in attached if t >= 4] + [2 + i / 3 for i in range(6)]  # a slow start before the attach
+    assert gpu_check.judge_attach(sorted(warming), 10.0, 20.0, 8.0, 0, None).result == "error"
     bare = {"weights_sha256": "ab" * 32, "weights_sum": 1.0}
     assert gpu_check.judge_graph(bare, dict(bare), 0, 0, None).result == "pass"
     assert gpu_check.judge_graph(bare, None, 1, 0, None).result == "fail"

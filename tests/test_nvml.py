@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
+from types import SimpleNamespace
 
 import pynvml
 import pytest
@@ -16,7 +17,7 @@ from gpudoctor.recording import JsonlAppender
 from gpudoctor.recording.store import read_jsonl
 from gpudoctor.samplers import GpuSampler, Nvml
 from tests import fake_nvml
-from tests.fake_nvml import FakeBinding, FakeGpu
+from tests.fake_nvml import ERROR_CODES, FakeBinding, FakeGpu, NVMLError
 
 GIB = 1024**3
 TRAINING_PIDS = {4242, 4243}
@@ -259,3 +260,35 @@ def test_real_gpu_rows(tmp_path) -> None:
     assert all(
         g["name"] and g["uuid"].startswith(("GPU-", "MIG-")) for g in sampler.describe_gpus()
     )
+
+
+class _BindingWithV2(FakeBinding):
+    """nvidia-ml-py's ``nvmlDeviceGetMemoryInfo(handle, version)``: version 1's ``used`` holds the
+    driver's reserved memory, version 2's does not (what nvidia-smi shows)."""
+
+    nvmlMemory_v2 = 0x2000028
+    RESERVED_B = 614 * 2**20
+
+    def __init__(self, gpus: list[FakeGpu], v2_error: int | None = None) -> None:
+        super().__init__(gpus)
+        self.v2_error = v2_error
+
+    def nvmlDeviceGetMemoryInfo(self, handle: FakeGpu, version: int | None = None) -> SimpleNamespace:  # type: ignore[override]
+        v1 = super().nvmlDeviceGetMemoryInfo(handle)
+        if version is None:
+            return SimpleNamespace(total=v1.total, used=v1.used + self.RESERVED_B, free=v1.free - self.RESERVED_B)
+        if self.v2_error is not None:
+            raise NVMLError(self.v2_error)
+        return SimpleNamespace(total=v1.total, used=v1.used, free=v1.free, reserved=self.RESERVED_B)
+
+
+def test_memory_used_is_read_as_nvidia_smi_reads_it_version_2() -> None:
+    """On an H200 version 1 said 3891.9 MiB where nvidia-smi said 3277 (bench/gpu_check.py)."""
+    gpu = FakeGpu("NVIDIA H200", "GPU-2", 141 * 2**30, 3277 * 2**20, 100, 550_000, 1980)
+    nvml = Nvml(binding=_BindingWithV2([gpu]))
+    assert nvml.init()
+    assert nvml.memory_used_mib(0) == 3277.0
+    old = Nvml(binding=_BindingWithV2([gpu], v2_error=ERROR_CODES["NVML_ERROR_NOT_SUPPORTED"]))
+    assert old.init()
+    assert old.memory_used_mib(0) == 3277.0 + 614 and old.memory_used_mib(0) == 3891.0  # version 1, asked again
+    assert old.problems() == []  # a driver without version 2 is no problem: version 1 is read
