@@ -579,9 +579,12 @@ def has_gpu() -> bool:
 def install(log: list[str]) -> str | None:
     """gpudoctor importable here and in its children: the carried wheels installed into this
     interpreter (``pip --no-index``: the GPU machine reaches no registry) and this checkout first on
-    ``sys.path`` (the children run from its root, ``python -m gpudoctor``); None, or why not."""
+    ``sys.path`` and ``PYTHONPATH``; None, or why not."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
+    # the probes import gpudoctor's synthetic corpus (probes/_common.py), bare runs included
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(ROOT) + (os.pathsep + old if old else "")
     try:
         import pydantic  # noqa: F401
 

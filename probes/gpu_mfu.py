@@ -52,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     model = GPT2LMHeadModel(config).cuda().train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids = torch.randint(0, args.vocab, (args.batch_size * 8, args.seq_len))
-    rows = [{"input_ids": row, "labels": row} for row in ids]  # collated into a dict of 2-D token tensors
+    # collated into a dict of 2-D token tensors, with the mask a tokenizer gives (GPT-2 has no pad id:
+    # without a mask the doctor cannot count the batch's tokens)
+    rows = [{"input_ids": row, "attention_mask": torch.ones_like(row), "labels": row} for row in ids]
     loader = DataLoader(rows, batch_size=args.batch_size, shuffle=False)
     ends: list[Any] = []
     t0 = time.perf_counter()
