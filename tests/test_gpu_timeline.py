@@ -345,6 +345,45 @@ def test_the_hooks_mark_each_wait_step_and_sync_of_a_real_loop(tmp_path: Path) -
     assert not [e for e in plain if str(e["k"]).startswith("gpu_")]
 
 
+def test_the_wait_that_ends_each_epoch_is_no_batch(tmp_path: Path) -> None:
+    """On the H200 the MFU of a 40-step loop over 8 batches an epoch read 10% high: the five
+    epoch-ending waits (``StopIteration``) were counted as batches, so tokens per step too. A real
+    loop of 3 epochs of 4 batches: 15 waits, 12 batches, in both of the reader's paths."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from gpudoctor.analysis.process import build_process_view
+    from gpudoctor.recording.events import NO_BATCH_WAIT
+    from gpudoctor.recording.read import read_events
+
+    old = os.environ.get("GPUDOCTOR_PROFILE_WINDOW")
+    os.environ["GPUDOCTOR_PROFILE_WINDOW"] = "off"
+    try:
+        hooks.install(tmp_path / "run")
+        model = torch.nn.Linear(8, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randn(32, 1)), batch_size=8)
+        for _ in range(3):
+            for x, y in loader:
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                opt.step()
+                opt.zero_grad()
+    finally:
+        hooks.uninstall()
+        if old is None:
+            os.environ.pop("GPUDOCTOR_PROFILE_WINDOW", None)
+        else:
+            os.environ["GPUDOCTOR_PROFILE_WINDOW"] = old
+    (path,) = (tmp_path / "run" / "events").glob("*.jsonl")
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    waits = [e for e in events if e["k"] == "span" and e["c"] == "data_wait"]
+    assert len(waits) == 15 and sum(e["name"] == NO_BATCH_WAIT for e in waits) == 3
+    as_dicts = build_process_view(1, events, 0.0, 1e12, [])
+    load = read_events(path)
+    compact = build_process_view(1, load.events, 0.0, 1e12, [], loop=load.loop)
+    assert as_dicts.n_data_waits == compact.n_data_waits == 12 == len(compact.step_times)
+
+
 def test_only_copies_onto_the_gpu_are_timed_not_casts() -> None:
     """``.to(dtype)`` and host copies are everywhere in a model: they must not cost an event."""
     import torch

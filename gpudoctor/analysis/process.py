@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from gpudoctor.analysis import gpu_clock
 from gpudoctor.analysis import timeline as tl
 from gpudoctor.common import batchlengths
-from gpudoctor.recording.events import COMMUNICATION
+from gpudoctor.recording.events import COMMUNICATION, NO_BATCH_WAIT
 from gpudoctor.recording.read import LoopData
 from gpudoctor.report.schema import BREAKDOWN_KEYS
 
@@ -61,7 +61,7 @@ class ProcessView:
     tokenize_timed_s: float = 0.0
     tokenize_cpu_s: float = 0.0
     tokenize_cpu_calls: int = 0
-    n_data_waits: int = 0
+    n_data_waits: int = 0  # loader waits that delivered a batch (not the end-of-data one)
     profiler: list[dict[str, Any]] = field(default_factory=list)
     map_cache: list[str] = field(default_factory=list)  # per Dataset.map: "hit" | "miss" | "none"
     proc: dict[str, Any] = field(default_factory=dict)
@@ -126,7 +126,7 @@ def build_process_view(
     if loop:
         view.step_times = list(loop.steps)
         view.optimizer_s = loop.step_dt_s
-        view.n_data_waits = len(loop.spans.get("data_wait", []))
+        view.n_data_waits = len(loop.spans.get("data_wait", [])) - loop.no_batch_waits
     firsts: list[float] = []
     counters: list[dict[str, Any]] = []
     for e in events:
@@ -136,7 +136,7 @@ def build_process_view(
             spans.setdefault(e["c"], []).append((t0, t0 + dt))
             per = names.setdefault(e["c"], {})
             per[e.get("name", "?")] = per.get(e.get("name", "?"), 0.0) + dt
-            if e["c"] == "data_wait":
+            if e["c"] == "data_wait" and e.get("name") != NO_BATCH_WAIT:
                 view.n_data_waits += 1
         elif kind == "first_step":
             firsts.append(float(e["t"]))

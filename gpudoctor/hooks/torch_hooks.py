@@ -21,6 +21,7 @@ from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.profiler_windows import ProfilerWindows
 from gpudoctor.hooks.writer import EventWriter
 from gpudoctor.recording.events import (
+    NO_BATCH_WAIT,
     SIDE_FILE,
     BatchEvent,
     Event,
@@ -229,8 +230,9 @@ class TorchHooks:
 
     @guarded("DataLoader wait", vital=True)
     def _waited(self, t0: float, p0: float) -> None:
+        """A wait that ended without a batch (the end of the data): data wait, not a batch."""
         self.writer.emit({"k": "span", "c": "data_wait", "t0": t0, "dt": time.perf_counter() - p0,
-                          "name": "DataLoader.__next__"})
+                          "name": NO_BATCH_WAIT})
         if self.gpu is not None:
             self._gpu_wait_end()
 

@@ -10,7 +10,8 @@ In-process events (key ``k``):
               argv`` (redacted), ``create_time`` (epoch), ``is_worker``, ``libs``
               ({package: version}), ``python``.
 ``span``      a timed interval: ``c`` category, ``t0``, ``dt``, ``name``.
-              Categories: ``data_wait`` (blocked in ``DataLoader.__next__``),
+              Categories: ``data_wait`` (blocked in ``DataLoader.__next__``; named
+              :data:`NO_BATCH_WAIT` when the call gave no batch: the end of the data),
               ``checkpoint`` (torch.save, save_pretrained, safetensors, Trainer
               checkpoints), ``eval`` (Trainer.evaluate, Lightning validation,
               ``gpudoctor.profile().eval()``), ``format`` (``datasets`` map/filter),
@@ -162,6 +163,12 @@ Number = Annotated[float, "number"]  # any finite number
 Counts = Annotated[list[int], "count_list"]
 Libs = Annotated[dict[str, str | None], "libs"]  # {package: version or None}
 Unchecked = Annotated[Any, "unchecked"]  # written, read by some, never checked on load
+
+
+# A loader wait that delivered no batch (``StopIteration`` at the end of the data, or an error):
+# its seconds are data wait, but it is not one of the batches the loop trained on (the batches per
+# step that MFU's tokens and the per-batch figures count).
+NO_BATCH_WAIT = "DataLoader.__next__ (no batch)"
 
 
 class CliOption(TypedDict, total=False):

@@ -46,6 +46,7 @@ from typing import IO, Any
 from gpudoctor.common import batchlengths
 from gpudoctor.common.safefs import is_holey, is_pinned, open_read
 from gpudoctor.common.wording import plural
+from gpudoctor.recording.events import NO_BATCH_WAIT
 from gpudoctor.recording.validate import clean_event, fast_counter, fast_span, fast_step, is_time
 
 try:  # ~3x faster than the json module on these lines; what it rejects (NaN) falls back to json
@@ -412,6 +413,7 @@ class LoopData:
     step_dt_s: float = 0.0  # the optimizer steps' own seconds (``dt`` of the step events), summed
     spans: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # category -> (start, end)
     span_s: dict[str, dict[str, float]] = field(default_factory=dict)  # category -> name -> seconds
+    no_batch_waits: int = 0  # data_wait spans named NO_BATCH_WAIT: waits, not batches
 
     def __bool__(self) -> bool:
         return bool(self.steps or self.spans)
@@ -471,6 +473,8 @@ def read_events(path: Path, max_line: int = MAX_LINE_BYTES, budget: Budget | Non
                         intervals.append((t0, t0 + dt))
                         per = span_s[c]
                         per[name] = per.get(name, 0.0) + dt
+                        if name == NO_BATCH_WAIT:
+                            out.loop.no_batch_waits += 1
                         continue
                 elif k == "counter" and fast_counter(e):
                     e["k"] = _COUNTER
@@ -533,6 +537,8 @@ def _add_to_loop(loop: LoopData, e: dict[str, Any]) -> None:
     per = loop.span_s.setdefault(c, {})
     name = e.get("name", "?")
     per[name] = per.get(name, 0.0) + dt
+    if name == NO_BATCH_WAIT:
+        loop.no_batch_waits += 1
 
 
 def _sum_counters(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
