@@ -81,6 +81,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     --out foo`` never hands the doctor's ``--out`` to the script, nor the script's to the doctor.
     """
     parser = build_parser()
+    if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
+        raise UserError(_not_a_command(argv))
     if not argv or argv[0] not in WRAPPING:
         return parser.parse_args(argv)
     split = argv.index("--") if "--" in argv else len(argv)
@@ -92,6 +94,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
         raise UserError(_needs_dashes(parser, head[: len(head) - len(caught)], caught, after))
     args.command = tail
     return args
+
+
+def _not_a_command(argv: list[str]) -> str:
+    """``gpudoctor python train.py``: the user meant to profile it; say the line that does."""
+    import shlex
+
+    return (f"{argv[0]!r} is not a gpudoctor command ({', '.join(COMMANDS)}); to profile it: "
+            f"gpudoctor run -- {shlex.join(argv)}")
 
 
 def _needs_dashes(parser: argparse.ArgumentParser, head: list[str], caught: list[str], after: list[str]) -> str:

@@ -204,6 +204,22 @@ def test_ctrl_c_twice_terminates_the_training_and_writes_the_report(tmp_path):
     assert report["steps"]["count"] > 0
 
 
+def test_ctrl_c_leaves_the_doctors_line_whole_beside_the_trainings_traceback(tmp_path):
+    """The doctor's line and the training's KeyboardInterrupt traceback share the terminal: the line
+    is one write with its newline, so the traceback never runs into it ("...recorded.Traceback")."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(gpudoctor_cmd("run", "--out", str(tmp_path / "run"), "--", sys.executable, TINY,
+                                          "--seconds", "60"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=ROOT, start_new_session=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith("step")
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert "The report will cover what was recorded.\n" in err
+    assert all(line.startswith("Traceback") for line in err.splitlines() if "Traceback" in line)
+
+
 def test_attach_to_a_wrapper_that_runs_no_python_is_refused_at_once(tmp_path):
     """A shell around a non-Python program: refused before any waiting (not after --duration)."""
     wrapper = subprocess.Popen(["bash", "-c", "sleep 120; true"])

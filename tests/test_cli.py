@@ -75,10 +75,30 @@ def test_after_dashes_every_word_is_the_commands(tmp_path):
     assert proc.returncode == 0 and "['--out', 'foo', '--']" in proc.stdout
 
 
+def test_run_json_is_alone_on_stdout_when_the_training_prints(tmp_path):
+    """``--json`` feeds other programs: the report alone on stdout, the command's prints on stderr."""
+    script = "print('epoch 1 loss 2.3'); import sys; print('to stderr', file=sys.stderr)"
+    proc = run_cli("run", "--json", "--out", str(tmp_path / "r"), "--", sys.executable, "-c", script)
+    assert proc.returncode == 0
+    report = json.loads(proc.stdout)  # nothing else on stdout
+    assert report["run"]["status"] == "finished"
+    assert "epoch 1 loss 2.3" in proc.stderr and "to stderr" in proc.stderr
+    assert "own stdout then goes to stderr" in " ".join(run_cli("run", "--help").stdout.split())
+
+
 def test_unknown_command_is_one_line_and_nonzero():
     proc = run_cli("frobnicate")
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and proc.stderr.startswith("gpudoctor: ")
+
+
+def test_a_program_given_as_the_command_gets_the_run_line(tmp_path):
+    """``gpudoctor python x.py`` (no ``run --``): the corrected line, nothing run, no folder."""
+    proc = run_cli("python", "x.py", "--lr", "3e-4", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "'python' is not a gpudoctor command" in proc.stderr
+    assert "gpudoctor run -- python x.py --lr 3e-4" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_report_rerenders_a_saved_run_by_extension(tmp_path):

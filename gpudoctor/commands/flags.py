@@ -79,7 +79,9 @@ def add_common(p: argparse.ArgumentParser, out: bool = True) -> None:
     p.add_argument("--price-per-gpu-hour", type=non_negative, default=None, metavar="USD",
                    help="price of one GPU-hour (else GPUDOCTOR_PRICE_PER_GPU_HOUR, else a table by GPU name)")
     p.add_argument("--gpus", type=count, default=None, metavar="N", help="GPUs you pay for (default: those seen)")
-    p.add_argument("--json", action="store_true", help="print the JSON report on stdout")
+    p.add_argument("--json", action="store_true",
+                   help="print the JSON report alone on stdout (a command's own stdout then goes to stderr), "
+                        "so a program can parse it: gpudoctor run --json -- python train.py | jq .findings")
     add_debug(p)
 
 

@@ -46,12 +46,22 @@ class _Interrupts:
         elif self.count == 1:
             if self.group:
                 _signal(proc, signal.SIGINT, True)
-            print("\ngpudoctor: interrupted; waiting for the training process to stop "
-                  "(Ctrl-C again to terminate it). The report will cover what was recorded.", file=sys.stderr)
+            _say("\ngpudoctor: interrupted; waiting for the training process to stop "
+                 "(Ctrl-C again to terminate it). The report will cover what was recorded.\n")
         else:
-            print("gpudoctor: terminating the training process; writing the report from what was recorded.",
-                  file=sys.stderr)
+            _say("gpudoctor: terminating the training process; writing the report from what was recorded.\n")
             _signal(proc, signal.SIGTERM, self.group)
+
+
+def _say(line: str) -> None:
+    """One line on stderr in ONE write, its newline included: the training prints its own
+    traceback on the same terminal at that moment, and ``print``'s separate write of the newline
+    let it run into the line ("...what was recorded.Traceback")."""
+    try:
+        sys.stderr.flush()
+        os.write(sys.stderr.fileno(), line.encode(errors="replace"))
+    except (OSError, ValueError, AttributeError):  # no real stderr (captured, closed)
+        sys.stderr.write(line)
 
 
 def _signal(proc: subprocess.Popen[bytes], sig: int, group: bool) -> None:
@@ -105,7 +115,9 @@ def run(command: list[str], out: Path | None, interval_s: float, price: float | 
     try:
         # From a normal-priority thread: a doctor lowered by an earlier run (try's trials) must not pass it on
         priority.start_normal_spawner()
-        proc = priority.popen_normal(command, env=env, process_group=0 if limit is not None else None)
+        # --json: the report alone on stdout, for a program to parse; the command's own stdout goes to stderr
+        proc = priority.popen_normal(command, env=env, process_group=0 if limit is not None else None,
+                                     stdout=2 if as_json else None)
     except (FileNotFoundError, PermissionError) as exc:  # found, yet not startable (a script's #! names no program)
         _restore(old)
         _discard(folder, existed)
