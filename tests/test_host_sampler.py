@@ -76,3 +76,26 @@ def test_a_dead_root_gives_host_rows_without_errors() -> None:
     assert row["mem_available_mib"] > 0 and sampler.pids() == set()
     assert sampler.errors == []
 
+
+
+def test_another_gpudoctor_is_named_apart_by_pid(tmp_path) -> None:
+    """Another user's doctor beside the run read as "gpudoctor (0.5 core)", as if it were this one's
+    cost (issue #38): a busy program whose command name is ``gpudoctor`` is "another gpudoctor (pid N)"."""
+    script = tmp_path / "gpudoctor"
+    script.write_text(f"#!{sys.executable}\nimport time\nt = time.time()\nwhile time.time() - t < 20: pass\n")
+    script.chmod(0o755)
+    other = subprocess.Popen([str(script)])
+    patient = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(20)"])
+    try:
+        sampler = HostSampler(patient.pid, None, interval_s=0.05)
+        seen: list[dict] = []
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and not any(o["name"].startswith("another") for o in seen):
+            time.sleep(0.5)
+            seen = sampler._other_programs(time.monotonic()) or []
+        names = [o["name"] for o in seen]
+        assert f"another gpudoctor (pid {other.pid})" in names and "gpudoctor" not in names
+    finally:
+        for proc in (other, patient):
+            proc.kill()
+            proc.wait()

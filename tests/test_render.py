@@ -382,3 +382,23 @@ def test_diff_page_shows_start_times_as_people_read_them(sample: dict, nogpu: di
     sample["run"]["started_at"] = "2026-11-24T01:55:38.664560+00:00"
     html = render_diff_html(diff_reports(sample, nogpu))
     assert "2026-11-24 01:55:38 UTC" in html and ".664560" not in html
+
+
+def test_a_stated_price_on_a_cpu_run_never_shows_a_gpu_it_did_not_see(tmp_path: Path) -> None:
+    """``report --price-per-gpu-hour 2.5`` on a CPU run: the header said "1 GPU · $2.50/GPU-hour"
+    while every other line said there was no GPU (issue #38)."""
+    from gpudoctor.recording.store import load_recording
+    from gpudoctor.report.build import ReportOptions, build_report
+    from tests.recording_builder import RecordingBuilder
+
+    b = RecordingBuilder(tmp_path, cores=2, duration_s=20.0)
+    rows = b.process()
+    b.training_loop(rows, start_s=2.0, steps=100, compute_s=0.05, wait_s=0.04, fetch_s=0.04)
+    b.host_rows(cpu_total_pct=50.0, cpu_proc_pct=100.0)
+    b.write()
+    report = build_report(load_recording(tmp_path), ReportOptions(price_per_gpu_hour=2.5))
+    assert report["run"]["gpus"] == [] and report["run"]["gpu_count"] == 1
+    header = MarkdownRenderer().render(report).split("\n\n")[1]
+    assert "no GPU on this machine (priced as 1 GPU)" in header and "· 1 GPU ·" not in header
+    html = HtmlRenderer().render(report)
+    assert "no GPU on this machine (priced as 1 GPU)" in html

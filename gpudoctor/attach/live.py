@@ -45,6 +45,7 @@ class LiveState:
     steps: int = 0
     sampled: bool = False
     notes: list[str] = field(default_factory=list)
+    analysed_s: float | None = None  # seconds attached when the figures shown were computed
 
     @property
     def elapsed_s(self) -> float:
@@ -109,6 +110,7 @@ class LiveView:
         t0 = time.perf_counter()
         try:
             self.state.breakdown, self.state.steps, self.state.sampled = current_figures(self.folder)
+            self.state.analysed_s = self.state.elapsed_s
         except Exception as exc:  # a half-written folder must not end the session; shown, not hidden
             self.state.notes = [f"live figures unavailable: {exc}"]
         self._next_analysis = now + analysis_period_s(time.perf_counter() - t0, self.state)
@@ -135,6 +137,8 @@ class LiveView:
                 value = s.breakdown.get(key) or 0.0
                 table.add_row(key, "█" * round(30 * value), f"{100 * value:.1f}%")
             label = "estimated from stack samples" if s.sampled else f"{s.steps} steps seen"
+            if s.analysed_s is not None and s.elapsed_s - s.analysed_s >= 1:
+                label += f" by {s.analysed_s:.0f} s"
             table.add_row("", f"[dim]{label} · Ctrl-C detaches[/dim]", "")
         for note in s.notes[-2:]:
             table.add_row("", f"[dim]{note}[/dim]", "")
@@ -153,4 +157,6 @@ def plain_line(s: LiveState) -> str:
     if s.breakdown is None:
         return f"{head}; no training step seen yet"
     parts = ", ".join(f"{k} {100 * (v or 0):.0f}%" for k, v in s.breakdown.items() if (v or 0) >= 0.005)
-    return f"{head}: {parts}" + (" (from stack samples)" if s.sampled else f" ({s.steps} steps)")
+    # the figures are those of the last analysis (at most every MIN_ANALYSIS_S..MAX_STEPS_WAIT_S): say when
+    when = f" by {s.analysed_s:.0f} s" if s.analysed_s is not None and s.elapsed_s - s.analysed_s >= 1 else ""
+    return f"{head}: {parts}" + (f" (from stack samples{when})" if s.sampled else f" ({s.steps} steps{when})")

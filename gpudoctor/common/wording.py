@@ -68,9 +68,9 @@ def gpus_text(run: Any) -> str:
     gpus = run.get("gpus") or []
     if not gpus and run.get("mode") == "replay":  # its GPU figures are the target's, predicted
         return "none here: the replay ran on the CPU; the target GPU is predicted, not measured"
-    if not gpus:
+    if not gpus:  # a stated price prices GPU-hours the recording never saw: say both
         count = run.get("gpu_count") or 0
-        return plural(count, "GPU") if count else NO_GPU
+        return f"{NO_GPU} (priced as {plural(count, 'GPU')})" if count else NO_GPU
     names: dict[str, int] = {}
     for gpu in gpus:
         mib = num(gpu.get("memory_total_mib"))

@@ -188,7 +188,8 @@ class HostSampler(Sampler):
         names: dict[tuple[int, float], str] = {}
         for pid, name, cpu_s, started in _proc_stats(mine):
             cpu[(pid, started)] = cpu_s
-            names[(pid, started)] = name
+            # another user's doctor (or another run's) is not this one's cost: name it apart, by pid
+            names[(pid, started)] = f"another gpudoctor (pid {pid})" if name == "gpudoctor" else name
         prev, self._others_cpu = self._others_cpu, cpu
         dt, self._others_at = now - self._others_at, now
         if not prev or dt <= 0:
