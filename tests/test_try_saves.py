@@ -35,3 +35,42 @@ def test_try_thins_a_loops_saves_and_says_so(tmp_path: Path) -> None:
     assert len(split_saves(p).checkpoints) <= len(p.step_times) // save_steps + 1
     base = analyze(load_recording(out)).primary
     assert base is not None and len(split_saves(base).checkpoints) >= len(base.step_times) - 1
+
+
+def test_a_thinned_save_leaves_the_last_checkpoint_where_the_loop_looks(tmp_path: Path,
+                                                                         monkeypatch) -> None:
+    """A loop that saves each step and then fsyncs, reads and rotates what it saved: ``try`` skipped
+    the save and the loop's next line opened a missing file (FileNotFoundError, issue #40). Every
+    skipped save's path now holds the last real checkpoint (a hard link: no bytes written)."""
+    import os
+
+    import torch
+
+    import gpudoctor
+    from gpudoctor import hooks
+    from gpudoctor.hooks import apply
+
+    spec = {"schema": apply.SCHEMA, "rule": "checkpoint_overhead", "torch_save": {"keep_every": 3}}
+    monkeypatch.setattr(apply, "_overrides", apply.Overrides(spec))  # what GPUDOCTOR_APPLY's file gives
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with gpudoctor.profile(out=tmp_path / "run", interval_s=0.05):
+        monkeypatch.setattr(apply, "_writer", hooks.writer())
+        for step in range(1, 8):
+            model(torch.randn(8, 4)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            path = ckpt / f"step-{step}.pt"
+            torch.save({"step": step, "model": model.state_dict()}, path)
+            fd = os.open(path, os.O_RDONLY)  # the loop finishes its save...
+            os.fsync(fd)
+            os.close(fd)
+            assert torch.load(path)["model"].keys() == model.state_dict().keys()
+            if step > 2:
+                os.remove(ckpt / f"step-{step - 2}.pt")  # ...and keeps the last two
+    o = apply._overrides
+    assert o is not None and (o.saves_seen, o.saves_skipped, o.stand_ins) == (7, 4, 4)
+    steps_written = [torch.load(ckpt / f"step-{s}.pt")["step"] for s in (6, 7)]
+    assert steps_written == [4, 7]  # kept: the 1st, 4th and 7th; the 6th stands in with the 4th's

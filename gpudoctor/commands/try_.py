@@ -176,7 +176,9 @@ def _plan_notes(plan: Plan) -> list[str]:
             t = part.thinned
             notes.append(
                 f"The loop's save interval is its own code, so the trial thinned its torch.save calls: it kept "
-                f"every {part.apply.get('keep_every')}th checkpoint save and skipped the others, running as "
+                f"the first checkpoint save and every {part.apply.get('keep_every')}th after it and skipped the "
+                "others, each skipped save's path holding a hard link to the last checkpoint written (so the "
+                "loop's fsync, rename or rotation of it still works), running as "
                 f"saving every {t['trial_every']} steps would (the run saved every {t['ran_every']})"
                 + (f"; the finding's value is save_steps={t['save_steps']}" if t["trial_every"] != t["save_steps"]
                    else "") + ".")

@@ -15,6 +15,7 @@ own values, so the trial runs as written rather than dying (the event says why).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import os
@@ -56,6 +57,8 @@ class Overrides:
         self.torch_save = _scalars(spec.get("torch_save"), SAVE_KEYS)
         self.saves_seen = 0
         self.saves_skipped = 0
+        self.last_saved: str | None = None  # the last checkpoint really written (an absolute path)
+        self.stand_ins = 0  # skipped saves whose path got the last real checkpoint (a hard link)
         self.model_checkpoint = _scalars(spec.get("model_checkpoint"), MODEL_CHECKPOINT_KEYS)
         self.ddp = _scalars(spec.get("ddp"), DDP_KEYS)
         self.fully_shard = _scalars(spec.get("fully_shard"), FULLY_SHARD_KEYS)
@@ -284,8 +287,10 @@ def _tokenizer_kwargs(kwargs: dict[str, Any]) -> dict[str, Any] | None:
 def skip_save() -> bool:
     """Whether this checkpoint ``torch.save`` is thinned out (called by the save hook).
 
-    The loop's save interval is its own code; the trial keeps every k-th save (the k-th, 2k-th,
-    ...) and skips the others, so it runs as ``save_every × k`` would. Each call is counted.
+    The loop's save interval is its own code; the trial keeps every k-th save (the 1st, (k+1)-th,
+    ...) and skips the others, so it runs as ``save_every × k`` would. Each call is counted. The
+    first is kept so that every skipped save has a real checkpoint to stand in for it
+    (:func:`stand_in`).
     """
     return bool(_skip_save())
 
@@ -297,11 +302,41 @@ def _skip_save() -> bool:
     if o is None or not isinstance(k, int) or k <= 1:
         return False
     o.saves_seen += 1
-    skip = o.saves_seen % k != 0
+    skip = (o.saves_seen - 1) % k != 0
     o.saves_skipped += skip
-    if o.saves_seen == 1 or (not skip and o.saves_seen == k):
+    if o.saves_seen == 1:
         _emit("torch.save", {"keep_every": k}, {"keep_every": 1}, {})
     return skip
+
+
+@guarded("apply torch.save thinning")
+def saved(f: Any) -> None:
+    """A checkpoint was really written to ``f``: the file a later skipped save stands in with."""
+    if _overrides is not None and isinstance(f, (str, bytes, os.PathLike)):
+        _overrides.last_saved = os.path.abspath(os.fsdecode(f))
+
+
+@guarded("apply torch.save thinning")
+def stand_in(f: Any) -> None:
+    """A skipped save leaves what the script expects at the path it asked for: the last checkpoint
+    really written, hard-linked there (no bytes written: the trial measures the thinned interval),
+    so the script's ``os.fsync``, rename, rotation or upload of that path still works. A save to an
+    open file or buffer is left empty; a file system without hard links gets nothing either."""
+    o = _overrides
+    if o is None or o.last_saved is None or not isinstance(f, (str, bytes, os.PathLike)):
+        return
+    dest = os.path.abspath(os.fsdecode(f))
+    if dest == o.last_saved:
+        return  # the script saves over one file: the last real save is there already
+    tmp = f"{dest}.gpudoctor-{os.getpid()}.tmp"
+    try:
+        os.link(o.last_saved, tmp)
+        os.replace(tmp, dest)  # as the save would have: the name points at a whole file at once
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        return
+    o.stand_ins += 1
 
 
 # -- Lightning's ModelCheckpoint(...) ---------------------------------------------------
