@@ -130,6 +130,11 @@ def test_padding_value_and_prediction_are_one_in_run_and_try(probe_run) -> None:
     assert p is not None and 0 < p.optimizer_s < p.seconds("compute")
     fixed = p.optimizer_s / p.seconds("compute")
     assert data["compute_after_ratio"] == pytest.approx(fixed + (1 - fixed) * flops_ratio, abs=1e-4)
+    # the cap says what it cuts, from the rows the batches recorded (#40 item 7)
+    lengths = [int(x) for q in a.procs for b in q.batches for x in b.get("lengths") or []]
+    cut = sum(x > new_max for x in lengths)
+    assert (data["rows_seen"], data["rows_truncated"], data["longest_row"]) == (len(lengths), cut, max(lengths))
+    assert f"of the {len(lengths)} rows seen" in finding["fix"]["summary"]
     # try on the same recording sets the same value and predicts from the same claim
     plan = planning.make_plan(run.report, a, None, {})
     assert plan is not None and plan.rule == "padding_waste"
@@ -163,3 +168,20 @@ def _costmodel_workload(**kw: float) -> costmodel.Workload:
                 gpu=GpuSpec("t", "test", None, None, None, 1.0, 1.0, 1.0, 0.0, "test", "2026"), price_per_gpu_hour=0.0)
     base.update(kw)
     return costmodel.Workload(**base)  # type: ignore[arg-type]
+
+
+def test_a_cap_below_the_longest_row_says_what_it_truncates() -> None:
+    """A max_length from the p99 cuts the rows above it: the fix says how many of the rows seen."""
+    import dataclasses
+
+    from gpudoctor.rules.batches import PadFigures, PaddingGain, _cap_words
+
+    gain = PaddingGain(0.5, None, "flops", "max_length", None)
+    fig = PadFigures(0.6, 50, 300, 1024, 2048, 64, 100_000, 40_000, 1024, gain, False, 0.5,
+                     rows_seen=200, rows_cut=3, longest_row=1481)
+    words = _cap_words(fig)
+    assert "truncates 1.5% of the 200 rows seen (3, the longest 1481 tokens, cut to 1024)" in words
+    assert "keep max_length at 1481 or more to truncate none" in words
+    whole = dataclasses.replace(fig, rows_cut=0, longest_row=1000)
+    assert _cap_words(whole) == ": it truncates none of the 200 rows seen, the longest 1000 tokens"
+    assert _cap_words(dataclasses.replace(fig, rows_seen=0)) == ""

@@ -33,6 +33,9 @@ class PadFigures:
     gain: PaddingGain
     packing: bool  # lengths vary inside batches too: packing beats padding per batch
     waste: float  # share of compute the fix removes
+    rows_seen: int = 0  # rows whose real length the batches recorded (a sample of the training's)
+    rows_cut: int = 0  # of those, rows longer than new_max: what the cap truncates
+    longest_row: int | None = None  # the longest real row seen
 
     @property
     def recoverable(self) -> float:
@@ -73,8 +76,21 @@ def _figures(a: Analysis, names: Names) -> PadFigures | None:
     waste = max(gain.saving, frac if packing else 0.0)
     if waste < MIN_RECOVERABLE:
         return None
+    lengths = [int(x) for b in batches for x in b.get("lengths") or []]
+    cut = sum(1 for x in lengths if new_max is not None and x > new_max)
     return PadFigures(frac, pad["batches_seen"], pad["p50_length"], p99, longest_seen, multiple, now, after,
-                      new_max, gain, packing, waste)
+                      new_max, gain, packing, waste, len(lengths), cut, max(lengths) if lengths else None)
+
+
+def _cap_words(fig: PadFigures) -> str:
+    """What the cap cuts, from the rows seen: a max_length below the longest row truncates rows."""
+    if fig.new_max is None or not fig.rows_seen:
+        return ""
+    if not fig.rows_cut:
+        return f": it truncates none of the {fig.rows_seen} rows seen, the longest {fig.longest_row} tokens"
+    return (f": it truncates {pct(fig.rows_cut / fig.rows_seen)} of the {fig.rows_seen} rows seen "
+            f"({fig.rows_cut}, the longest {fig.longest_row} tokens, cut to {fig.new_max}); keep "
+            f"max_length at {fig.longest_row} or more to truncate none")
 
 
 def _word(fig: PadFigures, names: Names, fewer: Claim) -> Finding:
@@ -117,7 +133,8 @@ def _word(fig: PadFigures, names: Names, fewer: Claim) -> Finding:
         fix=Fix(
             summary=(
                 f"Pad per batch instead of to {fig.longest_seen}"
-                + (f", and cap max_length at {new_max} (p99 rounded up to {multiple})" if new_max else "")
+                + (f", and cap max_length at {new_max} (p99 rounded up to {multiple}){_cap_words(fig)}"
+                   if new_max else "")
                 + (", or pack examples" if fig.packing else "")
                 + "."
             ),
@@ -131,6 +148,9 @@ def _word(fig: PadFigures, names: Names, fewer: Claim) -> Finding:
             "p99_length": fig.p99_length,
             "max_length": fig.longest_seen,
             "new_max_length": new_max,
+            "rows_seen": fig.rows_seen,
+            "rows_truncated": fig.rows_cut,
+            "longest_row": fig.longest_row,
             "compute_after_ratio": round(1 - gain.saving, 4),
             "compute_after_ratio_range": [round(1 - gain.up_to, 4), round(1 - gain.saving, 4)]
             if gain.up_to else None,
