@@ -174,7 +174,7 @@ def test_a_cap_below_the_longest_row_says_what_it_truncates() -> None:
     """A max_length from the p99 cuts the rows above it: the fix says how many of the rows seen."""
     import dataclasses
 
-    from gpudoctor.rules.batches import PadFigures, PaddingGain, _cap_words
+    from gpudoctor.rules.batches import PaddingGain, PadFigures, _cap_words
 
     gain = PaddingGain(0.5, None, "flops", "max_length", None)
     fig = PadFigures(0.6, 50, 300, 1024, 2048, 64, 100_000, 40_000, 1024, gain, False, 0.5,

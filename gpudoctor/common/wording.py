@@ -95,3 +95,10 @@ def in_sentence(title: str) -> str:
     if len(first) > 1 and first[1:].lower() != first[1:]:
         return title
     return first.lower() + (" " + rest if rest else "")
+
+
+def hours_text(h: float) -> str:
+    """``"40 minutes"``, ``"3.5 hours"``, ``"2.1 days"``: a time left, in the unit a reader plans in."""
+    if h < 1:
+        return f"{60 * h:.0f} minutes"
+    return f"{h:.1f} hours" if h < 48 else f"{h / 24:.1f} days"

@@ -1,4 +1,4 @@
-"""Small hand-built inline SVG charts: the timeline and the breakdown bar.
+"""Small hand-built inline SVG charts: the timeline (with memory over time) and the breakdown bar.
 
 Hand-built rather than matplotlib, which the project therefore does not depend on.
 Measured here: importing matplotlib costs 0.52 s of a busy 2-core box on every
@@ -177,6 +177,40 @@ def _panel(
     return out
 
 
+def _mib_panel(lines: list[tuple[list[Any], list[Any], str, str]], duration_s: float, y: float) -> list[str]:
+    """Memory over time: one line per series ``(t_s, mib, label, colour)``, 0..the largest value in
+    MiB/GiB, the first solid and the second dashed, said in the label. Drawn only when some series
+    has values."""
+    series = [(ts, vs, label, color) for ts, vs, label, color in lines
+              if any(num(v) is not None for v in vs or [])]
+    if not series:
+        return []
+    label = "Memory: " + ", ".join(f"{name} ({'solid' if i == 0 else 'dashed'})"
+                                   for i, (_, _, name, _) in enumerate(series))
+    out = [_text(LEFT, y - 6, label, "start", 12),
+           f'<rect x="{LEFT}" y="{y:.1f}" width="{PLOT_W}" height="{PANEL_H}" fill="none" stroke="{GRID}"/>']
+    top = max(num(v) or 0.0 for _, vs, _, _ in series for v in vs) or 1.0
+    for frac in (0.5, 1.0):
+        gy = y + PANEL_H * (1 - frac)
+        out.append(f'<line x1="{LEFT}" x2="{LEFT + PLOT_W}" y1="{gy:.1f}" y2="{gy:.1f}" stroke="{GRID}"/>')
+        out.append(_text(LEFT - 8, gy + 4, _mib(top * frac), size=10))
+    for i, (ts, vs, _, color) in enumerate(series):
+        kept = [(tt, v) for t, x in zip(ts, vs, strict=False)
+                if (tt := num(t)) is not None and (v := num(x)) is not None]
+        if not kept:
+            continue
+        xs, ys = downsample([t for t, _ in kept], [v for _, v in kept], MAX_POINTS)
+        pts = " ".join(f"{_x(t, duration_s):.1f},{y + PANEL_H * (1 - max(0.0, v) / top):.1f}"
+                       for t, v in zip(xs, ys, strict=True))
+        dash = "" if i == 0 else ' stroke-dasharray="5 3"'
+        out.append(f'<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="1.4"{dash}/>')
+    return out
+
+
+def _mib(v: float) -> str:
+    return f"{v / 1024:.1f} GiB" if v >= 1024 else f"{v:.0f} MiB"
+
+
 def _axis(duration_s: float, y: float) -> list[str]:
     step = next((s for s in NICE_STEPS_S if duration_s / s <= 10), NICE_STEPS_S[-1])
     out = [f'<line x1="{LEFT}" x2="{LEFT + PLOT_W}" y1="{y:.1f}" y2="{y:.1f}" stroke="{MUTED}"/>']
@@ -244,6 +278,12 @@ def timeline_svg(timeline: Timeline | None, duration_s: Any = None, cores: int |
         cpu = [min(100.0, x / cores) if (x := num(v)) is not None else None for v in cpu]
     body += _panel(t_s, cpu, duration, y, cpu_label(cores), "#3d4852")
     y += PANEL_H
+    memory = _mib_panel([(t_s, series.get("rss_mib") or [], "host RSS of the training processes", "#3d4852"),
+                         (series.get("gpu_t_s") or [], series.get("gpu_mem_mib") or [], "their GPU memory",
+                          SLICE_COLORS["compute"])], duration, y + PANEL_GAP)
+    if memory:
+        body += memory
+        y += PANEL_GAP + PANEL_H
     shade = _startup_shade(spans, duration, panels_top, y)
     body = [shade] + body + _axis(duration, y + 6)
     height = y + 30

@@ -275,7 +275,7 @@ def finding_view(finding: Finding) -> dict[str, Any]:
         "title": str(finding.get("title") or finding.get("rule") or "finding"),
         "severity": severity,
         "color": SEVERITY_COLORS.get(severity, SEVERITY_COLORS["info"]),
-        "waste": fmt_pct(finding.get("waste_fraction")),
+        "waste": "none: a risk, not a waste" if finding.get("risk") else fmt_pct(finding.get("waste_fraction")),
         "usd": fmt_usd(finding.get("waste_usd_per_hour")),
         "has_usd": num(finding.get("waste_usd_per_hour")) is not None,
         "speedup": fmt_speedup(finding.get("predicted_speedup")).replace(

@@ -294,7 +294,7 @@ def findings_section(findings: list[Finding], limit: int | None = None) -> str:
             SEVERITY_MARKS.get(str(f.get("severity")), "")
             + " "
             + md_text(f.get("severity") or "info"),
-            fmt_pct(f.get("waste_fraction")),
+            "a risk" if f.get("risk") else fmt_pct(f.get("waste_fraction")),
             *([fmt_usd(f.get("waste_usd_per_hour"), "unavailable")] if priced else []),
             fmt_speedup(f.get("predicted_speedup")).replace("unavailable", "not estimated"),
         ]

@@ -37,6 +37,9 @@ def summary_lines(report: Report, folder: Path) -> list[str]:
     for f in report["findings"]:
         if f["severity"] == "info":
             continue
+        if f.get("risk"):  # a risk with a deadline (memory_growth), not wasted time
+            lines.append(f"  [{f['severity']}] {f['rule']}: a risk, not a waste — {f['fix']['summary']}")
+            continue
         usd = f["waste_usd_per_hour"]
         money = f", ${usd:.2f}/h" if usd is not None else ""
         lines.append(f"  [{f['severity']}] {f['rule']}: {_measured(f, b)}the fix recovers "

@@ -14,10 +14,10 @@ from operator import itemgetter, sub
 from typing import Any
 
 from gpudoctor._version import __version__
-from gpudoctor.analysis import Analysis, analyze, gpu_timeline
+from gpudoctor.analysis import Analysis, analyze, gpu_timeline, memory
 from gpudoctor.analysis.process import quantiles
 from gpudoctor.analysis.saves import split_saves
-from gpudoctor.common.wording import in_sentence
+from gpudoctor.common.wording import hours_text, in_sentence
 from gpudoctor.recording.store import Recording
 from gpudoctor.report import schema
 from gpudoctor.report.attach import attach_section, attach_time, summary_lines, timeline_caption
@@ -208,18 +208,32 @@ def _verdict(a: Analysis, findings: list[Finding], wasted: float, meta: dict[str
         said = (f"No fix recovers 5% or more of wall time on this machine; the biggest finding: "
                 f"{in_sentence(weak[0].title)} ({_measured_and_recovered(a, weak[0])}).")
         return f"{crashed}; in what ran, {said}" if crashed else said
+    risk = _risk_words(findings)
     if not real:
         if crashed:
             return (f"{crashed}; in what ran, no waste above 5% found and {100 * compute:.0f}% of wall time "
-                    "went to training compute.")
+                    "went to training compute." + risk)
+        if risk:  # no waste, but a run that will be killed is not healthy
+            return f"No waste above 5% found ({100 * compute:.0f}% of wall time went to training compute).{risk}"
         return f"Healthy: no waste above 5% found; {100 * compute:.0f}% of wall time went to training compute."
     top = real[0]
     speed = account.speedup(wasted) or 1.0
     found = (f"{len(real)} problem{'' if len(real) == 1 else 's'} found; the biggest: {in_sentence(top.title)} "
              f"({_measured_and_recovered(a, top)}).")
     if crashed:
-        return f"{crashed}; in what ran, {found}"
-    return f"{found} Fixing them could make this run about {speed:.1f}x faster."
+        return f"{crashed}; in what ran, {found}{risk}"
+    return f"{found} Fixing them could make this run about {speed:.1f}x faster.{risk}"
+
+
+def _risk_words(findings: list[Finding]) -> str:
+    """`` Memory grows steadily: the run will run out of it in about 3.5 hours at this rate.``: a risk
+    finding (no waste, a deadline) said in the verdict, which otherwise weighs only wasted time."""
+    words = ""
+    for f in findings:
+        if f.risk and f.severity != "info":
+            left = f.data.get("hours_left")
+            words += " " + f.title + (f", in about {hours_text(left)} at this rate." if isinstance(left, float) else ".")
+    return words
 
 
 def _measured_and_recovered(a: Analysis, f: Finding) -> str:
@@ -271,6 +285,7 @@ def _timeline(a: Analysis) -> schema.Timeline:
     if gpu_rows and a.gpu.busy_fraction is not None:
         series["gpu_t_s"] = [round(r["t"] - t0, 3) for r in gpu_rows]
         series["gpu_busy_pct"] = [_mean_util(r) for r in gpu_rows]
+        series["gpu_mem_mib"] = [None if v is None else round(v, 1) for v in memory.series_mib(gpu_rows, "gpu")]
     spans: dict[str, list[list[float]]] = {k: [] for k in ("startup", "data_wait", "checkpoint", "eval", "format")}
     p = a.primary
     if p is not None:

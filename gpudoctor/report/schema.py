@@ -192,6 +192,7 @@ class Finding(TypedDict):
     predicted_speedup: NotRequired[Speedup | None]
     predicted_speedup_range: NotRequired[SpeedupRange | None]
     claims: NotRequired[list[Claim]]
+    risk: NotRequired[bool]  # a risk with a deadline (memory that runs out), not wasted time: no claims
 
 
 class Cost(TypedDict):
@@ -242,6 +243,7 @@ class Series(TypedDict, total=False):
     rss_mib: list[Amount | None]
     gpu_busy_pct: list[Percent | None] | None
     gpu_t_s: list[Offset] | None
+    gpu_mem_mib: list[Amount | None] | None  # the training processes' GPU memory (NVML), at gpu_t_s
 
 
 

@@ -96,6 +96,7 @@ class Finding:
     speedup_up_to: float | None = None  # the optimistic end, when the gain depends on the unmeasured
     data: dict[str, Any] = field(default_factory=dict)
     per_launch_s: float | None = None  # seconds each launch repeats (priced per launch when priced)
+    risk: bool = False  # a risk, not a waste (memory that runs out): its rule sets the severity, no claims
 
     def to_dict(self, usd_per_hour: float | None) -> schema.Finding:
         """The report's finding (:class:`gpudoctor.report.schema.Finding`): the figures settled, rounded."""
@@ -115,6 +116,7 @@ class Finding:
                 [round(self.predicted_speedup or 1.0, 3), round(self.speedup_up_to, 3)]
                 if self.speedup_up_to is not None else None),
             "claims": [c.to_dict() for c in self.claims],
+            "risk": self.risk,
         }
 
 
@@ -141,7 +143,7 @@ def settle_findings(shares: dict[str, float | None], findings: list[Finding]) ->
     Returns the report's wasted fraction: every claim applied at once, compounded per bucket.
     """
     for f in findings:
-        if f.severity == "info":
+        if f.severity == "info" or f.risk:
             continue
         f.waste_fraction = account.wasted_share(shares, f.claims)
         f.predicted_speedup = account.speedup(f.waste_fraction)

@@ -26,6 +26,7 @@ from gpudoctor.rules.gpu import (
     SmallBatch,
 )
 from gpudoctor.rules.gpu_clock import HostSync, LowMfu
+from gpudoctor.rules.memory import MemoryGrowth
 from gpudoctor.rules.nodes import StragglerNode
 from gpudoctor.rules.ranks import OutdatedLibraries, StragglerRank
 from gpudoctor.rules.saving import CheckpointOverhead
@@ -54,6 +55,7 @@ RULES: tuple[type[Rule], ...] = (
     StragglerRank,
     StragglerNode,
     OutdatedLibraries,
+    MemoryGrowth,
 )
 
 

@@ -1,0 +1,157 @@
+"""Memory over the training loop: does it grow steadily, and when does it run out at that rate?
+
+A run that leaks (a list that keeps every loss tensor and its graph, workers that cache items,
+an ever-longer autograd graph) trains at full speed until it is killed hours later; its samples
+said so from the first minutes. From what the samplers already record, with no new hook:
+
+* the host: the training process tree's resident memory (``rss_mib``: main process and
+  DataLoader workers together), against what the machine had available (``mem_available_mib``);
+* the GPU: the training processes' memory per NVML (``proc_mem_mib``, summed over the GPUs;
+  the device's whole ``mem_used_mib`` where NVML does not list the processes), against the
+  device's total.
+
+Only the training loop counts (first step to last): loading a model and warming the allocator
+up are growth that stops. A trend is *steady* when a straight line explains the samples
+(R² ≥ :data:`MIN_R2`), the second half of the loop grows at least half as fast as the whole
+(not a ramp that levels off), and it grew by at least :data:`MIN_GROWTH_MIB` and either
+:data:`MIN_GROWTH_SHARE` of where it started or at a rate that runs out within :data:`SOON_H`.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpudoctor.analysis.model import Analysis
+
+MIN_SAMPLES = 8  # a line through fewer says little; a busy host samples once a second (samplers/pace.py)
+MIN_LOOP_S = 5.0
+MIN_R2 = 0.8
+MIN_GROWTH_MIB = 64.0
+MIN_GROWTH_SHARE = 0.10
+MIN_LATE_SLOPE = 0.5  # the second half's slope over the whole's: below it, growth is levelling off
+SOON_H = 72.0  # growth that runs out within this many hours matters, however small against the start
+
+
+@dataclass(frozen=True)
+class Trend:
+    """A straight line through one memory series over the training loop."""
+
+    what: str  # "host" | "gpu"
+    samples: int
+    loop_s: float
+    start_mib: float  # the line at the loop's start and end
+    end_mib: float
+    slope_mib_per_h: float
+    r2: float
+    late_ratio: float  # the second half's slope over the whole's
+    limit_mib: float | None  # what it can still grow by: the host's available memory, the GPU's free
+    limit_what: str
+
+    @property
+    def growth_mib(self) -> float:
+        return self.end_mib - self.start_mib
+
+    @property
+    def steady(self) -> bool:
+        """A line, still rising in its second half, by enough to matter: a tenth of where it began, or
+        a rate that uses up what is left within :data:`SOON_H` (a large process that leaks fast)."""
+        left = self.hours_left
+        return (self.r2 >= MIN_R2 and self.late_ratio >= MIN_LATE_SLOPE and self.growth_mib >= MIN_GROWTH_MIB
+                and (self.growth_mib >= MIN_GROWTH_SHARE * max(self.start_mib, 1.0)
+                     or (left is not None and left <= SOON_H)))
+
+    @property
+    def hours_left(self) -> float | None:
+        """At this rate, hours until the limit is reached (None: no limit known, or not growing)."""
+        if self.limit_mib is None or self.slope_mib_per_h <= 0:
+            return None
+        return max(0.0, self.limit_mib) / self.slope_mib_per_h
+
+
+def trends(a: Analysis) -> list[Trend]:
+    """The host's and the GPU's memory trends over the loop, where there are enough samples."""
+    p = a.primary
+    if p is None or p.first_step is None or not p.step_times:
+        return []
+    lo, hi = p.first_step, max(p.step_times)
+    if hi - lo < MIN_LOOP_S:
+        return []
+    out = []
+    host = [r for r in a.rec.host if lo <= r.get("t", 0.0) <= hi]
+    trend = _fit("host", host, lambda r: _num(r.get("rss_mib")), _host_headroom, "the memory the host had available")
+    if trend is not None:
+        out.append(trend)
+    gpu = [r for r in a.rec.gpu if lo <= r.get("t", 0.0) <= hi]
+    trend = _fit("gpu", gpu, _gpu_mib, _gpu_headroom, "the GPU memory free")
+    if trend is not None:
+        out.append(trend)
+    return out
+
+
+def _fit(what: str, rows: Sequence[dict[str, Any]], value: Callable[[dict[str, Any]], float | None],
+         headroom: Callable[[dict[str, Any]], float | None], limit_what: str) -> Trend | None:
+    points = [(float(r["t"]), v) for r in rows if (v := value(r)) is not None]
+    if len(points) < MIN_SAMPLES:
+        return None
+    ts = [t for t, _ in points]
+    loop_s = ts[-1] - ts[0]
+    if loop_s < MIN_LOOP_S:
+        return None
+    slope, intercept, r2 = _line(points)
+    half = [pt for pt in points if pt[0] >= ts[0] + loop_s / 2]
+    late = _line(half)[0] if len(half) >= MIN_SAMPLES // 2 else slope
+    last = next((h for r in reversed(rows) if (h := headroom(r)) is not None), None)
+    return Trend(what, len(points), loop_s, intercept + slope * ts[0], intercept + slope * ts[-1], slope * 3600.0,
+                 r2, late / slope if slope > 0 else 0.0, last, limit_what)
+
+
+def _line(points: Sequence[tuple[float, float]]) -> tuple[float, float, float]:
+    """Least squares: (slope per second, intercept, R²); a flat series explains itself (R² 1)."""
+    ts = [t for t, _ in points]
+    vs = [v for _, v in points]
+    mt, mv = statistics.fmean(ts), statistics.fmean(vs)
+    stt = sum((t - mt) ** 2 for t in ts)
+    if stt <= 0:
+        return 0.0, mv, 0.0
+    slope = sum((t - mt) * (v - mv) for t, v in points) / stt
+    intercept = mv - slope * mt
+    svv = sum((v - mv) ** 2 for v in vs)
+    resid = sum((v - (intercept + slope * t)) ** 2 for t, v in points)
+    return slope, intercept, 1.0 - resid / svv if svv > 0 else 1.0
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def _host_headroom(row: dict[str, Any]) -> float | None:
+    return _num(row.get("mem_available_mib"))
+
+
+def _gpus(row: dict[str, Any]) -> list[dict[str, Any]]:
+    return [g for g in row.get("gpus") or [] if isinstance(g, dict) and not g.get("lost")]
+
+
+def _gpu_mib(row: dict[str, Any]) -> float | None:
+    """The training processes' GPU memory (NVML's per-process figure), else the devices' used."""
+    gpus = _gpus(row)
+    procs = [v for g in gpus if (v := _num(g.get("proc_mem_mib"))) is not None]
+    if procs and any(v > 0 for v in procs):
+        return sum(procs)
+    used = [v for g in gpus if (v := _num(g.get("mem_used_mib"))) is not None]
+    return sum(used) if used else None
+
+
+def _gpu_headroom(row: dict[str, Any]) -> float | None:
+    """The least free memory of any GPU: the first to run out ends the run."""
+    free = [t - u for g in _gpus(row)
+            if (t := _num(g.get("mem_total_mib"))) is not None and (u := _num(g.get("mem_used_mib"))) is not None]
+    return min(free) if free else None
+
+
+def series_mib(rows: Sequence[dict[str, Any]], what: str) -> list[float | None]:
+    """One memory series for the report's timeline: the host's tree RSS or the GPU's memory."""
+    return [_gpu_mib(r) if what == "gpu" else _num(r.get("rss_mib")) for r in rows]

@@ -1,0 +1,58 @@
+"""A small training loop that leaks memory the ways real loops do, or not (``--leak none``).
+
+``--leak outputs``: each step's hidden activations are kept in a list as tensors with their graph
+(``history.append(output)``: a tensor keeps its storage and its graph alive). ``--leak workers``: the
+Dataset caches each item it builds, in each of 2 DataLoader workers (a copy per worker).
+``none``: the healthy control, ``losses.append(loss.item())``. Runs ``--seconds`` of training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Items(Dataset):  # type: ignore[type-arg]
+    def __init__(self, cache: bool) -> None:
+        self.cache: dict[int, torch.Tensor] | None = {} if cache else None
+
+    def __len__(self) -> int:
+        return 100_000
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        x = torch.randn(256, 64)
+        if self.cache is not None:
+            self.cache[i] = x.clone()  # kept for ever, in this worker
+        return x
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--leak", choices=("none", "outputs", "workers"), default="none")
+    p.add_argument("--seconds", type=float, default=6.0)
+    args = p.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    workers = 2 if args.leak == "workers" else 0
+    loader = DataLoader(Items(args.leak == "workers"), batch_size=8, num_workers=workers)
+    kept: list[object] = []
+    end = time.time() + args.seconds
+    for x in loader:
+        hidden = model[1](model[0](x))
+        loss = model[2](hidden).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        kept.append(hidden if args.leak == "outputs" else loss.item())
+        time.sleep(0.005)
+        if time.time() > end:
+            break
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""memory_growth: real CPU loops that leak (outputs kept with their graph, workers that cache items)
+and a healthy control, under ``gpudoctor run``; the GPU side through the fake NVML's rows.
+
+A leak trains at full speed until the run is killed hours later; the samplers' memory figures
+said so from the first minutes. The finding names where it grows, how fast, the memory left and
+the hours until it runs out, and the verdict says it; the healthy loop gets none.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpudoctor.analysis import analyze
+from gpudoctor.analysis.memory import trends
+from gpudoctor.recording.store import load_recording
+from gpudoctor.report.build import build_report
+from tests.conftest import ROOT, run_cli
+from tests.recording_builder import T0, RecordingBuilder
+
+LOOP = ROOT / "tests" / "scripts" / "leaky_loop.py"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict[str, Any], Path, str]]:
+    """Each loop for 10 s of training (a busy host samples once a second: 10 samples)."""
+    out = {}
+    root = tmp_path_factory.mktemp("leaks")
+    for leak in ("outputs", "workers", "none"):
+        folder = root / leak
+        proc = run_cli("run", "--out", str(folder), "--", sys.executable, str(LOOP), "--leak", leak, "--seconds", "10")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        out[leak] = (json.loads((folder / "report.json").read_text()), folder, proc.stderr)
+    return out
+
+
+@pytest.mark.parametrize("leak", ["outputs", "workers"])
+def test_a_leaking_loop_is_told_when_it_runs_out(leak: str, runs: dict[str, Any]) -> None:
+    report, folder, stderr = runs[leak]
+    found = [f for f in report["findings"] if f["rule"] == "memory_growth"]
+    assert len(found) == 1, [f["rule"] for f in report["findings"]]
+    f = found[0]
+    data = f["data"]
+    assert f["risk"] is True and f["claims"] == [] and f["waste_fraction"] == 0
+    assert data["where"] == "host" and data["growth_mib_per_hour"] > 0 and data["r2"] >= 0.8
+    # the line's growth is what the samples show over the loop
+    rows = [r for r in load_recording(folder).host if isinstance(r.get("rss_mib"), float)]
+    assert data["end_mib"] - data["start_mib"] >= 64 and max(r["rss_mib"] for r in rows) >= data["end_mib"] * 0.8
+    assert data["hours_left"] == pytest.approx(data["headroom_mib"] / data["growth_mib_per_hour"], rel=1e-2, abs=0.01)
+    assert f["severity"] == "high"  # the host runs out within a day at these rates
+    assert "Memory grows steadily" in report["verdict"] and "at this rate" in report["verdict"]
+    assert "memory_growth: a risk, not a waste" in stderr
+    html = (folder / "report.html").read_text()
+    assert "Memory: host RSS of the training processes" in html
+
+
+def test_the_healthy_loop_has_no_memory_finding(runs: dict[str, Any]) -> None:
+    report, folder, _ = runs["none"]
+    assert "memory_growth" not in [f["rule"] for f in report["findings"]]
+    assert all(not t.steady for t in trends(analyze(load_recording(folder))))
+
+
+def _gpu_run(tmp_path: Path, used_mib: list[float]) -> dict[str, Any]:
+    """A GPU run whose NVML rows (the fake binding's figures) give the training process ``used_mib``."""
+    b = RecordingBuilder(tmp_path, cores=8, duration_s=70.0)
+    rows = b.process()
+    b.training_loop(rows, start_s=5.0, steps=600, compute_s=0.1, wait_s=0.0, fetch_s=0.0)
+    b.host_rows(cpu_total_pct=20.0, cpu_proc_pct=100.0)
+    b.gpus_meta = [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559.0}]
+    b.gpu = [{"t": T0 + 5.0 + i, "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "util_pct": 95.0,
+                                            "mem_used_mib": v + 500.0, "mem_total_mib": 81559.0,
+                                            "proc_mem_mib": v, "lost": False}]}
+             for i, v in enumerate(used_mib)]
+    b.write()
+    return build_report(load_recording(tmp_path))
+
+
+def test_gpu_memory_that_grows_is_named_with_the_gpus_headroom(tmp_path: Path) -> None:
+    growing = [30_000.0 + 40.0 * i for i in range(60)]  # 40 MiB a second: 144 GiB an hour
+    report = _gpu_run(tmp_path / "grow", growing)
+    f = next(f for f in report["findings"] if f["rule"] == "memory_growth")
+    assert f["data"]["where"] == "gpu"
+    assert f["data"]["growth_mib_per_hour"] == pytest.approx(40.0 * 3600, rel=1e-3)
+    free = 81559.0 - (growing[-1] + 500.0)
+    assert f["data"]["hours_left"] == pytest.approx(free / (40.0 * 3600), rel=1e-2)
+    assert "GPU memory" in f["evidence"]
+    assert report["timeline"]["series"]["gpu_mem_mib"][:2] == [30_000.0, 30_040.0]
+
+
+def test_a_ramp_that_levels_off_is_not_a_leak(tmp_path: Path) -> None:
+    """The caching allocator grows for the first steps and stops: growth in the first half only."""
+    ramp = [30_000.0 + min(i, 20) * 100.0 for i in range(60)]
+    report = _gpu_run(tmp_path / "ramp", ramp)
+    assert "memory_growth" not in [f["rule"] for f in report["findings"]]
