@@ -11,9 +11,16 @@
 from __future__ import annotations
 
 import os
+import struct
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
 
 import pytest
 
+from gpudoctor.attach import symbols
 from gpudoctor.common.errors import UserError
 
 # -- row 2: Ray's token authentication -------------------------------------------------------------
@@ -52,3 +59,60 @@ def test_the_ray_extra_asks_for_the_ray_that_enforces_the_token():
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert extras["ray"] == ["ray>=2.52"]
+
+
+# -- row 4: the ELF reader of attach ---------------------------------------------------------------
+
+def _elf(path: Path, *, dynsym_bytes: int, apparent_bytes: int, phentsize: int = 56) -> Path:
+    """A 64-bit ELF header and two section headers, the second a ``.dynsym`` of ``dynsym_bytes``
+    at 4096; the file is ``apparent_bytes`` long, a hole after its first page (sparse)."""
+    head = bytearray(64)
+    head[:6] = b"\x7fELF\x02\x01"
+    struct.pack_into("<QQ", head, 32, 0, 64)  # e_phoff, e_shoff
+    struct.pack_into("<HHHH", head, 54, phentsize, 1 if phentsize != 56 else 0, 64, 2)
+    null = bytes(64)
+    dynsym = struct.pack("<IIQQQQIIQQ", 0, 11, 0, 0, 4096, dynsym_bytes, 0, 0, 8, 24)
+    with open(path, "wb") as fh:
+        fh.write(bytes(head) + null + dynsym)
+        fh.truncate(apparent_bytes)
+    return path
+
+
+@pytest.mark.parametrize(("claimed", "apparent"), [
+    (2 << 30, 8 << 10),  # the finding: 8 kB on disk, 2 GiB claimed
+    (64 << 20, 96 << 20),  # a sparse file as long as it claims, over the budget
+    (2 << 30, 3 << 30),
+])
+def test_an_elf_file_claiming_more_than_it_holds_or_the_budget_is_refused_cheaply(tmp_path, claimed, apparent):
+    path = _elf(tmp_path / "libpython3.99.so", dynsym_bytes=claimed, apparent_bytes=apparent)
+    tracemalloc.start()
+    try:
+        with pytest.raises(symbols.SymbolError, match="refused"):
+            symbols._elf_tables(str(path), path.stat().st_ino)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak  # nothing of the claim was read
+
+
+def test_an_elf_file_with_short_header_entries_is_refused_not_a_crash(tmp_path):
+    path = _elf(tmp_path / "libpython3.99.so", dynsym_bytes=24, apparent_bytes=8 << 10, phentsize=8)
+    with pytest.raises(symbols.SymbolError, match="refused"):
+        symbols._elf_tables(str(path), path.stat().st_ino)
+
+
+def test_a_process_mapping_a_hostile_libpython_is_refused_in_bounded_time(tmp_path):
+    """The attach path: ``python_image`` of a process that maps the file by name."""
+    path = _elf(tmp_path / "libpython3.99.so", dynsym_bytes=64 << 20, apparent_bytes=96 << 20)
+    code = ("import mmap, sys, time; f = open(sys.argv[1], 'rb'); "
+            "m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ); print('mapped', flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "mapped"
+        t0 = time.monotonic()
+        with pytest.raises(symbols.SymbolError, match="libpython3.99.so.*refused"):
+            symbols.python_image(proc.pid)
+        assert time.monotonic() - t0 < 10
+    finally:
+        proc.kill()
+        proc.wait()
