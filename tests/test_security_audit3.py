@@ -10,15 +10,23 @@
 
 from __future__ import annotations
 
+import copy
+import json
 import os
 import struct
 import subprocess
 import sys
 import time
 import tracemalloc
+import types
+import typing
+from collections.abc import Iterator
+from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
+from typing_extensions import NotRequired, Required, is_typeddict
 
 from gpudoctor.attach import symbols
 from gpudoctor.common.errors import UserError
@@ -116,3 +124,201 @@ def test_a_process_mapping_a_hostile_libpython_is_refused_in_bounded_time(tmp_pa
     finally:
         proc.kill()
         proc.wait()
+
+
+# -- row 7: no string of a report.json becomes live Markdown or HTML --------------------------------
+
+EVIL = "evil.example"
+PAYLOAD = ("<img src=https://evil.example/i> [l](https://evil.example/l) ![m](https://evil.example/m) "
+           "\\[b\\](https://evil.example/b) <https://evil.example/a> '\\' \" `x` *y*\n\n"
+           "</script><script src=https://evil.example/s></script> | --x")
+URL_ATTRS = frozenset({"href", "src", "srcset", "action", "formaction", "data", "poster", "xlink:href"})
+
+
+class _LiveTags(HTMLParser):
+    """The tags of an HTML text whose link, source or handler names the payload's host: markup the
+    payload made live (an escaped payload is text, or an attribute's text like a ``<meta>`` content)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.live: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        for name, value in attrs:
+            if (name in URL_ATTRS or name.startswith("on")) and EVIL in (value or ""):
+                self.live.append(f"<{tag} {name}={value}>")
+
+
+def _live(html: str) -> list[str]:
+    parser = _LiveTags()
+    parser.feed(html)
+    parser.close()
+    return parser.live
+
+
+def _full_report() -> dict[str, Any]:
+    """report_sample.json with every optional section, per-rank rows, trackers and a script flag fix:
+    each string field of the schema at least once."""
+    from gpudoctor.replay.preflight import predict
+    from tests.test_preflight import config as preflight_config
+    from tests.test_preflight import measure as preflight_measure
+
+    data = Path(__file__).parent / "data"
+    r = json.loads((data / "report_sample.json").read_text())
+    r["per_rank"] = json.loads((data / "report_nogpu.json").read_text())["per_rank"]
+    r["preflight"] = predict(preflight_config(), preflight_measure())
+    r["findings"][0]["fix"]["also"] = [{"library": "script", "call": "train.py", "config": {"--lr": "3e-4"}}]
+    r["preflight"]["fixes"] = [{"rule": "data_stall", "config": {"num_workers": 4}, "summary": "workers", "saves_h": 1.0}]
+    r["preflight"]["notes"] = ["a preflight note"]
+    r["gpu_timeline"] = {
+        "source": "cuda events", "steps_timed": 10, "gpu_step_s": 0.1, "busy_fraction": 0.5,
+        "data_wait_gpu_idle_s": 1.0, "data_wait_host_s": 2.0, "syncs_per_step": 1.0, "sync_block_s_per_step": 0.0,
+        "sync_idle_s_per_step": 0.0, "h2d_s_per_step": 0.0, "host_breakdown": r["breakdown"],
+        "nvml_windows": [{"t_s": 1.0, "duration_s": 1.0, "steps": 10, "events_busy": 0.5, "nvml_busy": 0.5,
+                          "tolerance": 0.1, "agree": True}],
+        "nvml_verdict": "agree", "trusted": "events"}
+    r["notes"] = ["a note"]
+    r["attach"] = {"attached_at": "2026-01-01T00:00:00", "process_age_s": 60.0, "window_start_s": 0.0,
+                   "loaded": ["hooks"], "window": "from the attach", "estimated": ["startup"], "notes": ["n"]}
+    r["prediction_check"] = {"gpu": "NVIDIA H100", "known": True, "target": "h100-sxm", "mfu_assumed": 0.4,
+                             "mfu_achieved": 0.05, "precision": "bf16",
+                             "rows": [{"figure": "step time", "unit": "s", "predicted": 0.1, "measured": 0.12,
+                                       "measured_over_predicted": 1.2}], "notes": ["a note"]}
+    r["trial"] = {
+        "rule": "data_stall", "fix": r["findings"][0]["fix"], "values": {"dataloader": {"num_workers": 2}},
+        "unchanged": {"pin_memory": True}, "set_by_user": {"batch": "8"},
+        "applied": [{"call": "DataLoader", "values": {"num_workers": 2, "mode": "fork"},
+                     "was": {"num_workers": 0, "mode": "spawn"}, "skipped": {"x": "y"}}],
+        "not_applied": [{"call": "Trainer", "key": "bf16", "reason": "no GPU"}], "complete": False,
+        "predicted_speedup": 1.2, "predicted_speedup_range": None, "prediction_basis": "workers",
+        "finding_predicted_speedup": 1.25, "achieved_speedup": 1.1, "baseline_steps_per_s": 8.0,
+        "trial_steps_per_s": 8.8, "baseline": {"steps_per_s": 8.0, "steps": 20, "warmup_steps": 3, "window_s": 3.0},
+        "trial": {"steps_per_s": 8.8, "steps": 22, "warmup_steps": 3, "window_s": 3.0}, "seconds": 3.0,
+        "trial_run": {"folder": "trial", "status": "finished", "crash": None}, "unmeasured": None,
+        "notes": ["a trial note"]}
+    node = {"node": "node0", "folder": "n0", "host": "h0", "ranks": [0], "status": "finished", "duration_s": 10.0,
+            "clock_offset_s": 0.0, "alignment_residual_s": 0.01, "aligned_steps": 10,
+            "breakdown": r["breakdown"], "data_wait_s": 1.0, "data_wait_s_max": 1.5, "checkpoint_s": 0.5,
+            "step_time_s": {"p50": 0.1, "p90": 0.2}, "findings": ["data_stall"]}
+    r["nodes"] = {"reference": "node0", "method": "step ends", "skew_corrected_s": 0.0,
+                  "nodes": [node, {**node, "node": "node1", "folder": "n1", "host": "h1", "ranks": [1]}]}
+    r["trackers"] = [{"kind": "mlflow", "status": "skipped", "target": "file:///x", "detail": "why"}]
+    return r
+
+
+def _positions(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[str, tuple[Any, ...]]]:
+    """Every string (``"value"``) and every object (``"key"``: a new key may be added) inside ``value``."""
+    if isinstance(value, str):
+        yield "value", path
+    elif isinstance(value, dict):
+        yield "key", path
+        for k, v in value.items():
+            yield from _positions(v, (*path, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _positions(v, (*path, i))
+
+
+def _unwrapped(hint: Any) -> set[Any]:
+    """The types ``hint`` may hold: Annotated, NotRequired and unions taken apart."""
+    args, origin = typing.get_args(hint), typing.get_origin(hint)
+    if origin is typing.Annotated or origin in (NotRequired, Required):
+        return _unwrapped(args[0])
+    if origin in (typing.Union, types.UnionType):
+        return set().union(*(_unwrapped(a) for a in args))
+    return {hint}
+
+
+def _texts(hint: Any) -> bool:
+    """Is the field a string, or a list of strings?"""
+    return any(m is str or (typing.get_origin(m) is list and typing.get_args(m) == (str,)) for m in _unwrapped(hint))
+
+
+def _schema_fields(tp: Any, seen: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Each TypedDict the report schema reaches: its fields that hold text."""
+    for member in _unwrapped(tp):
+        inner = typing.get_args(member)
+        if typing.get_origin(member) in (list, dict):
+            _schema_fields(inner[-1], seen)
+        elif is_typeddict(member) and member.__name__ not in seen:
+            hints = typing.get_type_hints(member, include_extras=True)
+            seen[member.__name__] = [name for name, hint in hints.items() if _texts(hint)]
+            for hint in hints.values():
+                _schema_fields(hint, seen)
+    return seen
+
+
+def _schema_strings(tp: Any, value: Any, reached: set[tuple[str, str]],
+                    path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """Each string field of the schema in ``value``, present or not (a fixture holding null or
+    nothing there still gets the payload); ``reached`` collects (TypedDict, field) as it goes."""
+    for member in _unwrapped(tp):
+        if is_typeddict(member) and isinstance(value, dict):
+            for name, hint in typing.get_type_hints(member, include_extras=True).items():
+                if str in _unwrapped(hint):
+                    yield (*path, name)
+                if _texts(hint) and (str in _unwrapped(hint) or value.get(name)):
+                    reached.add((member.__name__, name))
+                if name in value:
+                    yield from _schema_strings(hint, value[name], reached, (*path, name))
+        elif typing.get_origin(member) is list and isinstance(value, list):
+            for i, item in enumerate(value):
+                yield from _schema_strings(typing.get_args(member)[0], item, reached, (*path, i))
+
+
+def _planted(report: dict[str, Any], where: str, path: tuple[Any, ...]) -> dict[str, Any]:
+    out = copy.deepcopy(report)
+    holder: Any = out
+    for part in path[:-1] if where == "value" else path:
+        holder = holder[part]
+    if where == "value":
+        holder[path[-1]] = PAYLOAD
+    else:
+        holder[PAYLOAD] = PAYLOAD
+    return out
+
+
+def _live_markdown(md: str) -> list[str]:
+    """What CommonMark (GitHub's base) makes of ``md``: the tags that carry the payload's host."""
+    from markdown_it import MarkdownIt
+
+    return _live(MarkdownIt("commonmark").render(md))
+
+
+def test_no_string_of_a_report_becomes_live_markdown_or_html():
+    """Every string position of a schema-valid report (and a key added to every object) holds a
+    payload of raw HTML, links, images, escaped brackets and quotes; the Markdown of ``report`` and
+    ``diff`` rendered by CommonMark, and the HTML, hold no tag that names the payload's host."""
+    pytest.importorskip("markdown_it")
+    from gpudoctor.render.diff_page import render_diff_html, render_diff_markdown
+    from gpudoctor.render.html import HtmlRenderer
+    from gpudoctor.render.markdown import MarkdownRenderer
+    from gpudoctor.report.check import problem
+    from gpudoctor.report.diff import diff_reports
+    from gpudoctor.report.schema import SECTIONS, Report
+
+    report = _full_report()
+    assert problem(report) is None and all(s.key in report for s in SECTIONS)
+    assert not _live_markdown(MarkdownRenderer().render(report))
+    reached: set[tuple[str, str]] = set()
+    schema_paths = [("value", p) for p in _schema_strings(Report, report, reached)]
+    every = {(td, f) for td, fields in _schema_fields(Report, {}).items() for f in fields}
+    assert sorted(every - reached) == []  # the report holds every text field of the schema
+    positions = list(dict.fromkeys([*_positions(report), *schema_paths]))
+    live, tried = [], 0
+    for where, path in positions:
+        planted = _planted(report, where, path)
+        if problem(planted) is not None:  # a Literal, a date the schema checks: not a string position
+            continue
+        tried += 1
+        md = MarkdownRenderer().render(planted)
+        diff_md = render_diff_markdown(diff_reports(report, planted))
+        live += [(where, path, tag) for text in (md, diff_md) for tag in _live_markdown(text)]
+    assert tried >= 200, tried
+    assert not live, sorted({(w, p) for w, p, _ in live}, key=str)
+    for key in report:  # the HTML pages (slower): every position of one top-level key at once
+        planted = copy.deepcopy(report)
+        for where, path in _positions(report[key], (key,)):
+            planted = _planted(planted, where, path) if problem(_planted(planted, where, path)) is None else planted
+        html = HtmlRenderer().render(planted) + render_diff_html(diff_reports(report, planted))
+        assert not _live(html), (key, _live(html)[:3])
