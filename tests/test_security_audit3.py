@@ -322,3 +322,66 @@ def test_no_string_of_a_report_becomes_live_markdown_or_html():
             planted = _planted(planted, where, path) if problem(_planted(planted, where, path)) is None else planted
         html = HtmlRenderer().render(planted) + render_diff_html(diff_reports(report, planted))
         assert not _live(html), (key, _live(html)[:3])
+
+
+# -- row 8: the readers' budgets count memory, not only bytes --------------------------------------
+
+def _lines(path: Path, line: str, count: int, then: str = "") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        for _ in range(count // 10_000):
+            fh.write((line + "\n") * 10_000)
+        fh.write(then)
+    return path
+
+
+def _peak(fn: Any) -> tuple[Any, int]:
+    tracemalloc.start()
+    try:
+        got = fn()
+        return got, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_lines_of_kinds_nothing_reads_are_dropped_and_counted_not_kept(tmp_path):
+    from gpudoctor.recording.read import read_events
+
+    step = '{"k":"step","t":1700000001.0,"dt":0.1,"n":1}\n'
+    path = _lines(tmp_path / "events" / "1.jsonl", '{"k":"zz"}', 400_000, then=step)  # 4.4 MB
+    got, peak = _peak(lambda: read_events(path))
+    assert got.events == [] and got.loop.steps == [1700000001.0] and got.bad == 0
+    assert got.notes == ["events/1.jsonl: 400,000 lines of kinds this version of gpudoctor does not read "
+                         "skipped ('zz'; a newer writer's, or not gpudoctor's)"]
+    assert peak < 40 * 2**20, peak  # before: each kept whole, ~100 MB for these 4.4 MB
+
+
+def test_what_a_folder_keeps_is_charged_at_its_memory_against_a_budget(tmp_path, monkeypatch):
+    from gpudoctor.recording import read
+
+    monkeypatch.setattr(read, "MAX_FOLDER_KEPT_BYTES", 8 * 2**20, raising=False)  # new in #34
+    line = '{"k":"first_step","t":1700000001.0}'  # a kind that is read, kept as a dict: ~250 bytes each
+    first = _lines(tmp_path / "events" / "1.jsonl", line, 200_000)
+    second = _lines(tmp_path / "events" / "2.jsonl", line, 10_000)
+    budget = read.Budget()
+    got, peak = _peak(lambda: read.read_events(first, budget=budget))
+    kept = sum(map(read.kept_bytes, got.events))
+    assert 8 * 2**20 <= kept < 8 * 2**20 + 3 * 2**20 * 25 // 10  # cut after the block that crossed it
+    assert len(got.events) < 50_000 and peak < 40 * 2**20, (len(got.events), peak)
+    assert got.notes == ["events/1.jsonl: read only up to 8.0 MiB of memory for what it keeps (the memory "
+                         "budget); the rest of it was skipped, and this report covers what was read"]
+    later = read.read_events(second, budget=budget)  # the folder's budget is spent: nothing more kept
+    assert later.events == [] and "memory budget" not in " ".join(later.notes)
+
+
+def test_a_sample_file_of_tiny_rows_is_read_within_a_memory_budget(tmp_path, monkeypatch):
+    from gpudoctor.recording import read
+    from gpudoctor.recording.validate import clean_host_row
+
+    monkeypatch.setattr(read, "MAX_SAMPLE_KEPT_BYTES", 4 * 2**20, raising=False)  # new in #34
+    path = _lines(tmp_path / "samples" / "host.jsonl", '{"t":1700000001.0}', 800_000)  # 15 MB: read whole
+    notes: list[str] = []
+    (rows, bad), peak = _peak(lambda: read.read_samples(path, clean_host_row, notes=notes))
+    assert sum(map(read.kept_bytes, rows)) <= 4 * 2**20 and bad == 0
+    assert any("memory budget" in n for n in notes), notes
+    assert peak < 40 * 2**20, peak
