@@ -17,6 +17,7 @@ from typing import Protocol
 from gpudoctor._version import __version__
 from gpudoctor.commands import attach, check, diff, export, replay, report, run, sweep, try_
 from gpudoctor.common.errors import UserError
+from gpudoctor.common.termtext import say
 
 
 class Command(Protocol):
@@ -63,10 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         if debug:
             raise
-        print(f"gpudoctor: {exc}", file=sys.stderr)
+        say(f"gpudoctor: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("gpudoctor: interrupted", file=sys.stderr)
+        say("gpudoctor: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 1

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import copy
+import io
 import json
 import os
 import struct
@@ -385,3 +386,71 @@ def test_a_sample_file_of_tiny_rows_is_read_within_a_memory_budget(tmp_path, mon
     assert sum(map(read.kept_bytes, rows)) <= 4 * 2**20 and bad == 0
     assert any("memory budget" in n for n in notes), notes
     assert peak < 40 * 2**20, peak
+
+
+# -- row 9: the patient's strings reach the terminal through one sanitiser -------------------------
+
+TITLE, CLIPBOARD = "\x1b]0;pwned\x07", "\x1b]52;c;Y3VybCBldmlsLnNo\x07"  # set the title; write the clipboard
+
+
+def test_the_summary_printed_after_a_run_holds_no_escape_from_a_script_flag(tmp_path, capsys):
+    """The real printer of ``run``/``attach``: a flag of the patient's script named with OSC
+    sequences is quoted by the fix summary; what reaches the terminal is its printable text."""
+    from gpudoctor.recording.store import load_recording
+    from gpudoctor.render.terminal import print_summary
+    from gpudoctor.report.build import build_report
+    from tests.recording_builder import T0, RecordingBuilder
+
+    flag = f"--save-every{TITLE}{CLIPBOARD}"
+    b = RecordingBuilder(tmp_path / "run", cores=8, duration_s=100.0)
+    rows = b.process()
+    rows[0]["argv"] = ["/usr/bin/python3", "train.py", flag, "5"]
+    b.meta_extra["command"] = ["python3", "train.py", flag, "5"]
+    rows.append({"k": "cli", "t": T0 + 0.5, "style": "argparse", "parser": "ArgumentParser", "from_argv": True,
+                 "args": None, "options": [{"dest": "save_every", "flags": [flag], "default": 100, "value": 5,
+                                            "takes_value": True, "const": None}]})
+    b.training_loop(rows, start_s=2.0, steps=100, compute_s=0.08, wait_s=0.0005, fetch_s=0.0004,
+                    save_every=5, save_s=0.6)
+    b.host_rows(cpu_total_pct=20.0, cpu_proc_pct=100.0)
+    report = build_report(load_recording(b.write()))
+    assert any(TITLE in f["fix"]["summary"] for f in report["findings"])  # the run's string is there
+    print_summary(report, tmp_path / "run", as_json=False)
+    err = capsys.readouterr().err
+    assert not any(c in err for c in "\x1b\x07\x9b\x9d"), repr(err)
+    assert "`--save-every 500`" in err  # the flag still named, its sequences gone whole
+
+
+def test_an_error_quoting_a_hostile_path_reaches_the_terminal_as_text(tmp_path, capsys):
+    """The CLI's one door for errors: a path (here the command line's; under attach, one the
+    patient chose) quoted by a refusal."""
+    from gpudoctor.cli import main
+
+    assert main(["report", str(tmp_path / f"run{TITLE}{CLIPBOARD}\x9b2J")]) != 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gpudoctor: ") and "run" in err, repr(err)
+    assert not any(c in err for c in "\x1b\x07\x9b\x9d"), repr(err)
+
+
+def test_the_one_sanitiser_keeps_lines_and_indents_and_drops_escapes_and_workflow_commands(capsys):
+    from gpudoctor.common.termtext import say, terminal_text
+
+    text = f"gpudoctor: verdict{TITLE}\n  [high] rule: fix {CLIPBOARD}\x1b[2J\r\n  ::add-mask::x\n\x9d8;;http://e\x9clink"
+    assert terminal_text(text) == "gpudoctor: verdict\n  [high] rule: fix \n  add-mask::x\nlink"
+    say(text)
+    say("plain", file=sys.stdout)
+    out = capsys.readouterr()
+    assert out.err == terminal_text(text) + "\n" and out.out == "plain\n"
+
+
+def test_the_live_panel_of_attach_shows_a_note_as_text_not_markup_or_escapes():
+    from rich.console import Console
+
+    from gpudoctor.attach.live import LiveState, LiveView
+
+    state = LiveState(pid=1, source="in-process hooks", duration_s=None,
+                      notes=[f"live figures unavailable: [link=https://evil.example]x[/link]{TITLE}"])
+    console = Console(record=True, force_terminal=True, width=200)
+    console.print(LiveView(Path("."), state, stream=io.StringIO())._render())
+    shown = console.export_text(styles=True, clear=False)
+    assert "[link=https://evil.example]x[" in console.export_text()  # shown as text (the column cuts it)
+    assert "\x1b]8;" not in shown and "pwned" not in shown  # no hyperlink made, no title set
