@@ -454,3 +454,25 @@ def test_the_live_panel_of_attach_shows_a_note_as_text_not_markup_or_escapes():
     shown = console.export_text(styles=True, clear=False)
     assert "[link=https://evil.example]x[" in console.export_text()  # shown as text (the column cuts it)
     assert "\x1b]8;" not in shown and "pwned" not in shown  # no hyperlink made, no title set
+
+
+def test_the_doctor_prints_through_the_sanitiser_only():
+    """No ``print`` of the doctor's own bypasses :func:`~gpudoctor.common.termtext.say` (the hooks,
+    inside the patient's process, print to the patient's own stderr and stay stdlib-light)."""
+    import ast
+
+    package = Path(__file__).resolve().parent.parent / "gpudoctor"
+    patient_side = ("hooks", "_inject")
+    found = []
+    for path in package.rglob("*.py"):
+        rel = path.relative_to(package)
+        if rel.parts[0] in patient_side or rel == Path("common/termtext.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and (
+                (isinstance(node.func, ast.Name) and node.func.id == "print")
+                or (isinstance(node.func, ast.Attribute) and node.func.attr == "write"
+                    and isinstance(node.func.value, ast.Attribute) and node.func.value.attr in ("stdout", "stderr"))
+            ):
+                found.append(f"{rel}:{node.lineno}")
+    assert found == []
