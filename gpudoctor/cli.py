@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
+from types import TracebackType
 from typing import Protocol
 
 from gpudoctor._version import __version__
@@ -53,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    sys.excepthook = excepthook
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("GPUDOCTOR_DEBUG") == "1"
     try:
@@ -71,6 +74,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 1
+
+
+def excepthook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+    """An exception nothing caught (a bug, ``--debug``): its traceback, through the one sanitiser,
+    as its message may quote the patient's strings (a path, a flag)."""
+    say("".join(traceback.format_exception(kind, exc, tb)).rstrip(), file=sys.stderr)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -476,3 +476,12 @@ def test_the_doctor_prints_through_the_sanitiser_only():
             ):
                 found.append(f"{rel}:{node.lineno}")
     assert found == []
+
+
+def test_a_traceback_that_escapes_the_cli_is_printed_through_the_sanitiser(tmp_path):
+    """``--debug``, or a fault nobody foresaw: the exception's text may quote the patient's strings."""
+    script = "import sys; from gpudoctor.cli import main; sys.exit(main(['report', '--debug', sys.argv[1]]))"
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / f"x{TITLE}{CLIPBOARD}")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" in proc.stderr and "no such file" in proc.stderr, proc.stderr
+    assert not any(c in proc.stderr for c in "\x1b\x07\x9b\x9d"), repr(proc.stderr)
