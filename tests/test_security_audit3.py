@@ -485,3 +485,22 @@ def test_a_traceback_that_escapes_the_cli_is_printed_through_the_sanitiser(tmp_p
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "Traceback" in proc.stderr and "no such file" in proc.stderr, proc.stderr
     assert not any(c in proc.stderr for c in "\x1b\x07\x9b\x9d"), repr(proc.stderr)
+
+
+def test_a_report_json_of_tiny_values_is_refused_before_it_is_parsed(tmp_path):
+    """8 MiB is under the byte cap, but 2.8 M empty lists parsed would take ~200 MB."""
+    from gpudoctor.report.load import read_report
+    from gpudoctor.report.schema import SCHEMA
+
+    data = Path(__file__).parent / "data" / "report_sample.json"
+    path = tmp_path / "report.json"
+    path.write_text(data.read_text().rstrip().removesuffix("}") + ', "x": [' + "[]," * 2_800_000 + "[]]}")
+    assert json.loads(data.read_text())["schema"] == SCHEMA
+    tracemalloc.start()
+    try:
+        with pytest.raises(UserError, match="JSON values") as err:
+            read_report(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "\n" not in str(err.value) and peak < 40 * 2**20, peak  # the file's bytes, not 200 MB of lists
