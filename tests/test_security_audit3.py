@@ -357,6 +357,26 @@ def test_lines_of_kinds_nothing_reads_are_dropped_and_counted_not_kept(tmp_path)
     assert peak < 40 * 2**20, peak  # before: each kept whole, ~100 MB for these 4.4 MB
 
 
+def test_check_on_a_folder_of_unknown_kinds_stays_small(tmp_path):
+    """The finding as reported: ``gpudoctor check`` on a run folder with 22 MB of lines of a kind
+    nothing reads (before: ~0.5 GB resident; 100 MB took 2.5 GB)."""
+    from tests.conftest import ROOT, gpudoctor_cmd
+    from tests.recording_builder import RecordingBuilder
+
+    b = RecordingBuilder(tmp_path / "run", cores=8, duration_s=60.0)
+    rows = b.process()
+    b.training_loop(rows, start_s=2.0, steps=100, compute_s=0.1, wait_s=0.1, fetch_s=0.1)
+    b.host_rows(cpu_total_pct=20.0, cpu_proc_pct=100.0)
+    folder = b.write()
+    _lines(folder / "events" / "999.jsonl", '{"k":"zz"}', 2_000_000)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(gpudoctor_cmd("check", str(folder), "--max-waste", "1"), env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _, status, usage = os.wait4(proc.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, proc.stderr.read() if proc.stderr else ""
+    assert usage.ru_maxrss < 200 * 1024, usage.ru_maxrss  # kB
+
+
 def test_what_a_folder_keeps_is_charged_at_its_memory_against_a_budget(tmp_path, monkeypatch):
     from gpudoctor.recording import read
 
