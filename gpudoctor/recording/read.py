@@ -493,7 +493,8 @@ def read_events(path: Path, max_line: int = MAX_LINE_BYTES, budget: Budget | Non
     out = EventLoad()
     budget = budget if budget is not None else Budget()
     issues = ReadIssues(max_line=max_line, max_bytes=max(0, min(MAX_EVENT_FILE_BYTES, budget.bytes_left)))
-    if budget.memory_left <= 0:  # spent by the files before: this one is not read at all
+    spent = budget.memory_left <= 0  # by the files before: this one is not read at all
+    if spent:
         issues.max_bytes = 0
     lines_left = max(0, min(MAX_EVENTS_PER_FILE, budget.events_left))
     lines = 0
@@ -569,6 +570,8 @@ def read_events(path: Path, max_line: int = MAX_LINE_BYTES, budget: Budget | Non
         if issues.cut is not None:
             chunks.close()  # the file is closed now: nothing more is read
             break
+    if spent and issues.cut is not None:  # stopped at byte 0 for the memory the files before kept
+        issues.cut = "what the folder's files before it kept in memory (the memory budget)"
     budget.bytes_left -= issues.bytes_read
     budget.events_left -= lines
     budget.memory_left -= kept
