@@ -12,11 +12,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
+from types import TracebackType
 from typing import Protocol
 
 from gpudoctor._version import __version__
 from gpudoctor.commands import attach, check, diff, export, replay, report, run, sweep, try_
 from gpudoctor.common.errors import UserError
+from gpudoctor.common.termtext import say
 
 
 class Command(Protocol):
@@ -52,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    sys.excepthook = excepthook
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("GPUDOCTOR_DEBUG") == "1"
     try:
@@ -63,13 +67,19 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         if debug:
             raise
-        print(f"gpudoctor: {exc}", file=sys.stderr)
+        say(f"gpudoctor: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("gpudoctor: interrupted", file=sys.stderr)
+        say("gpudoctor: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 1
+
+
+def excepthook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+    """An exception nothing caught (a bug, ``--debug``): its traceback, through the one sanitiser,
+    as its message may quote the patient's strings (a path, a flag)."""
+    say("".join(traceback.format_exception(kind, exc, tb)).rstrip(), file=sys.stderr)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -101,7 +111,7 @@ def _not_a_command(argv: list[str]) -> str:
     import shlex
 
     return (f"{argv[0]!r} is not a gpudoctor command ({', '.join(COMMANDS)}); to profile it: "
-            f"gpudoctor run -- {shlex.join(argv)}")
+            f"gpudoctor run -- {shlex.join(argv)} (see 'gpudoctor --help')")
 
 
 def _needs_dashes(parser: argparse.ArgumentParser, head: list[str], caught: list[str], after: list[str]) -> str:

@@ -24,6 +24,7 @@ from typing import Any
 
 from gpudoctor.analysis import analyze
 from gpudoctor.analysis.sampled import load_stack_rows
+from gpudoctor.common.termtext import say, terminal_text
 from gpudoctor.recording.store import load_recording
 from gpudoctor.report.schema import BREAKDOWN_KEYS
 
@@ -83,8 +84,8 @@ class LiveView:
 
     def start(self) -> None:
         if not self.tty:
-            print(f"gpudoctor: attached to pid {self.state.pid}; Ctrl-C detaches and writes the report",
-                  file=self.stream, flush=True)
+            say(f"gpudoctor: attached to pid {self.state.pid}; Ctrl-C detaches and writes the report",
+                file=self.stream, flush=True)
             return
         from rich.console import Console
         from rich.live import Live
@@ -104,7 +105,7 @@ class LiveView:
             self._next_plain = now + PLAIN_EVERY_S
             if now >= self._next_analysis:
                 self._analyse(now)
-            print(f"gpudoctor: {plain_line(self.state)}", file=self.stream, flush=True)
+            say(f"gpudoctor: {plain_line(self.state)}", file=self.stream, flush=True)
 
     def _analyse(self, now: float) -> None:
         t0 = time.perf_counter()
@@ -121,6 +122,7 @@ class LiveView:
             self._live = None
 
     def _render(self) -> Any:
+        from rich.markup import escape
         from rich.table import Table
 
         s = self.state
@@ -140,8 +142,8 @@ class LiveView:
             if s.analysed_s is not None and s.elapsed_s - s.analysed_s >= 1:
                 label += f" by {s.analysed_s:.0f} s"
             table.add_row("", f"[dim]{label} · Ctrl-C detaches[/dim]", "")
-        for note in s.notes[-2:]:
-            table.add_row("", f"[dim]{note}[/dim]", "")
+        for note in s.notes[-2:]:  # exception text may quote the patient's strings: no escape, no markup
+            table.add_row("", f"[dim]{escape(terminal_text(note))}[/dim]", "")
         return table
 
 

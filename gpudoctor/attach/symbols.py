@@ -6,6 +6,13 @@ attaches, lets gdb run with no symbols at all (``set sysroot`` to nowhere) and
 keeps the stop to a few tens of milliseconds. Every address is checked against
 the process's own memory before it is used: calling a wrong address would
 crash the patient.
+
+The ELF file is the patient's (a ``libpython3.99.so`` of its own, mapped into its process) and is
+read by root: its headers are claims, not facts. Each read is checked against the file's real size
+and a fixed budget (:data:`HEADERS_MAX_BYTES`, :data:`TABLE_MAX_BYTES`), only the first ``.dynsym``
+is read (ELF has one), and a file that does not fit is refused with a :class:`SymbolError`: a
+sparse 8 kB file claiming a 2 GiB ``.dynsym`` once made a 2 s attach take 65 s and 2.1 GB (issue
+#34). One image costs at most 2 x 1 MiB of headers and 2 x 8 MiB of tables.
 """
 
 from __future__ import annotations
@@ -23,6 +30,12 @@ _SHT_DYNSYM = 11
 _STT_FUNC = 2
 _STT_OBJECT = 1
 _CHECK_BYTES = 16
+_EHDR_BYTES, _PHDR_BYTES, _SHDR_BYTES, _SYM_BYTES = 64, 56, 64, 24  # ELF64 record sizes
+
+# Budgets of one image. Real ones are far below: libc.so.6 has 14 program and 64 section headers,
+# a 73 kB .dynsym and a 33 kB .dynstr; libpython3.11.so 9, 38, 48 kB and 37 kB.
+HEADERS_MAX_BYTES = 1 << 20  # program or section headers: 16,384 sections
+TABLE_MAX_BYTES = 8 << 20  # .dynsym or its string table: ~350,000 symbols, 100x libc's
 
 
 class SymbolError(Exception):
@@ -64,41 +77,69 @@ def read_maps(pid: int) -> list[Mapping]:
     return out
 
 
-def _elf_tables(data_path: str, inode: int) -> tuple[list[_Load], dict[str, ElfSymbol]]:
-    """PT_LOAD segments and defined dynamic symbols of a 64-bit little-endian ELF file."""
+class _Claims:
+    """Reads of an ELF file whose headers say where and how much: each within the file and the budgets."""
+
+    def __init__(self, fh: IO[bytes], path: str) -> None:
+        self.fh = fh
+        self.path = path
+        self.size = os.fstat(fh.fileno()).st_size
+
+    def read(self, offset: int, size: int, what: str, cap: int) -> bytes:
+        if size > cap:
+            raise SymbolError(f"{self.path}: its {what} claims {size} bytes, over the "
+                              f"{cap} the doctor reads (refused)")
+        if offset + size > self.size:
+            raise SymbolError(f"{self.path}: its {what} ({size} bytes at {offset}) lies past the "
+                              f"end of the file ({self.size} bytes) (refused)")
+        self.fh.seek(offset)
+        data = self.fh.read(size)
+        if len(data) != size:
+            raise SymbolError(f"{self.path}: shorter than its {what} claims (changed while read?)")
+        return data
+
+
+def _elf_tables(data_path: str, inode: int, name: str = "") -> tuple[list[_Load], dict[str, ElfSymbol]]:
+    """PT_LOAD segments and defined dynamic symbols of a 64-bit little-endian ELF file (``name``:
+    its path as the process mapped it, for messages)."""
+    name = name or data_path
     with _open_image(data_path, inode) as fh:
-        head = fh.read(64)
+        claims = _Claims(fh, name)
+        head = claims.read(0, _EHDR_BYTES, "ELF header", _EHDR_BYTES)
         if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
-            raise SymbolError(f"{data_path}: not a 64-bit little-endian ELF file")
+            raise SymbolError(f"{name}: not a 64-bit little-endian ELF file")
         (phoff, shoff) = struct.unpack_from("<QQ", head, 32)
         phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", head, 54)
-        fh.seek(phoff)
-        phdrs = fh.read(phentsize * phnum)
+        if (phnum and phentsize < _PHDR_BYTES) or (shnum and shentsize < _SHDR_BYTES):
+            raise SymbolError(f"{name}: its headers are shorter than ELF64's (refused)")
+        phdrs = claims.read(phoff, phentsize * phnum, "program headers", HEADERS_MAX_BYTES)
         loads = []
         for i in range(phnum):
             p_type, _, p_offset, p_vaddr, _, p_filesz = struct.unpack_from("<IIQQQQ", phdrs, i * phentsize)
             if p_type == _PT_LOAD:
                 loads.append(_Load(p_vaddr, p_offset, p_filesz))
-        fh.seek(shoff)
-        shdrs = fh.read(shentsize * shnum)
+        shdrs = claims.read(shoff, shentsize * shnum, "section headers", HEADERS_MAX_BYTES)
         sections = [struct.unpack_from("<IIQQQQII", shdrs, i * shentsize) for i in range(shnum)]
-        symbols: dict[str, ElfSymbol] = {}
-        for _, sh_type, _, _, sh_offset, sh_size, sh_link, _ in sections:
-            if sh_type != _SHT_DYNSYM or sh_link >= len(sections):
-                continue
-            fh.seek(sh_offset)
-            table = fh.read(sh_size)
-            str_off, str_size = sections[sh_link][4], sections[sh_link][5]
-            fh.seek(str_off)
-            strtab = fh.read(str_size)
-            for pos in range(0, len(table) - 23, 24):
-                st_name, st_info, _, st_shndx, st_value = struct.unpack_from("<IBBHQ", table, pos)
-                kind = st_info & 0xF
-                if st_shndx == 0 or kind not in (_STT_FUNC, _STT_OBJECT) or not st_value:
-                    continue
-                end = strtab.find(b"\0", st_name)
-                symbols.setdefault(strtab[st_name:end].decode("ascii", "replace"), ElfSymbol(st_value, kind))
-    return loads, symbols
+        dynsym = next((s for s in sections if s[1] == _SHT_DYNSYM and s[6] < len(sections)), None)
+        if dynsym is None:  # ELF has at most one .dynsym: the first is the one
+            return loads, {}
+        table = claims.read(dynsym[4], dynsym[5], ".dynsym", TABLE_MAX_BYTES)
+        strings = sections[dynsym[6]]
+        strtab = claims.read(strings[4], strings[5], ".dynstr", TABLE_MAX_BYTES)
+    return loads, _defined(table, strtab)
+
+
+def _defined(table: bytes, strtab: bytes) -> dict[str, ElfSymbol]:
+    """The functions and objects a ``.dynsym`` defines, by name (the first of a name wins)."""
+    symbols: dict[str, ElfSymbol] = {}
+    for pos in range(0, len(table) - _SYM_BYTES + 1, _SYM_BYTES):
+        st_name, st_info, _, st_shndx, st_value = struct.unpack_from("<IBBHQ", table, pos)
+        kind = st_info & 0xF
+        if st_shndx == 0 or kind not in (_STT_FUNC, _STT_OBJECT) or not st_value:
+            continue
+        end = strtab.find(b"\0", st_name)
+        symbols.setdefault(strtab[st_name:end].decode("ascii", "replace"), ElfSymbol(st_value, kind))
+    return symbols
 
 
 class ElfImage:
@@ -109,7 +150,7 @@ class ElfImage:
         self.path = maps[0].path
         self.inode = maps[0].inode
         self.data_path = _same_file(pid, maps)
-        self.loads, self.symbols = _elf_tables(self.data_path, self.inode)
+        self.loads, self.symbols = _elf_tables(self.data_path, self.inode, self.path)
         first = min(maps, key=lambda m: m.offset)
         if first.offset != 0 or not self.loads:
             raise SymbolError(f"{self.path}: its ELF header is not mapped")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from gpudoctor.commands import flags
 from gpudoctor.common.errors import UserError
+from gpudoctor.common.termtext import say
 
 HELP = "profile a running training process"
 DESCRIPTION = ("Profile a running training process (its ranks and DataLoader workers) until it exits, "
@@ -89,8 +90,8 @@ def _report(folder: Path, args: argparse.Namespace, observed_s: float) -> int:
                     trackers=not args.no_trackers)
     print_summary(report, folder, args.json)
     if report["breakdown"].get("compute") is None:
-        print(f"gpudoctor: no training activity seen in pid {args.pid} during {observed_s:.0f} s "
-              "(no DataLoader batch, optimizer step or forward pass); the report has host figures only",
-              file=sys.stderr)
+        say(f"gpudoctor: no training activity seen in pid {args.pid} during {observed_s:.0f} s "
+            "(no DataLoader batch, optimizer step or forward pass); the report has host figures only",
+            file=sys.stderr)
         return 1
     return 0

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpudoctor.commands import flags
-from gpudoctor.common.termtext import terminal_safe
+from gpudoctor.common.termtext import say, terminal_safe
 
 if TYPE_CHECKING:
     from gpudoctor.report.schema import Report
@@ -59,22 +59,22 @@ def _gate(report: Report, max_waste: float, allow_crash: bool = False) -> int:
     run = report.get("run") or {}
     if run.get("status") == "crashed" and not allow_crash:
         code = run.get("exit_code")
-        print(f"gpudoctor: FAIL: the command crashed (exit code {code if code is not None else 'unknown'}); "
-              "the report covers only what ran before it (--allow-crash gates on that part)", file=sys.stderr)
+        say(f"gpudoctor: FAIL: the command crashed (exit code {code if code is not None else 'unknown'}); "
+            "the report covers only what ran before it (--allow-crash gates on that part)", file=sys.stderr)
         return 1
     measured = any(v is not None for v in (report.get("breakdown") or {}).values())
     wasted_fraction = report["cost"].get("wasted_fraction")
     if wasted_fraction is None or not measured:
         # Nothing measured inside the training is not a clean bill of health.
-        print("gpudoctor: cannot gate: the report measured nothing inside the training (no breakdown); "
-              "profile it with 'gpudoctor run -- python train.py' and check that report", file=sys.stderr)
+        say("gpudoctor: cannot gate: the report measured nothing inside the training (no breakdown); "
+            "profile it with 'gpudoctor run -- python train.py' and check that report", file=sys.stderr)
         return 2
     wasted = float(wasted_fraction)
     worst = next((f for f in report["findings"] if f["severity"] != "info"), None)
     if wasted > max_waste:
         top = f"; top: {terminal_safe(worst['rule'])} ({100 * worst['waste_fraction']:.0f}%)" if worst else ""
-        print(f"gpudoctor: FAIL: {100 * wasted:.1f}% of wall time wasted > {100 * max_waste:.1f}% allowed{top}",
-              file=sys.stderr)
+        say(f"gpudoctor: FAIL: {100 * wasted:.1f}% of wall time wasted > {100 * max_waste:.1f}% allowed{top}",
+            file=sys.stderr)
         return 1
-    print(f"gpudoctor: OK: {100 * wasted:.1f}% wasted <= {100 * max_waste:.1f}% allowed", file=sys.stderr)
+    say(f"gpudoctor: OK: {100 * wasted:.1f}% wasted <= {100 * max_waste:.1f}% allowed", file=sys.stderr)
     return 0

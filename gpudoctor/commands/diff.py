@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from gpudoctor.commands import flags
 from gpudoctor.common.errors import UserError
+from gpudoctor.common.termtext import say
 
 HELP = "compare two runs (before/after)"
 DESCRIPTION = ("Compare two runs for a pull request: breakdown, step time, waste and dollars side by side, and "
@@ -42,7 +44,7 @@ def main(args: argparse.Namespace) -> int:
         else:
             text = diff_json(d)
     if out is None:
-        print(text)
+        say(text, file=sys.stdout)
     else:
         write_output(out, text)
     return 0

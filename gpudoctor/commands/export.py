@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from gpudoctor.commands import flags
-from gpudoctor.common.termtext import terminal_safe
+from gpudoctor.common.termtext import say, terminal_safe
 
 HELP = "write a run's tables (samples, events, steps, breakdown) as parquet or CSV"
 DESCRIPTION = ("Write the tables gpudoctor.load(PATH) gives a notebook into DIR, one file per table, each row "
@@ -30,7 +30,7 @@ def main(args: argparse.Namespace) -> int:
 
     run = load(args.input)
     for path in write_tables(run, args.output, args.format):
-        print(str(path), file=sys.stderr)
+        say(str(path), file=sys.stderr)
     for note in run.notes:
-        print(f"gpudoctor: note: {terminal_safe(note, limit=400)}", file=sys.stderr)
+        say(f"gpudoctor: note: {terminal_safe(note, limit=400)}", file=sys.stderr)
     return 0

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from gpudoctor.commands import flags
 from gpudoctor.common import childpy, safefs
 from gpudoctor.common.errors import UserError
+from gpudoctor.common.termtext import say
 
 if TYPE_CHECKING:
     from gpudoctor.replay.config import ReplayConfig
@@ -93,20 +94,20 @@ def main(args: argparse.Namespace) -> int:
     remove_all(folder)  # a killed worker skipped its own cleanup: its checkpoints go now
     if code != 0 or report is None:
         if args.json and report is not None:
-            print(json.dumps(report, indent=2))
+            say(json.dumps(report, indent=2), file=sys.stdout)
         return code
     extra = _sections(args, config, folder, report, target, price, gpus, derived)
     if extra:  # the options are meta.json's (price, its source, GPUs): the first report's
         report = finish(folder, ReportOptions(), extra=extra)
     if args.json:
-        print(json.dumps(report, indent=2))
+        say(json.dumps(report, indent=2), file=sys.stdout)
         return 0
     if "prediction_check" in extra:
-        print("\n" + check_markdown(extra["prediction_check"]), file=sys.stderr)
+        say("\n" + check_markdown(extra["prediction_check"]), file=sys.stderr)
     if "preflight" in extra:
-        print("\n" + markdown(extra["preflight"]), file=sys.stderr)
+        say("\n" + markdown(extra["preflight"]), file=sys.stderr)
     if extra:
-        print(f"  report: {folder / 'report.html'}", file=sys.stderr)
+        say(f"  report: {folder / 'report.html'}", file=sys.stderr)
     return 0
 
 
@@ -163,8 +164,8 @@ def _config_path(args: argparse.Namespace) -> tuple[Path, Derived | None]:
     args.out = out
     path = out / DERIVED_FILE
     safefs.replace_file(path, derived.yaml_text(" ".join(["gpudoctor", "replay", str(path), *_target(args)])))
-    print(f"gpudoctor: replay config derived from {derived.origin}: {path} (each value says where it came "
-          "from; edit it and replay it)", file=sys.stderr)
+    say(f"gpudoctor: replay config derived from {derived.origin}: {path} (each value says where it came "
+        "from; edit it and replay it)", file=sys.stderr)
     return path, derived
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from gpudoctor.commands import flags
 from gpudoctor.common.errors import UserError
 from gpudoctor.common.safefs import pinned_folder
+from gpudoctor.common.termtext import say
 
 if TYPE_CHECKING:
     from gpudoctor.report.schema import Report
@@ -49,9 +50,9 @@ def main(args: argparse.Namespace) -> int:
         with malformed_report_guard(*inputs):
             _write(report, inputs[0], pinned[0], args.output)
     if len(inputs) > 1:
-        print("\n".join(terminal_lines(report)), file=sys.stderr)
+        say("\n".join(terminal_lines(report)), file=sys.stderr)
     if args.json:
-        print(json.dumps(report, indent=2))
+        say(json.dumps(report, indent=2), file=sys.stdout)
     return 0
 
 
@@ -66,7 +67,7 @@ def _write(report: Report, source: Path, pinned: Path, output: Path | None) -> N
                 names = [p.name for p in write_all(report, folder)]
         except OSError as exc:
             raise UserError(f"cannot write the report into {shown}: {exc.strerror or exc}; pass -o OUT") from None
-        print("\n".join(str(shown / name) for name in names), file=sys.stderr)
+        say("\n".join(str(shown / name) for name in names), file=sys.stderr)
     else:
         write_output(output, renderer_for(output).render(report))
-        print(str(output), file=sys.stderr)
+        say(str(output), file=sys.stderr)

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from gpudoctor.commands import flags
+from gpudoctor.common.termtext import say
 from gpudoctor.sweep.options import (
     DEFAULT_MAX_TRIALS,
     DEFAULT_NOISE,
@@ -118,27 +119,27 @@ def main(args: argparse.Namespace) -> int:
         return _emit(opts)
     doc, folder = merge_sweeps(opts) if opts.merge else run_sweep(opts)
     if opts.as_json:
-        print(json.dumps(doc, indent=2, default=str))
+        say(json.dumps(doc, indent=2, default=str), file=sys.stdout)
     out = sys.stderr
-    print(f"\ngpudoctor: {headline(doc)}", file=out)
+    say(f"\ngpudoctor: {headline(doc)}", file=out)
     change = doc.get("change") or {}
     if change.get("yaml_diff"):
-        print(
+        say(
             "  change:\n" + "\n".join("    " + line for line in change["yaml_diff"].splitlines()),
             file=out,
         )
     if change.get("lr_advice"):
-        print(f"  {change['lr_advice']['text']}", file=out)
+        say(f"  {change['lr_advice']['text']}", file=out)
     if change.get("same_batch"):
-        print(f"  or keep the batch: {change['same_batch']['text']}", file=out)
+        say(f"  or keep the batch: {change['same_batch']['text']}", file=out)
     if change.get("command"):
-        print(f"  check it: {change['command']}", file=out)
+        say(f"  check it: {change['command']}", file=out)
     for note in doc.get("notes") or []:
-        print(f"  note: {note}", file=out)
+        say(f"  note: {note}", file=out)
     adaptive = doc.get("adaptive")
     if adaptive:
-        print(f"  {adaptive_text(adaptive)}", file=out)
-    print(f"  report: {folder / 'sweep.html'}", file=out)
+        say(f"  {adaptive_text(adaptive)}", file=out)
+    say(f"  report: {folder / 'sweep.html'}", file=out)
     return 0 if doc.get("best") else 1
 
 
@@ -147,7 +148,7 @@ def _emit(opts: SweepOptions) -> int:
 
     paths, count = emit_slurm(opts)
     folder = paths[0].parent
-    print(
+    say(
         f"gpudoctor: wrote a Slurm job array of {count} tasks (one per point) and its merge step:\n"
         + "\n".join(f"  {p}" for p in paths)
         + f"\n  submit: {folder / 'submit.sh'}  (result: {folder / 'merged' / 'sweep.html'})",

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpudoctor.commands import flags
 from gpudoctor.common.errors import UserError
+from gpudoctor.common.termtext import say
 
 if TYPE_CHECKING:
     from gpudoctor.report.schema import Report, Trial
@@ -73,19 +74,19 @@ def main(args: argparse.Namespace) -> int:
     seconds = float(args.seconds)
     out = args.out or default_out("try")
 
-    print(f"gpudoctor try: baseline: profiling {seconds:g} s of training", file=sys.stderr)
+    say(f"gpudoctor try: baseline: profiling {seconds:g} s of training", file=sys.stderr)
     base_limit = TrainingLimit(Path(out) / "events", seconds, math.inf)  # its startup is what it is
     code, report, folder = run(command, out, args.interval, args.price_per_gpu_hour, args.gpus, False,
                                mode="try", limit=base_limit)
     if report is None:
         return code or 1
     if report["run"].get("status") == "interrupted" and not base_limit.stopped:
-        print("gpudoctor try: interrupted during the baseline; no trial run", file=sys.stderr)
+        say("gpudoctor try: interrupted during the baseline; no trial run", file=sys.stderr)
         return code
     a = analyze(load_recording(folder))
     plan = planning.make_plan(report, a, args.fix, sets)
     if plan is None:
-        print("gpudoctor try: the baseline has no finding: nothing to try", file=sys.stderr)
+        say("gpudoctor try: the baseline has no finding: nothing to try", file=sys.stderr)
         return 0
     if not plan.applicable:
         section = trial_section.build(plan, prediction=None, baseline=steady.steady_rate(a, None), trial=None,
@@ -99,7 +100,7 @@ def main(args: argparse.Namespace) -> int:
     limit = TrainingLimit(folder / TRIAL_DIR / "events", seconds, max(STARTUP_CAP_MIN_S, 3 * startup))
     values = "; ".join(f"{p.call}({', '.join(f'{k}={v!r}' for k, v in p.apply.items())})"
                        for p in plan.parts if p.apply)
-    print(f"gpudoctor try: trial: {plan.rule} with {values}, {seconds:g} s of training", file=sys.stderr)
+    say(f"gpudoctor try: trial: {plan.rule} with {values}, {seconds:g} s of training", file=sys.stderr)
     trial_code, trial_report, trial_dir = run(
         command, folder / TRIAL_DIR, args.interval, args.price_per_gpu_hour, args.gpus, False, mode="try",
         extra_env={ENV: str((folder / APPLY_FILE).resolve())}, limit=limit, summary=False)
@@ -195,6 +196,6 @@ def _finish(report: Report, section: Trial, folder: Path, as_json: bool) -> None
     report["trial"] = section
     write_all(report, folder)
     if as_json:
-        print(json.dumps(report, indent=2))
-    print(trial_section.headline(section), file=sys.stderr)
-    print(f"  report: {folder / 'report.html'}", file=sys.stderr)
+        say(json.dumps(report, indent=2), file=sys.stdout)
+    say(trial_section.headline(section), file=sys.stderr)
+    say(f"  report: {folder / 'report.html'}", file=sys.stderr)

@@ -20,6 +20,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from gpudoctor.common.termtext import say
+
 PKG_ROOT = Path(__file__).resolve().parent.parent  # .../gpudoctor
 PKG_PARENT = PKG_ROOT.parent
 
@@ -56,7 +58,7 @@ def boot_hooks() -> None:
 
         hooks.install(run_dir)
     except Exception as exc:  # as sitecustomize: never stop the worker from starting
-        print(f"gpudoctor: in-process hooks not loaded ({exc!r}); host-level figures only", file=sys.stderr)
+        say(f"gpudoctor: in-process hooks not loaded ({exc!r}); host-level figures only", file=sys.stderr)
 
 
 def which(program: str) -> str | None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpudoctor.common.errors import UserError
+from gpudoctor.common.termtext import say
 from gpudoctor.launch import priority
 from gpudoctor.launch.pids import ExitWaiter
 from gpudoctor.launch.recorder import Recorder, RecorderOptions, child_env, default_out
@@ -46,22 +47,12 @@ class _Interrupts:
         elif self.count == 1:
             if self.group:
                 _signal(proc, signal.SIGINT, True)
-            _say("\ngpudoctor: interrupted; waiting for the training process to stop "
-                 "(Ctrl-C again to terminate it). The report will cover what was recorded.\n")
+            say("\ngpudoctor: interrupted; waiting for the training process to stop "
+                "(Ctrl-C again to terminate it). The report will cover what was recorded.", file=sys.stderr)
         else:
-            _say("gpudoctor: terminating the training process; writing the report from what was recorded.\n")
+            say("gpudoctor: terminating the training process; writing the report from what was recorded.",
+                file=sys.stderr)
             _signal(proc, signal.SIGTERM, self.group)
-
-
-def _say(line: str) -> None:
-    """One line on stderr in ONE write, its newline included: the training prints its own
-    traceback on the same terminal at that moment, and ``print``'s separate write of the newline
-    let it run into the line ("...what was recorded.Traceback")."""
-    try:
-        sys.stderr.flush()
-        os.write(sys.stderr.fileno(), line.encode(errors="replace"))
-    except (OSError, ValueError, AttributeError):  # no real stderr (captured, closed)
-        sys.stderr.write(line)
 
 
 def _signal(proc: subprocess.Popen[bytes], sig: int, group: bool) -> None:
@@ -140,18 +131,18 @@ def run(command: list[str], out: Path | None, interval_s: float, price: float | 
         report = _report(folder, price, gpus, as_json, summary, trackers)
     except OSError as exc:  # --out filled up or vanished: the training itself is not at fault
         error = recorder.write_error or exc
-        print(f"gpudoctor: could not write to --out {folder.root} ({error.strerror or error}): the recording "
-              f"stopped early and no report was written; the training exited with {code}. Free space or "
-              "choose another --out", file=sys.stderr)
+        say(f"gpudoctor: could not write to --out {folder.root} ({error.strerror or error}): the recording "
+            f"stopped early and no report was written; the training exited with {code}. Free space or "
+            "choose another --out", file=sys.stderr)
         return code, None, folder.root
     except Exception as exc:  # UserError included: the recording is safe on disk; say how to re-render it
-        print(f"gpudoctor: could not build the report ({exc!r}); the training exited with {code}; the "
-              f"recording is kept in {folder.root}; re-render it with: gpudoctor report {folder.root} --debug",
-              file=sys.stderr)
+        say(f"gpudoctor: could not build the report ({exc!r}); the training exited with {code}; the "
+            f"recording is kept in {folder.root}; re-render it with: gpudoctor report {folder.root} --debug",
+            file=sys.stderr)
         return code, None, folder.root
     if recorder.write_error is not None:
-        print(f"gpudoctor: warning: writing to {folder.root} failed ({recorder.write_error.strerror}); "
-              "the report covers what was recorded before that", file=sys.stderr)
+        say(f"gpudoctor: warning: writing to {folder.root} failed ({recorder.write_error.strerror}); "
+            "the report covers what was recorded before that", file=sys.stderr)
     return code, report, folder.root
 
 

@@ -22,6 +22,11 @@ events files together up to :data:`MAX_FOLDER_EVENT_BYTES` and
 not hold, is read by its data only (its holes are seeks, not zeros); a ``batch`` line keeps at most
 :data:`~gpudoctor.common.batchlengths.MAX_BATCH_LENGTHS` lengths (exact count and
 longest beside them), and a folder at most :data:`MAX_FOLDER_LENGTHS` in all.
+Bytes on disk do not bound memory (``{"k":"x"}`` is 10 bytes on disk and ~250 in memory; 100 MB
+of such lines once took 2.5 GB): so a line of a kind no part of this version reads is dropped and
+counted, what is kept is charged at what it holds in memory (:func:`kept_bytes`) against
+:data:`MAX_FOLDER_KEPT_BYTES` (a sample file's rows against :data:`MAX_SAMPLE_KEPT_BYTES`), and a
+file is read in blocks of :data:`_BLOCK_BYTES`, whose parsed lines are what is held at once.
 What a budget cut is said in a note, and the report is built from the rest.
 
 Every reader tolerates truncated, garbled or binary lines: they are counted,
@@ -47,7 +52,14 @@ from gpudoctor.common import batchlengths
 from gpudoctor.common.safefs import is_holey, is_pinned, open_read
 from gpudoctor.common.wording import plural
 from gpudoctor.recording.events import NO_BATCH_WAIT
-from gpudoctor.recording.validate import clean_event, fast_counter, fast_span, fast_step, is_time
+from gpudoctor.recording.validate import (
+    KNOWN_KINDS,
+    clean_event,
+    fast_counter,
+    fast_span,
+    fast_step,
+    is_time,
+)
 
 try:  # ~3x faster than the json module on these lines; what it rejects (NaN) falls back to json
     from orjson import loads as _fast_loads
@@ -56,7 +68,7 @@ except ImportError:  # pragma: no cover - orjson is a dependency, but stay usabl
 
 FULL_READ_BYTES = 16 * 2**20
 MAX_SAMPLE_ROWS = 1_999  # + the last row: 2,000, what the timeline draws
-_BLOCK_BYTES = 8 * 2**20
+_BLOCK_BYTES = 2**20  # parsed at once: a block of tiny lines is ~25x its size in objects
 MAX_LINE_BYTES = 4 * 2**20  # a hook's longest line (argv, settings) is a few kB
 _CHUNK_LINES = 2_000
 _BAD = object()
@@ -68,6 +80,14 @@ MAX_FOLDER_EVENT_BYTES = 2 * 2**30
 MAX_FOLDER_EVENTS = 12_000_000
 MAX_FOLDER_LENGTHS = 2_000_000  # batch lengths kept in all (beyond: exact rows and longest only)
 MAX_SAMPLE_BYTES = 64 * 2**20  # of one sample file's lines held at once (2,000 real rows: a few MB)
+# Memory of what is kept, as kept_bytes counts it: a day-long run of 8 ranks keeps ~450 MB (steps and
+# spans at STEP_BYTES and SPAN_BYTES, 2 M batch lengths); a 16 MiB sample file read whole ~60 MB.
+MAX_FOLDER_KEPT_BYTES = 2**30
+MAX_SAMPLE_KEPT_BYTES = 256 * 2**20
+STEP_BYTES = 32  # a step's time: a float (24) in a list (8)
+SPAN_BYTES = 112  # a span's (start, end): a tuple (56) of two floats (48) in a list (8)
+NAME_BYTES = 160  # a span category's or name's first appearance: its string and dict entries
+_CONTAINERS = (dict, list)
 
 
 @dataclass
@@ -77,6 +97,7 @@ class Budget:
     bytes_left: int = -1  # -1: the module's folder cap, read when the budget is made
     events_left: int = -1
     lengths_left: int = -1
+    memory_left: int = -1  # bytes of memory what is kept may still take (kept_bytes)
 
     def __post_init__(self) -> None:
         if self.bytes_left < 0:
@@ -85,6 +106,34 @@ class Budget:
             self.events_left = MAX_FOLDER_EVENTS
         if self.lengths_left < 0:
             self.lengths_left = MAX_FOLDER_LENGTHS
+        if self.memory_left < 0:
+            self.memory_left = MAX_FOLDER_KEPT_BYTES
+
+
+def kept_bytes(value: Any) -> int:
+    """What a parsed JSON value holds in memory: each container's and scalar's own size
+    (``sys.getsizeof``), shared objects (cached keys, small ints) counted each time they appear,
+    so a little over the truth. Lists of scalars, the big ones (batch lengths), are summed in C."""
+    total = 0
+    stack = [value]
+    getsizeof = sys.getsizeof
+    while stack:
+        v = stack.pop()
+        if type(v) is dict:
+            total += getsizeof(v) + sum(map(getsizeof, v))
+            items: Any = v.values()
+        elif type(v) is list:
+            total += getsizeof(v)
+            items = v
+        else:
+            total += getsizeof(v)
+            continue
+        total += sum(map(getsizeof, items))  # a container among them counts itself when popped
+        if not set(map(type, items)).isdisjoint(_CONTAINERS):
+            inner = [x for x in items if type(x) in _CONTAINERS]
+            total -= sum(map(getsizeof, inner))
+            stack += inner
+    return total
 
 
 def _parse_one(line: bytes) -> Any:
@@ -377,6 +426,7 @@ def read_samples(
     issues = ReadIssues()
     rows: list[dict[str, Any]] = []
     bad = 0
+    kept = 0  # memory of the rows kept (kept_bytes): 16 MiB of ``{"t":1}`` rows would be 400 MB
     fh = open_recording_file(path, issues)
     if fh is not None:
         with fh:
@@ -384,8 +434,12 @@ def read_samples(
                 row = clean(obj) if obj is not _BAD else None
                 if row is None:
                     bad += 1
-                else:
-                    rows.append(row)
+                    continue
+                kept += kept_bytes(row)
+                if kept > MAX_SAMPLE_KEPT_BYTES:
+                    issues.cut = f"{_size(MAX_SAMPLE_KEPT_BYTES)} of memory for its rows (the memory budget)"
+                    break
+                rows.append(row)
         rows.sort(key=lambda r: r["t"])
     if notes is not None:
         notes += issues.notes
@@ -441,8 +495,13 @@ def read_events(path: Path, max_line: int = MAX_LINE_BYTES, budget: Budget | Non
     out = EventLoad()
     budget = budget if budget is not None else Budget()
     issues = ReadIssues(max_line=max_line, max_bytes=max(0, min(MAX_EVENT_FILE_BYTES, budget.bytes_left)))
+    spent = budget.memory_left <= 0  # by the files before: this one is not read at all
+    if spent:
+        issues.max_bytes = 0
     lines_left = max(0, min(MAX_EVENTS_PER_FILE, budget.events_left))
     lines = 0
+    kept = 0  # bytes of memory kept (kept_bytes), against budget.memory_left
+    unknown: dict[str, int] = {}  # lines of kinds this version does not read, by kind (a few named)
     steps, spans, span_s = out.loop.steps, out.loop.spans, out.loop.span_s
     events: list[dict[str, Any]] = []
     times: list[float] = []
@@ -459,6 +518,7 @@ def read_events(path: Path, max_line: int = MAX_LINE_BYTES, budget: Budget | Non
                 if k == "step":
                     if fast_step(e):
                         steps.append(e["t"])
+                        kept += STEP_BYTES
                         dt = e.get("dt")
                         if type(dt) is float and dt > 0:
                             out.loop.step_dt_s += dt
@@ -470,9 +530,15 @@ def read_events(path: Path, max_line: int = MAX_LINE_BYTES, budget: Budget | Non
                         if intervals is None:
                             spans[c] = intervals = []
                             span_s[c] = {}
+                            kept += NAME_BYTES + len(c)
                         intervals.append((t0, t0 + dt))
                         per = span_s[c]
-                        per[name] = per.get(name, 0.0) + dt
+                        so_far = per.get(name)
+                        if so_far is None:
+                            so_far = 0.0
+                            kept += NAME_BYTES + len(name)
+                        per[name] = so_far + dt
+                        kept += SPAN_BYTES
                         if name == NO_BATCH_WAIT:
                             out.loop.no_batch_waits += 1
                         continue
@@ -480,6 +546,7 @@ def read_events(path: Path, max_line: int = MAX_LINE_BYTES, budget: Budget | Non
                     e["k"] = _COUNTER
                     times.append(e["t"])
                     events.append(e)
+                    kept += kept_bytes(e)
                     continue
                 elif k == "batch":
                     _bound_batch(e, budget)
@@ -487,17 +554,33 @@ def read_events(path: Path, max_line: int = MAX_LINE_BYTES, budget: Budget | Non
             if e is None:
                 out.bad += 1
                 continue
+            if e["k"] not in KNOWN_KINDS:  # nothing here reads it: counted, not kept
+                if len(unknown) < 3 or e["k"] in unknown:
+                    unknown[e["k"]] = unknown.get(e["k"], 0) + 1
+                else:
+                    unknown["..."] = unknown.get("...", 0) + 1
+                continue
             e["k"] = sys.intern(e["k"])
             times += [e[key] for key in ("t", "t0") if is_time(e.get(key))]
             if e["k"] in ("step", "span"):  # valid, but with ints or odd extras: same as above
                 _add_to_loop(out.loop, e)
+                kept += SPAN_BYTES + NAME_BYTES
             else:
                 events.append(e)
+                kept += kept_bytes(e)
+        del objs  # before the next block is parsed: one block's objects at a time
+        if kept > budget.memory_left and issues.cut is None:
+            issues.cut = f"{_size(budget.memory_left)} of memory for what it keeps (the memory budget)"
         if issues.cut is not None:
             chunks.close()  # the file is closed now: nothing more is read
             break
+    if spent and issues.cut is not None:  # stopped at byte 0 for the memory the files before kept
+        issues.cut = "what the folder's files before it kept in memory (the memory budget)"
     budget.bytes_left -= issues.bytes_read
     budget.events_left -= lines
+    budget.memory_left -= kept
+    if unknown:
+        out.notes.append(_unknown_note(issues.name, unknown))
     out.owner = issues.owner
     if steps:
         times += [min(steps), max(steps)]
@@ -506,8 +589,16 @@ def read_events(path: Path, max_line: int = MAX_LINE_BYTES, budget: Budget | Non
         out.t_min, out.t_max = min(times), max(times)
     out.events = _sum_counters(events)
     out.bad += issues.long_lines  # a refused file is already one _BAD line
-    out.notes = issues.notes
+    out.notes = issues.notes + out.notes
     return out
+
+
+def _unknown_note(name: str, unknown: dict[str, int]) -> str:
+    """The lines of kinds this version does not read, skipped: how many, which kinds."""
+    count = sum(unknown.values())
+    kinds = ", ".join(repr(k[:40]) for k in unknown if k != "...") + (" ..." if "..." in unknown else "")
+    return (f"{name}: {count:,} line{'' if count == 1 else 's'} of kinds this version of gpudoctor does not read skipped "
+            f"({kinds}; a newer writer's, or not gpudoctor's)")
 
 
 _COUNTER = sys.intern("counter")

@@ -24,6 +24,7 @@ from typing import Any
 
 from gpudoctor.common import safefs
 from gpudoctor.common.errors import UserError
+from gpudoctor.common.termtext import say
 from gpudoctor.common.wording import plural
 from gpudoctor.recording import claim
 from gpudoctor.recording.read import (  # noqa: F401 - read_jsonl re-exported
@@ -148,8 +149,8 @@ class RunFolder:
                 "choose a writable folder with --out"
             ) from None
         if self.previous is not None:
-            print(f"gpudoctor: --out {self.root} held an earlier recording; moved it to {self.previous} "
-                  "(this run starts fresh)", file=sys.stderr)
+            say(f"gpudoctor: --out {self.root} held an earlier recording; moved it to {self.previous} "
+                "(this run starts fresh)", file=sys.stderr)
         return self
 
     def write_meta(self, meta: dict[str, Any]) -> None:

@@ -5,8 +5,9 @@ a hand-edited file can leave anything in it. Lines here are checked against the
 kinds in :mod:`gpudoctor.recording.events`: an event missing a field the
 analysis needs, or with a value of the wrong type, NaN, a negative duration or
 an absurd number, is dropped (and counted, for a note in the report) rather
-than allowed to crash or skew the analysis. Unknown kinds and extra fields are
-kept, so newer writers still load.
+than allowed to crash or skew the analysis. Extra fields are kept, so newer
+writers still load; a kind no part of this version reads (:data:`KNOWN_KINDS`) is
+dropped and counted by the reader, as it would only take memory.
 """
 
 from __future__ import annotations
@@ -117,6 +118,12 @@ def _fields(kind: type) -> tuple[dict[str, Check], dict[str, Check]]:
     return ({n: c for n, c in checks.items() if n in required}, {n: c for n, c in checks.items() if n not in required})
 
 
+# Every kind this version's analysis reads (the ``k`` of each :data:`events.Event` type): a line of
+# another kind (a newer writer's, or a forged one) is not understood, so the reader drops and counts it.
+KNOWN_KINDS: frozenset[str] = frozenset(
+    kind for cls in get_args(events.Event) for kind in get_args(get_type_hints(cls)["k"])
+)
+
 # kind -> (required fields, optional fields); a present optional field must pass too. Derived from
 # the event types, so the format is declared once (gpudoctor/recording/events.py).
 EVENT_FIELDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
@@ -174,7 +181,7 @@ def clean_event(e: Any) -> dict[str, Any] | None:
         return None
     spec = EVENT_FIELDS.get(kind)
     if spec is None:
-        return e  # a kind from a newer writer: kept, unread
+        return e  # a kind not checked here: read.py keeps it only if in KNOWN_KINDS
     required, optional = spec
     for key, check in required.items():
         if key not in e or not check(e[key]):

@@ -444,11 +444,13 @@ SECTION_MARKDOWN = {
 
 
 def _inert(value: Any) -> Any:
-    """Every string inside ``value`` as inert Markdown (:func:`md_text`); numbers and keys as they are."""
+    """Every string inside ``value`` as inert Markdown (:func:`md_text`), keys too: a view prints
+    the keys of open objects (a trial's ``applied[].values``, the script's flags). The schema's own
+    keys are identifiers that :func:`md_text` leaves as they are, so the views still find them."""
     if isinstance(value, str):
         return md_text(value)
     if isinstance(value, dict):
-        return {k: _inert(v) for k, v in value.items()}
+        return {_inert(k): _inert(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_inert(v) for v in value]
     return value

@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from gpudoctor.common.termtext import say
 from gpudoctor.render.base import NO_GPU, cpu_text, fmt_pct, has_gpu, mfu_text, num, outcome_text
 from gpudoctor.report.schema import Breakdown, Finding, Report
 
@@ -66,6 +67,6 @@ def _measured(finding: Finding, breakdown: Breakdown) -> str:
 def print_summary(report: Report, folder: Path, as_json: bool) -> None:
     """A short summary on stderr (stdout stays the patient's), or JSON on stdout."""
     if as_json:
-        print(json.dumps(report, indent=2))
+        say(json.dumps(report, indent=2), file=sys.stdout)
         return
-    print("\n" + "\n".join(summary_lines(report, folder)), file=sys.stderr)
+    say("\n" + "\n".join(summary_lines(report, folder)), file=sys.stderr)

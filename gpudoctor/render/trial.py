@@ -77,4 +77,6 @@ def _int(value: Any) -> str:
 
 
 def _show(value: Any) -> str:
-    return repr(value) if isinstance(value, str) else str(value)
+    """A string in quotes, told apart from a number; not ``repr()``, whose doubled backslashes
+    would undo the Markdown escapes made before the view (``\\[`` opens a live link again)."""
+    return f"'{value}'" if isinstance(value, str) else str(value)

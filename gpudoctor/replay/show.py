@@ -12,6 +12,7 @@ import json
 import sys
 
 from gpudoctor.common.errors import UserError
+from gpudoctor.common.termtext import say
 from gpudoctor.render.preflight import markdown
 from gpudoctor.replay.config import load_config
 from gpudoctor.replay.preflight import predict
@@ -32,12 +33,12 @@ def main(argv: list[str] | None = None) -> int:
             measure = json.load(fh)
         prediction = predict(load_config(args.config), measure, target=args.target, mfu=args.mfu)
     except UserError as exc:
-        print(f"gpudoctor: {exc}", file=sys.stderr)
+        say(f"gpudoctor: {exc}", file=sys.stderr)
         return exc.exit_code
     except (OSError, json.JSONDecodeError) as exc:
-        print(f"gpudoctor: cannot read {args.measure}: {exc.__class__.__name__}", file=sys.stderr)
+        say(f"gpudoctor: cannot read {args.measure}: {exc.__class__.__name__}", file=sys.stderr)
         return 2
-    print(json.dumps(prediction, indent=1) if args.json else markdown(prediction))
+    say(json.dumps(prediction, indent=1) if args.json else markdown(prediction), file=sys.stdout)
     return 0
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.common.errors import UserError
+from gpudoctor.common.termtext import say
 
 MEASURE_FILE = "replay_measure.json"
 
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(args)
     except UserError as exc:
-        print(f"gpudoctor: {exc}", file=sys.stderr)
+        say(f"gpudoctor: {exc}", file=sys.stderr)
         return exc.exit_code
 
 
@@ -80,7 +81,7 @@ def _run(args: argparse.Namespace) -> int:
     folder, meta = prepare.prepare(cfg, args.cache)
     prepare_s = time.perf_counter() - t0
     if args.prepare_only:
-        print(f"replay: prepared {meta['examples']} examples in {folder}")
+        say(f"replay: prepared {meta['examples']} examples in {folder}", file=sys.stdout)
         return 0
     return _train(cfg, args, folder, meta, prepare_s, t_process)
 
@@ -132,9 +133,10 @@ def _train(
     )
     _write_measure(report, args.measure_out)
     loss = f", loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}" if result.losses else ""
-    print(
+    say(
         f"replay: {result.steps} steps ({result.micro_steps} micro-batches) in {result.seconds:.1f} s, "
-        f"stopped by {result.stopped_by}{loss}"
+        f"stopped by {result.stopped_by}{loss}",
+        file=sys.stdout,
     )
     return 0
 

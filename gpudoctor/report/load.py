@@ -3,8 +3,9 @@
 One loader below the commands, so ``gpudoctor report``/``diff``/``check`` and the notebook API
 (:func:`gpudoctor.load`) check a report the same way. A report.json may come from anyone (a CI
 artifact, a pull request): it is opened through :mod:`gpudoctor.common.safefs` (no link, no FIFO),
-refused past :data:`MAX_REPORT_BYTES` before it is parsed (a real one is well under 1 MiB), and
-its figures are range-checked, so the renderers and the CI gate get bounded, sane input or one
+refused past :data:`MAX_REPORT_BYTES` or :data:`MAX_REPORT_VALUES` before it is parsed (a real one is
+well under 1 MiB and 100,000 values: bytes alone do not bound memory, as ``[],`` is 3 bytes on disk
+and ~64 parsed, so 32 MiB of them would take 700 MB), and its figures are range-checked, so the renderers and the CI gate get bounded, sane input or one
 clear line. The check is :class:`gpudoctor.report.schema.Report` itself
 (:func:`gpudoctor.report.check.problem`), so what is checked and what the schema says are one.
 """
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from gpudoctor.recording.store import Recording
 
 MAX_REPORT_BYTES = 32 * 2**20
+MAX_REPORT_VALUES = 2_000_000  # JSON values, counted by their separators: parsed, at most ~150 MB
 
 
 def read_report_bytes(path: Path, owner: int | None = None, limit: int = MAX_REPORT_BYTES) -> bytes:
@@ -44,6 +46,11 @@ def read_report_bytes(path: Path, owner: int | None = None, limit: int = MAX_REP
     if size > limit or len(data) > limit:
         raise UserError(f"{path} is {max(size, len(data)) / 2**20:.0f} MiB, over the {limit // 2**20} MiB cap "
                         "for a report.json (a real one is under 1 MiB); re-render it from its run folder "
+                        "with 'gpudoctor report FOLDER'")
+    values = data.count(b",") + data.count(b"[") + data.count(b"{")  # in C; separators in strings count too
+    if values > MAX_REPORT_VALUES:
+        raise UserError(f"{path} holds about {values:,} JSON values, over the {MAX_REPORT_VALUES:,} a report.json "
+                        "is parsed with (a real one holds under 100,000); re-render it from its run folder "
                         "with 'gpudoctor report FOLDER'")
     return data
 

@@ -1,11 +1,14 @@
 """The terminal side of a sweep, on stderr: a progress bar with ETA, one line per
 finished point, and the results table at the end. stdout stays free for ``--json``.
+Every string shown goes through :func:`gpudoctor.common.termtext.terminal_text` (and is escaped
+where rich would read it as markup): a trial's crash text is the training's.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from gpudoctor.common.termtext import terminal_text
 from gpudoctor.render.sweep_cells import cells, columns, line, visible
 
 
@@ -47,8 +50,10 @@ class Display:
         self.progress.stop()
 
     def running(self, label: str, attempt: int) -> None:
+        from rich.markup import escape
+
         again = f" (repeat {attempt}: noisy)" if attempt else ""
-        self.progress.update(self.task, description=f"trial {label}{again}")
+        self.progress.update(self.task, description=escape(terminal_text(f"trial {label}{again}")))
 
     def point(self, point: dict[str, Any], counted: bool) -> None:
         """Print a finished point above the bar; ``counted`` points advance it."""
@@ -56,12 +61,13 @@ class Display:
 
         color = {"ok": "green", "skipped": "dim"}.get(point["status"], "red")
         text = Text(f"{point['status']:>9} ", style=color)
-        text.append(line(point) + (" (cached)" if point.get("cached") else ""))
+        text.append(terminal_text(line(point) + (" (cached)" if point.get("cached") else "")))
         self.console.print(text, soft_wrap=True)
         if counted:
             self.progress.advance(self.task)
 
     def table(self, doc: dict[str, Any]) -> None:
+        from rich.markup import escape
         from rich.table import Table
 
         shown = visible(doc["points"])
@@ -73,7 +79,7 @@ class Display:
         for point in doc["points"]:
             row = cells(point)
             style = "bold green" if point["index"] == best else None
-            table.add_row(
-                *(row[i] for i in shown), style=style if point["status"] == "ok" else "dim"
+            table.add_row(  # plain strings are rich markup: escaped, after the one sanitiser
+                *(escape(terminal_text(row[i])) for i in shown), style=style if point["status"] == "ok" else "dim"
             )
         self.console.print(table)

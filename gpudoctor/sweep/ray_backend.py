@@ -20,7 +20,10 @@ bind to loopback (``_node_ip_address=127.0.0.1`` is turned into the node's addre
 instance requires Ray's token authentication, with a fresh random token that lives only in the
 environment of this process and its Ray children (never ``~/.ray/auth_token``), unless
 ``RAY_AUTH_MODE`` is set already; the dashboard is off, and what would listen on a host of our
-choosing is given ``127.0.0.1``. Ray's files (session, logs, sockets; Ray makes them 0777) go to
+choosing is given ``127.0.0.1``. Only Ray 2.52 and later read ``RAY_AUTH_MODE``: on an older Ray
+those ports take any client (one joined a 2.51.1 instance and ran a task as root, issue #34), so a
+local instance is refused there, before Ray is imported, and the ``[ray]`` extra asks for 2.52.
+Ray's files (session, logs, sockets; Ray makes them 0777) go to
 ``ray-<pid>/`` in the doctor's private state folder (0700, :func:`gpudoctor.attach.scratch.state_dir`),
 never ``/tmp/ray``, and are removed when the sweep ends. ``ray.init`` runs from that folder, as Ray
 puts the driver's current folder on its workers' ``sys.path``: a ``gpudoctor/`` planted in the
@@ -31,10 +34,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, MutableMapping
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +56,7 @@ LOCAL_OBJECT_STORE_BYTES = 100 * 2**20  # trials return a few kB: keep a local i
 LOOPBACK = "127.0.0.1"
 LOG_TAIL_BYTES = 16_000
 MEASURE = "replay_measure.json"
+TOKEN_AUTH_SINCE = (2, 52)  # the first Ray whose GCS and raylet check RAY_AUTH_MODE=token
 
 
 def _import_ray() -> Any:
@@ -98,6 +104,7 @@ class RayBackend:
 
     def __init__(self, address: str | None) -> None:
         if not address:  # before Ray is imported: its token loader reads the environment once
+            require_token_auth(installed_ray_version())
             token_auth(os.environ)
         self.ray = ray = _import_ray()
         if not address:
@@ -179,6 +186,28 @@ def init_kwargs(address: str | None, private: Path) -> dict[str, Any]:
         kwargs.update(num_cpus=available_cores(), object_store_memory=LOCAL_OBJECT_STORE_BYTES,
                       _temp_dir=str(private / "r"))
     return kwargs
+
+
+def installed_ray_version() -> str:
+    """The installed Ray's version, read from its metadata (importing Ray would read the environment)."""
+    try:
+        return metadata.version("ray")
+    except metadata.PackageNotFoundError:
+        _import_ray()  # says how to install it
+        raise
+
+
+def require_token_auth(version: str) -> None:
+    """Refuse a Ray that would run a local instance with its ports open to anyone (< 2.52)."""
+    found = re.match(r"(\d+)\.(\d+)", version)
+    if found and (int(found[1]), int(found[2])) >= TOKEN_AUTH_SINCE:
+        return
+    since = ".".join(map(str, TOKEN_AUTH_SINCE))
+    raise UserError(
+        f"--backend ray: Ray {version[:40]!r} does not enforce token authentication (Ray >= {since} "
+        f"does) and a local instance listens on every interface; pip install 'ray>={since}' "
+        "(or join a cluster you secured with --ray-address)"
+    )
 
 
 def token_auth(env: MutableMapping[str, str]) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpudoctor.common.redact import redact_value
+from gpudoctor.common.termtext import say
 from gpudoctor.trackers import mlflow_sink, tensorboard_sink, wandb_sink
 from gpudoctor.trackers.figures import Figures
 
@@ -56,7 +57,7 @@ def add_to_trackers(report: Report, folder: Path, events: dict[int, list[dict[st
                         "detail": outcome.detail})
         line = note(entries[-1])
         report.setdefault("notes", []).append(line)
-        print(f"gpudoctor: {line}", file=sys.stderr)
+        say(f"gpudoctor: {line}", file=sys.stderr)
     report["trackers"] = entries
     return True
 

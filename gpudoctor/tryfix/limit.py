@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from gpudoctor.common import safefs
+from gpudoctor.common.termtext import say
 
 MARKERS = (b'"k":"first_step"', b'"k":"step"')
 READ_CHUNK = 1 << 20
@@ -60,8 +61,8 @@ class TrainingLimit:
             return
         sig = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)[min(self._stage, 2)]
         if not self._stage:
-            print(f"gpudoctor try: {self.seconds:g} s of training done; stopping the command (SIGINT to its "
-                  "process group; a traceback from it is expected)", file=sys.stderr)
+            say(f"gpudoctor try: {self.seconds:g} s of training done; stopping the command (SIGINT to its "
+                "process group; a traceback from it is expected)", file=sys.stderr)
         self.stopped = True
         self._stage += 1
         self._stage_at = now
