@@ -402,3 +402,18 @@ def test_a_stated_price_on_a_cpu_run_never_shows_a_gpu_it_did_not_see(tmp_path: 
     assert "no GPU on this machine (priced as 1 GPU)" in header and "· 1 GPU ·" not in header
     html = HtmlRenderer().render(report)
     assert "no GPU on this machine (priced as 1 GPU)" in html
+
+
+def test_a_fixs_code_spans_stay_code_in_markdown(sample: dict) -> None:
+    """report.md showed `Run with \\`--padding longest\\`` in a pull-request comment: the fix's own
+    code spans are code; the text between them stays escaped, a span's content stays literal."""
+    from markdown_it import MarkdownIt
+
+    r = copy.deepcopy(sample)
+    r["findings"][0]["fix"]["summary"] = "Run with `--padding longest` instead of *its* default (`max_length`)."
+    r["findings"][0]["evidence"] = f"flag `{HOSTILE}` and `a``b` seen"
+    md = MarkdownRenderer().render(r)
+    assert "**Fix:** Run with `--padding longest` instead of \\*its\\* default (`max_length`)." in md
+    html = MarkdownIt("commonmark").render(md)
+    assert "<code>--padding longest</code>" in html and "<em>" not in html.split("--padding longest")[1][:80]
+    assert "<script>" not in html and "<code>&lt;script&gt;alert(1)&lt;/script&gt;</code>" in html

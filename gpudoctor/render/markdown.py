@@ -82,6 +82,33 @@ def _escape_marker(m: re.Match[str]) -> str:
     return indent + marker + "\\" if marker[0].isdigit() else indent + "\\" + marker
 
 
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def md_prose(text: Any) -> str:
+    """Prose whose `code` spans stay code: the fixes quote flags and values so (`--padding longest`).
+    Between the spans the text is escaped as :func:`md_text`; each span's content goes through
+    :func:`md_code`, whose fence no backtick inside can close, so nothing in it becomes markup."""
+    s = " ".join(str(text).split())
+    out: list[str] = []
+    last = 0
+    for m in _CODE_SPAN.finditer(s):
+        out.append(_md_between(s[last:m.start()]))
+        out.append(md_code(m.group(1)))
+        last = m.end()
+    out.append(_md_between(s[last:]))
+    return "".join(out)
+
+
+def _md_between(part: str) -> str:
+    """:func:`md_text` of a piece between code spans, keeping the spaces at its ends."""
+    if not part.strip():
+        return part
+    lead = " " if part[0] == " " else ""
+    tail = " " if part[-1] == " " else ""
+    return lead + md_text(part) + tail
+
+
 def md_code(text: Any, in_table: bool = False) -> str:
     """Run text as one inline code span that no backtick inside can close."""
     s = " ".join(str(text).split())
@@ -322,10 +349,10 @@ def finding_detail(index: int, finding: Finding) -> str:
     title = finding.get("title") or finding.get("rule") or "finding"
     out = [
         f"#### {index}. {md_text(title)} ({md_code(finding.get('rule') or 'unknown')})",
-        md_text(finding.get("evidence") or ""),
+        md_prose(finding.get("evidence") or ""),
     ]
     if fix.get("summary"):
-        out.append("**Fix:** " + md_text(fix["summary"]))
+        out.append("**Fix:** " + md_prose(fix["summary"]))
     for t in fix_tables(fix):
         lang, code = config_code(t["config"], t.get("library"), t.get("call"))
         out.append(md_fence(code, lang))
