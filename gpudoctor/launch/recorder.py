@@ -159,12 +159,21 @@ def host_info() -> dict[str, Any]:
 
     return {
         "hostname": socket.gethostname(),
-        "platform": platform.platform(),
+        "platform": platform_name(),
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),
         "cpu_count_physical": psutil.cpu_count(logical=False),
         "memory_total_mib": round(psutil.virtual_memory().total / 2**20),
     }
+
+
+def platform_name() -> str:
+    """``platform.platform()``'s words (``Linux-6.8.0-x86_64-with-glibc2.39``) from ``os.uname``:
+    ``platform.platform()`` runs ``uname -p`` through PATH, which as root in a folder another
+    user owns may be hers (an empty PATH entry is the current folder)."""
+    u = os.uname()
+    libc = "".join(platform.libc_ver())  # reads the interpreter's own file; spawns nothing
+    return "-".join(w for w in (u.sysname, u.release, u.machine) if w) + (f"-with-{libc}" if libc else "")
 
 
 def default_out(mode: str) -> Path:
