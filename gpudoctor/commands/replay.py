@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -159,7 +160,7 @@ def _config_path(args: argparse.Namespace) -> tuple[Path, Derived | None]:
     found = facts.add_files(found, args.training_args, args.model_config)
     derived = derive.derive(found, target=args.target)
     out = args.out or default_out("replay")
-    safefs.private_dir(out, "--out")
+    os.close(safefs.open_private_folder(out, "--out"))  # refused in one line before anything starts
     args.out = out
     path = out / DERIVED_FILE
     safefs.replace_file(path, derived.yaml_text(" ".join(["gpudoctor", "replay", str(path), *_target(args)])))

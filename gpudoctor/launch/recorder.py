@@ -178,6 +178,7 @@ def platform_name() -> str:
 
 def default_out(mode: str) -> Path:
     """Create and return a new ``reports/<mode>-<time>/`` (0700), unique even for two runs
-    started in the same second: a taken name gets ``-2``, ``-3``... (see :mod:`recording.claim`)."""
+    started in the same second: a taken name gets ``-2``, ``-3``... (see :mod:`recording.claim`).
+    Refused in one line when another user can write the current folder (or one above it)."""
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return unique_folder(Path("reports"), f"{mode}-{stamp}")
