@@ -18,8 +18,11 @@ from gpudoctor.trackers import add_to_trackers
 
 
 def finish(folder: Path, options: ReportOptions, *, extra: Added | None = None,
-           trackers: bool = False) -> Report:
+           trackers: bool = False, shown: Path | None = None) -> Report:
     """Analyse the folder's recording and write report.json/html/md into it (0600, by rename).
+
+    ``folder``: best the run folder's held descriptor (:attr:`RunFolder.at`), which every read and
+    write goes through; ``shown``: its name for people (what a tracker run is told), when different.
 
     ``extra``: sections a mode adds beside the analysis (replay's preflight, try's trial).
     ``trackers``: then add the figures to the MLflow / W&B / TensorBoard runs the training logged to
@@ -30,6 +33,6 @@ def finish(folder: Path, options: ReportOptions, *, extra: Added | None = None,
     if extra:
         report.update(extra)
     write_all(report, folder)
-    if trackers and add_to_trackers(report, folder, recording.events, recording.event_owners):
+    if trackers and add_to_trackers(report, shown or folder, recording.events, recording.event_owners):
         write_all(report, folder)  # now saying where its figures went
     return report

@@ -218,7 +218,7 @@ def _remote_exec(pid: int, bootstrap: Path, timeout_s: float) -> Injection:
     code = f"import sys; sys.remote_exec({pid}, {str(bootstrap)!r})"
     try:
         out = subprocess.run([exe, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=timeout_s,
-                             env={"PATH": os.defpath}, cwd="/", **user)
+                             env={"PATH": childpy.SYSTEM_PATH}, cwd="/", **user)
     except (OSError, subprocess.SubprocessError) as exc:
         raise InjectError(f"sys.remote_exec into pid {pid} failed: {exc}") from None
     if out.returncode != 0:
@@ -309,9 +309,10 @@ def _private_script(pid: int, text: str) -> Path:
 
 def _run_gdb(argv: list[str], timeout_s: float) -> str:
     """Run gdb in its own session (a Ctrl-C at the doctor must not reach it mid-call)."""
-    # gdb holds the patient stopped: it must never wait behind the doctor's idle priority
+    # gdb holds the patient stopped: it must never wait behind the doctor's idle priority.
+    # The system PATH: gdb runs ``iconv -l`` by name as it starts (childpy.doctor_env).
     proc = priority.popen_normal(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                 start_new_session=True)
+                                 start_new_session=True, env=childpy.doctor_env())
     try:
         out, _ = proc.communicate(timeout=timeout_s)
         return out

@@ -73,7 +73,7 @@ class AttachSession:
         self.options = options
         self.root = root
         self.folder = RunFolder(options.out or default_out("attach")).create()
-        self.control = self.folder.root / "attach"
+        self.control = self.folder.at / "attach"  # through the folder's descriptor (RunFolder.at)
         self.record = AttachRecord(attach_time=time.time(), root_start_time=targets.start_time(root),
                                    inject=options.inject)
         self.stop = _Stop()
@@ -94,7 +94,7 @@ class AttachSession:
         self.status_owner = self.patient_ids[0] if self.patient_ids else os.geteuid()
         self.bootstrap = inject.write_bootstrap(self.control, self.folder.root, self.patient_ids)
         if self.patient_ids:
-            _let_patient_write(self.patient_ids, self.folder.root, [self.control, self.folder.events_dir])
+            self.folder.share(*self.patient_ids, ("attach", "events"))
         self.recorder.options.events_owner = self.status_owner
         self.live_cpu_s = 0.0  # the live view's CPU on the main thread
 
@@ -225,7 +225,7 @@ class AttachSession:
                     self.stacks.mark_hooked(rec.pid)
                 self._idle()
                 # The live view reads the folder: give it the report's window already.
-                self.recorder.meta["start_time"] = self.record.window_start(self.folder.root)
+                self.recorder.meta["start_time"] = self.record.window_start(self.folder.at)
                 self.folder.write_meta(self.recorder.meta)
             else:
                 rec.error = f"the hooks failed to load in pid {rec.pid}: {str(status.get('error'))[:500]}"
@@ -279,7 +279,7 @@ class AttachSession:
         self.record.stack_errors = list(self.stacks.errors)
         self.record.sample_rate_hz = self.options.sample_rate_hz
         self.recorder.stop(_status(self.record.ended_by), None)  # the patient's exit code is not ours to see
-        self.recorder.meta.update(self.record.meta_fields(self.folder.root))
+        self.recorder.meta.update(self.record.meta_fields(self.folder.at))
         self.recorder.meta["doctor_cpu_s"] = self._doctor_cpu()
         self.recorder.meta["attach"]["stacks_when_hooked"] = self.options.stacks_when_hooked
         self.folder.write_meta(self.recorder.meta)
@@ -305,19 +305,6 @@ def _other_user(root: psutil.Process) -> tuple[int, int] | None:
     except psutil.Error:
         return None
     return (uid, gid) if os.geteuid() == 0 and uid != 0 else None
-
-
-def _let_patient_write(ids: tuple[int, int], run_dir: Path, dirs: list[Path]) -> None:
-    """A root doctor attached to another user's process: that user writes the events and status files.
-
-    The run folder becomes traversable (0711, not listable) and ``dirs`` the patient's own, 0700.
-    The doctor executes nothing from them and reads their files only through :mod:`gpudoctor.common.safefs`
-    (no link followed, no FIFO waited on, owner checked); gdb's commands are in its own scratch folder.
-    """
-    run_dir.chmod(0o711)
-    for folder in dirs:
-        folder.chmod(0o700)
-        os.chown(folder, *ids, follow_symlinks=False)
 
 
 def _status(ended_by: str | None) -> str:

@@ -173,7 +173,8 @@ class StackSampler:
         # Killed with the doctor: a SIGKILLed doctor must leave no py-spy behind.
         # From the normal-priority spawner, then nice 19 (see priority.sampler_nice): never SCHED_IDLE.
         return priority.popen_normal(argv, then=functools.partial(_pyspy_preexec, os.getpid()),
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                                     env=childpy.doctor_env())
 
     def _reap(self, proc: subprocess.Popen[bytes]) -> bytes:
         """Wait for one py-spy and add its CPU seconds to :attr:`cpu_s`; returns its stderr."""

@@ -43,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpudoctor.attach.stacks import pyspy_path
+from gpudoctor.common import childpy
 
 # Socket system calls that fail with EINTR after a stop when the socket has a timeout.
 # Their first argument is the file descriptor.
@@ -224,7 +225,7 @@ def _in_rendezvous(pid: int) -> str | None:
         return None
     try:
         out = subprocess.run([exe, "dump", "--nonblocking", "--json", "--pid", str(pid)],
-                             capture_output=True, text=True, timeout=10)
+                             capture_output=True, text=True, timeout=10, env=childpy.doctor_env())
         threads = json.loads(out.stdout) if out.returncode == 0 else []
     except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError):
         return None

@@ -66,7 +66,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         with AttachLock(args.pid):
             session = open_session(options)
-            view = LiveView(session.folder.root, LiveState(args.pid, session.record.source(), options.duration_s))
+            view = LiveView(session.folder.at, LiveState(args.pid, session.record.source(), options.duration_s))
             view.start()
             try:
                 record = session.run(view)
@@ -77,18 +77,19 @@ def main(args: argparse.Namespace) -> int:
     observed_s = (record.end_time or record.attach_time) - record.attach_time
     # The hooks are out: the report must not wait behind a patient that keeps every core busy.
     priority.restore_doctor()  # best effort (root, CAP_SYS_NICE); else it stays idle
-    return _report(session.folder.root, args, observed_s)
+    return _report(session.folder.at, session.folder.root, args, observed_s)
 
 
-def _report(folder: Path, args: argparse.Namespace, observed_s: float) -> int:
-    """Write the report; exit 1 when nothing about training could be measured."""
+def _report(folder: Path, shown: Path, args: argparse.Namespace, observed_s: float) -> int:
+    """Write the report into ``folder`` (the run folder's descriptor), saying ``shown``; exit 1 when
+    nothing about training could be measured."""
     from gpudoctor.pipeline import finish
     from gpudoctor.render.terminal import print_summary
     from gpudoctor.report.build import ReportOptions
 
     report = finish(folder, ReportOptions(price_per_gpu_hour=args.price_per_gpu_hour, gpus=args.gpus),
-                    trackers=not args.no_trackers)
-    print_summary(report, folder, args.json)
+                    trackers=not args.no_trackers, shown=shown)
+    print_summary(report, shown, args.json)
     if report["breakdown"].get("compute") is None:
         say(f"gpudoctor: no training activity seen in pid {args.pid} during {observed_s:.0f} s "
             "(no DataLoader batch, optimizer step or forward pass); the report has host figures only",

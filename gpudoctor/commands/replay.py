@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -77,7 +78,7 @@ def main(args: argparse.Namespace) -> int:
     # The doctor's own interpreter, isolated (-I): nothing of the current folder's is imported (childpy)
     worker = childpy.isolated("gpudoctor.replay.worker", str(config_path))
     # Build the data/tokenizer cache first, unprofiled: it is this tool's setup, not the config's startup.
-    prep = subprocess.run([*worker, "--prepare-only"], capture_output=True, text=True)
+    prep = subprocess.run([*worker, "--prepare-only"], capture_output=True, text=True, env=childpy.doctor_env())
     if prep.returncode != 0:
         lines = (prep.stderr or prep.stdout).strip().splitlines()
         raise UserError(lines[-1].removeprefix("gpudoctor: ") if lines else "replay preparation failed", prep.returncode)
@@ -90,7 +91,7 @@ def main(args: argparse.Namespace) -> int:
     gpus = args.gpus if args.gpus is not None else (config.hardware.gpus if price is not None else None)
     code, report, folder = launch.run([*worker, *bounds], args.out, 0.1, price, gpus, as_json=False,
                                        mode="replay", shown_command=user_command(args),
-                                       price_source=price_source)
+                                       price_source=price_source, extra_env={"PATH": childpy.SYSTEM_PATH})
     remove_all(folder)  # a killed worker skipped its own cleanup: its checkpoints go now
     if code != 0 or report is None:
         if args.json and report is not None:
@@ -160,7 +161,7 @@ def _config_path(args: argparse.Namespace) -> tuple[Path, Derived | None]:
     found = facts.add_files(found, args.training_args, args.model_config)
     derived = derive.derive(found, target=args.target)
     out = args.out or default_out("replay")
-    safefs.private_dir(out, "--out")
+    os.close(safefs.open_private_folder(out, "--out"))  # refused in one line before anything starts
     args.out = out
     path = out / DERIVED_FILE
     safefs.replace_file(path, derived.yaml_text(" ".join(["gpudoctor", "replay", str(path), *_target(args)])))

@@ -11,6 +11,12 @@ shadows a library. Under ``gpudoctor run``'s machinery (``GPUDOCTOR_RUN_DIR`` se
 are installed here, as the injected ``sitecustomize`` does for a patient (which ``-I``, ignoring
 ``PYTHONPATH``, would not load). The patient's own command under ``run`` is the user's and is
 never changed.
+
+Every other program the doctor starts for itself (gdb, py-spy, these children) gets
+:func:`doctor_env`: PATH is the system folders, never root's own PATH, whose empty or relative
+entry means the current folder. gdb runs ``iconv -l`` and a Python's ``platform.platform()``
+runs ``uname -p`` by name: through such a PATH, from a folder another user owns, hers would run
+as root (issue 34).
 """
 
 from __future__ import annotations
@@ -18,10 +24,12 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from gpudoctor.common.termtext import say
 
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PKG_ROOT = Path(__file__).resolve().parent.parent  # .../gpudoctor
 PKG_PARENT = PKG_ROOT.parent
 
@@ -59,6 +67,14 @@ def boot_hooks() -> None:
         hooks.install(run_dir)
     except Exception as exc:  # as sitecustomize: never stop the worker from starting
         say(f"gpudoctor: in-process hooks not loaded ({exc!r}); host-level figures only", file=sys.stderr)
+
+
+def doctor_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a program the doctor starts for itself: ``base`` (default: the doctor's
+    own) with PATH the system folders only, so nothing it runs by name comes from a user's folder."""
+    env = dict(os.environ if base is None else base)
+    env["PATH"] = SYSTEM_PATH
+    return env
 
 
 def which(program: str) -> str | None:

@@ -17,6 +17,11 @@ owned by the doctor's user (see :func:`private_dir`), or hold the folder itself
 open: :func:`pinned_folder` opens a folder once (``O_NOFOLLOW | O_DIRECTORY``) and
 gives ``/proc/self/fd/N``, through which every later read and write resolves, so a
 folder renamed and replaced by a link meanwhile redirects nothing.
+
+A run folder does both (:func:`open_private_folder`, issue 34): every folder above it is walked
+from ``/`` on descriptors and must be one no other user can write (else she could rename the run
+folder and put a link in its place, for the doctor and for the training's own hooks, which reach
+it by path), and the folder is then held open for every write of the doctor.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FD_FOLDER = Path("/proc/self/fd")
+_OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+_MAX_LINKS = 40  # as the kernel's own path walk
 
 
 class UnsafeFile(OSError):
@@ -242,6 +249,121 @@ def private_dir(path: os.PathLike[str] | str, what: str = "--out") -> Path:
         raise UserError(f"{what} {folder} is writable by other users (mode {stat.S_IMODE(st.st_mode):o}); "
                         "choose a private folder, or chmod go-w it")
     return folder
+
+
+def open_private_folder(path: os.PathLike[str] | str, what: str = "--out") -> int:
+    """``path`` as a private folder of the doctor's user, opened once (``O_NOFOLLOW``); caller closes it.
+
+    The folders above it are walked by :func:`open_parent` (none another user can write; missing
+    ones are created). ``path`` is created 0700 through the parent's descriptor, or, when it exists,
+    must be a real folder of the doctor's user that nobody else can write. Any refusal is one
+    :class:`UserError` line. Write into the result through its descriptor (``dir_fd``,
+    :func:`fd_path`), never by its path again.
+    """
+    full = Path(os.path.abspath(os.fspath(path)))
+    if full == full.parent:
+        raise UserError(f"{what} {path} is the root folder; choose a folder of its own")
+    parent = open_parent(full.parent, what, shown=path)
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(full.name, 0o700, dir_fd=parent)
+        fd = open_folder(full.name, dir_fd=parent)
+    except UnsafeFile:
+        raise UserError(f"{what} {path} exists and is not a folder (a link or a file); choose another path") from None
+    except OSError as exc:
+        raise UserError(f"cannot create {what} {path}: {exc.strerror or exc}; choose a writable folder") from None
+    finally:
+        os.close(parent)
+    st = os.fstat(fd)
+    why = None
+    if st.st_uid != os.geteuid():
+        why = (f"{what} {path} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}); "
+               "choose a folder of your own")
+    elif st.st_mode & _OTHERS_WRITE:
+        why = (f"{what} {path} is writable by other users (mode {stat.S_IMODE(st.st_mode):o}); "
+               "choose a private folder, or chmod go-w it")
+    if why is not None:
+        os.close(fd)
+        raise UserError(why)
+    return fd
+
+
+def open_parent(path: os.PathLike[str] | str, what: str = "--out", shown: os.PathLike[str] | str | None = None) -> int:
+    """Folder ``path``, where a run folder goes, walked from ``/`` and opened; caller closes it.
+
+    Each folder on the way is opened ``O_NOFOLLOW | O_DIRECTORY`` relative to the one before and
+    checked on its descriptor: it must be root's or the doctor's user's and writable by no other
+    user, unless sticky (``/tmp``). A link on the way is followed only when root or the doctor's user
+    made it. A missing folder is created (0755 at most) the same way. Otherwise another user could
+    rename the run folder and put a link in its place: one :class:`UserError` line, ``refusing
+    {what} {shown}: ...``, names the folder and the way out (``--out`` in a folder of one's own).
+    """
+    full = os.path.abspath(os.fspath(path))
+    parts = [p for p in full.split("/") if p]
+    fd = os.open("/", _FOLDER_FLAGS)
+    walked: list[str] = []
+    links = 0
+    try:
+        _above(fd, "/", what, shown or path)
+        while parts:
+            name = parts.pop(0)
+            where = "/" + "/".join([*walked, name])
+            nfd, target = _step(fd, name, where, what, shown or path)
+            if target is not None:
+                links += 1
+                if links > _MAX_LINKS:
+                    raise UserError(f"cannot reach {shown or path}: too many links on the way")
+                if target.startswith("/"):
+                    os.close(fd)
+                    fd, walked = os.open("/", _FOLDER_FLAGS), []
+                parts = [p for p in target.split("/") if p and p != "."] + parts
+                continue
+            os.close(fd)
+            fd = nfd
+            walked = walked[:-1] if name == ".." else [*walked, name] if name != "." else walked
+            _above(fd, "/" + "/".join(walked), what, shown or path)
+        kept, fd = fd, -1
+        return kept
+    except OSError as exc:
+        raise UserError(f"cannot create {shown or path}: {exc.strerror or exc}; "
+                        "choose a writable folder with --out") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _step(fd: int, name: str, where: str, what: str, shown: os.PathLike[str] | str) -> tuple[int, str | None]:
+    """Open ``name`` below ``fd`` (creating it when missing): (its descriptor, None), or (-1, a link's target)."""
+    for _ in range(2):
+        try:
+            return os.open(name, _FOLDER_FLAGS, dir_fd=fd), None
+        except FileNotFoundError:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o755, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            st = os.lstat(name, dir_fd=fd)
+            if not stat.S_ISLNK(st.st_mode):
+                raise UserError(f"cannot create {shown}: {where} is not a folder") from None
+            if st.st_uid not in (0, os.geteuid()):
+                raise UserError(_unsafe(what, shown, f"{where} is a link made by uid {st.st_uid}")) from None
+            return -1, os.readlink(name, dir_fd=fd)
+    return os.open(name, _FOLDER_FLAGS, dir_fd=fd), None
+
+
+def _above(fd: int, where: str, what: str, shown: os.PathLike[str] | str) -> None:
+    st = os.fstat(fd)
+    if st.st_uid not in (0, os.geteuid()):
+        raise UserError(_unsafe(what, shown, f"{where} belongs to uid {st.st_uid}"))
+    if st.st_mode & _OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
+        raise UserError(_unsafe(what, shown, f"{where} is writable by other users "
+                                             f"(mode {stat.S_IMODE(st.st_mode):o})"))
+
+
+def _unsafe(what: str, shown: os.PathLike[str] | str, why: str) -> str:
+    return (f"refusing {what} {shown}: {why}, who could swap the run folder for a link; "
+            "choose an --out whose folders only you or root can write (e.g. --out ~/gpudoctor-reports/run)")
 
 
 def lstat_regular(path: os.PathLike[str] | str) -> Any:

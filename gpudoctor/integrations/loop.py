@@ -51,6 +51,7 @@ class profile:  # noqa: N801 - reads as a function at the call site, like torch.
         self.trackers = trackers  # add the figures to the live MLflow / W&B / TensorBoard runs (docs/trackers.md)
         self.report: Report | None = None
         self.folder: Path | None = None
+        self._at: Path | None = None  # the run folder's held descriptor, which the report is written through
         self._recorder: Any = None
         self._owner = False
 
@@ -65,7 +66,7 @@ class profile:  # noqa: N801 - reads as a function at the call site, like torch.
         # The process started before us: count its imports and setup as startup too.
         self._recorder.start(os.getpid(), psutil.Process().create_time())
         hooks.install(folder.root)
-        self.folder = folder.root
+        self.folder, self._at = folder.root, folder.at
         self._owner = True
         return self
 
@@ -82,14 +83,14 @@ class profile:  # noqa: N801 - reads as a function at the call site, like torch.
         hooks.uninstall()
         status = "finished" if exc_type is None else ("interrupted" if exc_type is KeyboardInterrupt else "crashed")
         self._recorder.stop(status, None if exc_type is None else 1)
-        if self.write_reports and self.folder is not None:
+        if self.write_reports and self._at is not None:
             from gpudoctor.pipeline import (
                 finish,  # the analysis stack: only when a report is wanted
             )
             from gpudoctor.report.build import ReportOptions
 
-            self.report = finish(self.folder, ReportOptions(price_per_gpu_hour=self.price, gpus=self.gpus),
-                                 trackers=self.trackers)
+            self.report = finish(self._at, ReportOptions(price_per_gpu_hour=self.price, gpus=self.gpus),
+                                 trackers=self.trackers, shown=self.folder)
 
     def step(self) -> None:
         step()

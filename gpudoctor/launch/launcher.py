@@ -183,10 +183,11 @@ def _discard(folder: RunFolder, existed: bool) -> None:
         with contextlib.suppress(OSError):
             sub.rmdir()  # empty: nothing was recorded
     if folder.previous is not None:  # the earlier recording it set aside goes back where it was
+        previous = folder.at / folder.previous.name
         with contextlib.suppress(OSError):
-            for item in folder.previous.iterdir():
-                item.rename(folder.root / item.name)
-            folder.previous.rmdir()
+            for item in previous.iterdir():
+                item.rename(folder.at / item.name)
+            previous.rmdir()
     if not existed:
         with contextlib.suppress(OSError):
             folder.root.rmdir()
@@ -221,7 +222,8 @@ def _exit_code(code: int) -> int:
 
 def _report(folder: RunFolder, price: float | None, gpus: int | None, as_json: bool,
             summary: bool = True, trackers: bool = False) -> Report | None:
-    report = finish(folder.root, ReportOptions(price_per_gpu_hour=price, gpus=gpus), trackers=trackers)
+    report = finish(folder.at, ReportOptions(price_per_gpu_hour=price, gpus=gpus), trackers=trackers,
+                    shown=folder.root)
     if summary:
         print_summary(report, folder.root, as_json)
     return report

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import os
 import platform
 import queue
@@ -38,8 +37,8 @@ _PR_SET_NAME = 15
 _POLICIES = {0: "SCHED_OTHER", 1: "SCHED_FIFO", 2: "SCHED_RR", 3: "SCHED_BATCH", 5: "SCHED_IDLE"}
 
 _libc: Any = None
-with contextlib.suppress(OSError, TypeError):
-    _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+with contextlib.suppress(OSError, TypeError):  # the process's own symbols: find_library would spawn gcc by PATH
+    _libc = ctypes.CDLL(None, use_errno=True)
 
 _spawner: _Spawner | None = None
 IDLE_SWITCH_S = 0.1  # the GIL switch interval of an idle doctor (see lower_doctor)

@@ -159,7 +159,7 @@ def host_info() -> dict[str, Any]:
 
     return {
         "hostname": socket.gethostname(),
-        "platform": platform.platform(),
+        "platform": platform_name(),
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),
         "cpu_count_physical": psutil.cpu_count(logical=False),
@@ -167,8 +167,18 @@ def host_info() -> dict[str, Any]:
     }
 
 
+def platform_name() -> str:
+    """``platform.platform()``'s words (``Linux-6.8.0-x86_64-with-glibc2.39``) from ``os.uname``:
+    ``platform.platform()`` runs ``uname -p`` through PATH, which as root in a folder another
+    user owns may be hers (an empty PATH entry is the current folder)."""
+    u = os.uname()
+    libc = "".join(platform.libc_ver())  # reads the interpreter's own file; spawns nothing
+    return "-".join(w for w in (u.sysname, u.release, u.machine) if w) + (f"-with-{libc}" if libc else "")
+
+
 def default_out(mode: str) -> Path:
     """Create and return a new ``reports/<mode>-<time>/`` (0700), unique even for two runs
-    started in the same second: a taken name gets ``-2``, ``-3``... (see :mod:`recording.claim`)."""
+    started in the same second: a taken name gets ``-2``, ``-3``... (see :mod:`recording.claim`).
+    Refused in one line when another user can write the current folder (or one above it)."""
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return unique_folder(Path("reports"), f"{mode}-{stamp}")

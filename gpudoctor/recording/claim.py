@@ -7,6 +7,11 @@ a taken name gets ``-2``, ``-3``...), a folder is locked (``flock``) while a doc
 into it, and an earlier recording found in it is moved aside, whole, into
 ``previous-<time>/`` with one line saying where. Only the names the doctor writes are
 moved: an ``--out`` that also holds the user's own files keeps them in place.
+
+All of it goes through descriptors (issue 34): the parent is walked and checked by
+:func:`safefs.open_parent` (no other user can rename the folder and put a link in its place),
+names are made with ``mkdirat`` and moved with ``renameat`` relative to the folder's descriptor,
+and the locked descriptor is the one every later write goes through.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import itertools
 import os
 from pathlib import Path
 
+from gpudoctor.common import safefs
 from gpudoctor.common.errors import UserError
 
 RECORDING_NAMES = ("meta.json", "samples", "events", "attach", "report.json", "report.html", "report.md",
@@ -26,46 +32,68 @@ _held: dict[tuple[int, int], int] = {}  # (st_dev, st_ino) -> descriptor holding
 
 
 def unique_folder(parent: Path, stem: str, what: str = "--out") -> Path:
-    """Create ``parent/stem`` 0700, or ``stem-2``, ``stem-3``... when taken; the mkdir is the claim."""
+    """Create ``parent/stem`` 0700, or ``stem-2``, ``stem-3``... when taken; the mkdir is the claim.
+
+    ``parent`` is walked and checked first (:func:`safefs.open_parent`): one another user can
+    write is refused in one line, before anything is made in it.
+    """
+    fd = safefs.open_parent(parent, "to make the run folder in")
     try:
-        parent.mkdir(parents=True, exist_ok=True)
+        return parent / unique_name(fd, stem, parent, what)
+    finally:
+        os.close(fd)
+
+
+def unique_name(parent_fd: int, stem: str, shown: Path, what: str = "--out") -> str:
+    """``stem``, ``stem-2``, ... whichever ``mkdir`` (0700) first creates below ``parent_fd``."""
+    try:
         for n in itertools.count(1):
-            path = parent / (stem if n == 1 else f"{stem}-{n}")
+            name = stem if n == 1 else f"{stem}-{n}"
             with contextlib.suppress(FileExistsError):
-                path.mkdir(mode=0o700)
-                return path
+                os.mkdir(name, 0o700, dir_fd=parent_fd)
+                return name
     except OSError as exc:
-        raise UserError(f"cannot create a folder in {parent}: {exc.strerror or exc}; "
+        raise UserError(f"cannot create a folder in {shown}: {exc.strerror or exc}; "
                         f"choose a writable folder with {what}") from None
     raise AssertionError("itertools.count() ended")
 
 
-def lock(folder: Path) -> None:
-    """Hold an exclusive lock on ``folder`` until this process exits; refuse a folder another
+def lock(fd: int, shown: Path) -> int:
+    """Hold an exclusive lock on folder ``fd`` until this process exits; refuse a folder another
     doctor is recording into. Re-claiming a folder this process already holds is allowed
-    (``gpudoctor.profile(out=...)`` twice in one script)."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    (``gpudoctor.profile(out=...)`` twice in one script). Returns the descriptor kept open for
+    the process's life (``fd``, or the one already held, ``fd`` then closed)."""
     st = os.fstat(fd)
-    if (st.st_dev, st.st_ino) in _held:
+    held = _held.get((st.st_dev, st.st_ino))
+    if held is not None:
         os.close(fd)
-        return
+        return held
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise UserError(f"--out {folder} is being recorded into by another gpudoctor right now; "
+        raise UserError(f"--out {shown} is being recorded into by another gpudoctor right now; "
                         "choose another --out (or leave it out for a new folder)") from None
     _held[(st.st_dev, st.st_ino)] = fd
+    return fd
 
 
-def set_aside(folder: Path) -> Path | None:
-    """Move an earlier recording in ``folder`` into ``folder/previous-<its time>/``; None if none."""
-    found = [name for name in RECORDING_NAMES if os.path.lexists(folder / name)]
+def set_aside(fd: int, shown: Path) -> Path | None:
+    """Move an earlier recording in folder ``fd`` into its ``previous-<its time>/``; None if none."""
+    found = [name for name in RECORDING_NAMES if _lexists(name, fd)]
     if not found:
         return None
-    meta = folder / "meta.json"
-    when = os.lstat(meta).st_mtime if os.path.lexists(meta) else os.lstat(folder / found[0]).st_mtime
-    keep = unique_folder(folder, "previous-" + dt.datetime.fromtimestamp(when).strftime("%Y%m%d-%H%M%S"))
-    for name in found:
-        os.rename(folder / name, keep / name)  # a link moves as a link: nothing is followed
-    return keep
+    first = "meta.json" if "meta.json" in found else found[0]
+    when = os.lstat(first, dir_fd=fd).st_mtime
+    keep = unique_name(fd, "previous-" + dt.datetime.fromtimestamp(when).strftime("%Y%m%d-%H%M%S"), shown)
+    for name in found:  # a link moves as a link: nothing is followed
+        os.rename(name, f"{keep}/{name}", src_dir_fd=fd, dst_dir_fd=fd)
+    return shown / keep
+
+
+def _lexists(name: str, fd: int) -> bool:
+    try:
+        os.lstat(name, dir_fd=fd)
+    except FileNotFoundError:
+        return False
+    return True

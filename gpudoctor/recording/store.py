@@ -103,46 +103,56 @@ def _json_default(obj: Any) -> Any:
 class RunFolder:
     """The on-disk home of one run; claims the folder and creates its layout.
 
+    ``root``: the folder as the user named it (for what is shown, and for the training's hooks).
+    ``at``: where the doctor reads and writes it: once created, ``/proc/self/fd/N`` of
+    the descriptor it holds, so a folder renamed and replaced by a link redirects nothing.
     ``previous``: where :meth:`create` moved an earlier recording found in the folder.
     """
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        self.at = self.root
+        self.fd: int | None = None
         self.previous: Path | None = None
 
     @property
     def meta_path(self) -> Path:
-        return self.root / "meta.json"
+        return self.at / "meta.json"
 
     @property
     def samples_dir(self) -> Path:
-        return self.root / "samples"
+        return self.at / "samples"
 
     @property
     def events_dir(self) -> Path:
-        return self.root / "events"
+        return self.at / "events"
 
     def create(self) -> RunFolder:
         """Claim the folder for one recording, or refuse it in one line.
 
-        A new folder is made 0700; an existing one must be the doctor's user's own and
-        writable by nobody else (:func:`safefs.private_dir`), and not in use by another
-        doctor (:func:`claim.lock`). An earlier recording in it is moved to
-        ``previous-<time>/`` (said on stderr), so this run starts fresh and loses nothing.
+        The folders above it must be ones no other user can write, and a new folder is made
+        0700; an existing one must be the doctor's user's own and writable by nobody else
+        (:func:`safefs.open_private_folder`), and not in use by another doctor
+        (:func:`claim.lock`). It stays open: everything after goes through that descriptor.
+        An earlier recording in it is moved to ``previous-<time>/`` (said on stderr), so this
+        run starts fresh and loses nothing.
         """
-        safefs.private_dir(self.root, "--out")
-        claim.lock(self.root)
+        fd = claim.lock(safefs.open_private_folder(self.root, "--out"), self.root)
+        self.fd = fd
+        if safefs.fd_path(fd).is_dir():
+            self.at = safefs.fd_path(fd)
         try:
-            self.previous = claim.set_aside(self.root)
-            for sub in (self.samples_dir, self.events_dir):
-                sub.mkdir(mode=0o700)
-            probe = self.root / f".write-test-{secrets.token_hex(4)}"
-            fd = safefs.create_new(probe)
+            self.previous = claim.set_aside(fd, self.root)
+            for sub in ("samples", "events"):
+                os.mkdir(sub, 0o700, dir_fd=fd)
+            probe = f".write-test-{secrets.token_hex(4)}"
+            pfd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                          dir_fd=fd)
             try:
-                os.write(fd, b"ok")
+                os.write(pfd, b"ok")
             finally:
-                os.close(fd)
-                probe.unlink()
+                os.close(pfd)
+                os.unlink(probe, dir_fd=fd)
         except OSError as exc:
             raise UserError(
                 f"cannot write to --out {self.root}: {exc.strerror or exc}; "
@@ -153,6 +163,23 @@ class RunFolder:
                 "(this run starts fresh)", file=sys.stderr)
         return self
 
+    def share(self, uid: int, gid: int, names: tuple[str, ...]) -> None:
+        """A root doctor attached to another user's process: that user writes ``names`` (``attach``, ``events``).
+
+        The run folder becomes traversable (0711, not listable) and each named subfolder hers, 0700.
+        Each is changed on its own descriptor (``fchmod``/``fchown``, opened ``O_NOFOLLOW`` below
+        the held folder): a link put in place of either is refused, never followed.
+        """
+        assert self.fd is not None, "share() needs a created folder"
+        os.chmod(self.fd, 0o711)
+        for name in names:
+            sub = safefs.open_folder(name, dir_fd=self.fd)
+            try:
+                os.chmod(sub, 0o700)
+                os.fchown(sub, uid, gid)
+            finally:
+                os.close(sub)
+
     def write_meta(self, meta: dict[str, Any]) -> None:
         """Replace meta.json atomically (a new temp file, then rename over it)."""
         meta = {"schema": META_SCHEMA, **meta}
@@ -161,7 +188,7 @@ class RunFolder:
     def read_meta(self) -> dict[str, Any]:
         """meta.json as a dict; ``{}`` if missing, ``{"_unreadable": True}`` if it is not a JSON object."""
         try:  # a folder handed over may hold a link or a FIFO here: never followed, never waited on
-            owner = os.stat(self.root).st_uid
+            owner = os.stat(self.at).st_uid
             meta = json.loads(safefs.read_bytes(self.meta_path, owner=owner, limit=MAX_META_BYTES))
         except FileNotFoundError:
             return {}
@@ -170,7 +197,7 @@ class RunFolder:
         return meta if isinstance(meta, dict) else {"_unreadable": True}
 
     def appender(self, relpath: str, flush_s: float = 0.5) -> JsonlAppender:
-        return JsonlAppender(self.root / relpath, flush_s=flush_s)
+        return JsonlAppender(self.at / relpath, flush_s=flush_s)
 
 
 @dataclass

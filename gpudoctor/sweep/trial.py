@@ -67,7 +67,7 @@ def command(config_yaml: Path, run_dir: Path, protocol: Protocol) -> list[str]:
 def prepare(config_yaml: Path, timeout_s: float) -> str | None:
     """Build the replay's data cache (unmeasured, as ``gpudoctor replay`` does); the error if it fails."""
     cmd = childpy.isolated("gpudoctor.replay.worker", str(config_yaml), "--prepare-only")
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    env = childpy.doctor_env({**os.environ, "TOKENIZERS_PARALLELISM": "false"})
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -90,7 +90,7 @@ def run_trial(
 ) -> TrialRun:
     """Run the worker once and classify how it ended; ``watch`` may stop it early (pruned)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    env = child_env(run_dir)
+    env = child_env(run_dir, childpy.doctor_env())
     env.update(GPUDOCTOR_PROFILE_WINDOW="off", TOKENIZERS_PARALLELISM="false")
     env.pop("GPUDOCTOR_HOOKS", None)  # the hooks are how a trial is measured
     if protocol.torch_threads:
