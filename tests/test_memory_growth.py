@@ -23,6 +23,7 @@ from tests.conftest import ROOT, run_cli
 from tests.recording_builder import T0, RecordingBuilder
 
 LOOP = ROOT / "tests" / "scripts" / "leaky_loop.py"
+_truths: dict[str, dict[str, Any]] = {}  # each loop's own measurement of its growth
 
 
 @pytest.fixture(scope="module")
@@ -32,9 +33,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict[str, 
     root = tmp_path_factory.mktemp("leaks")
     for leak in ("outputs", "workers", "none"):
         folder = root / leak
-        proc = run_cli("run", "--out", str(folder), "--", sys.executable, str(LOOP), "--leak", leak, "--seconds", "10")
+        proc = run_cli("run", "--out", str(folder), "--", sys.executable, str(LOOP), "--leak", leak, "--seconds", "10",
+                       "--truth", str(root / f"{leak}.truth.json"))
         assert proc.returncode == 0, proc.stderr[-2000:]
         out[leak] = (json.loads((folder / "report.json").read_text()), folder, proc.stderr)
+        _truths[leak] = json.loads((root / f"{leak}.truth.json").read_text())
     return out
 
 
@@ -47,6 +50,8 @@ def test_a_leaking_loop_is_told_when_it_runs_out(leak: str, runs: dict[str, Any]
     data = f["data"]
     assert f["risk"] is True and f["claims"] == [] and f["waste_fraction"] == 0
     assert data["where"] == "host" and data["growth_mib_per_hour"] > 0 and data["r2"] >= 0.8
+    truth = _truths[leak]["growth_mib_per_hour"]
+    assert data["growth_mib_per_hour"] == pytest.approx(truth, rel=0.2)  # the loop's own measurement
     # the line's growth is what the samples show over the loop
     rows = [r for r in load_recording(folder).host if isinstance(r.get("rss_mib"), float)]
     assert data["end_mib"] - data["start_mib"] >= 64 and max(r["rss_mib"] for r in rows) >= data["end_mib"] * 0.8

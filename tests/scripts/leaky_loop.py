@@ -4,13 +4,18 @@
 (``history.append(output)``: a tensor keeps its storage and its graph alive). ``--leak workers``: the
 Dataset caches each item it builds, in each of 2 DataLoader workers (a copy per worker).
 ``none``: the healthy control, ``losses.append(loss.item())``. Runs ``--seconds`` of training.
+``--truth FILE``: the loop's own measurement of its memory growth (the resident memory of this
+process and its workers, read with psutil at each step), as MiB per hour over the loop.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import time
 
+import psutil
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -33,6 +38,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--leak", choices=("none", "outputs", "workers"), default="none")
     p.add_argument("--seconds", type=float, default=6.0)
+    p.add_argument("--truth", default=None)
     args = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -41,8 +47,11 @@ def main() -> None:
     workers = 2 if args.leak == "workers" else 0
     loader = DataLoader(Items(args.leak == "workers"), batch_size=8, num_workers=workers)
     kept: list[object] = []
+    samples: list[tuple[float, float]] = []
+    me = psutil.Process()
     end = time.time() + args.seconds
     for x in loader:
+        samples.append((time.time(), _tree_rss_mib(me)))
         hidden = model[1](model[0](x))
         loss = model[2](hidden).pow(2).mean()
         loss.backward()
@@ -52,6 +61,21 @@ def main() -> None:
         time.sleep(0.005)
         if time.time() > end:
             break
+    if args.truth:  # a least-squares line through every step's reading
+        ts, ms = [t for t, _ in samples], [m for _, m in samples]
+        mt, mm = sum(ts) / len(ts), sum(ms) / len(ms)
+        slope = sum((t - mt) * (m - mm) for t, m in samples) / sum((t - mt) ** 2 for t in ts)
+        with open(args.truth, "w") as fh:
+            json.dump({"growth_mib_per_hour": slope * 3600, "steps": len(samples)}, fh)
+
+
+def _tree_rss_mib(me: psutil.Process) -> float:
+    procs = [me, *me.children(recursive=True)]
+    total = 0
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            total += proc.memory_info().rss
+    return total / 2**20
 
 
 if __name__ == "__main__":
