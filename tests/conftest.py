@@ -136,3 +136,17 @@ def other_user_dir(other_user: OtherUser):
     path.chmod(0o755)
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gdb_inject: loads the hooks into a live process with gdb (skipped, with "
+                            "gdb's reason, where gdb cannot call into a process: tests/gdb_probe.py)")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("gdb_inject") is not None:
+        from tests.gdb_probe import gdb_cannot_inject
+
+        why = gdb_cannot_inject()
+        if why is not None:
+            pytest.skip(why)

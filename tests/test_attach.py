@@ -103,6 +103,7 @@ def attached(tmp_path_factory: pytest.TempPathFactory):
 
 # -- planted waste, measured through the injected hooks ------------------------------------
 @pytest.mark.slow
+@pytest.mark.gdb_inject
 def test_tokenization_probe_attached_after_start_matches_truth(attached):
     run = attached("tokenize_in_getitem")
     assert run.probe.returncode == 0, run.probe_err[-2000:]
@@ -117,6 +118,7 @@ def test_tokenization_probe_attached_after_start_matches_truth(attached):
 
 
 @pytest.mark.slow
+@pytest.mark.gdb_inject
 def test_checkpoint_probe_attached_after_start_matches_truth(attached):
     run = attached("heavy_checkpoints")
     assert run.probe.returncode == 0 and run.doctor.returncode == 0, run.doctor.stderr[-2000:]
@@ -128,6 +130,7 @@ def test_checkpoint_probe_attached_after_start_matches_truth(attached):
 
 
 @pytest.mark.slow
+@pytest.mark.gdb_inject
 def test_healthy_control_attached_has_no_finding_above_10_percent(attached):
     run = attached("healthy", "--seconds", "8")
     assert run.probe.returncode == 0 and run.doctor.returncode == 0, run.doctor.stderr[-2000:]
@@ -137,6 +140,7 @@ def test_healthy_control_attached_has_no_finding_above_10_percent(attached):
 
 
 @pytest.mark.slow
+@pytest.mark.gdb_inject
 def test_hand_written_eval_attached_after_start_matches_truth(attached):
     """nanoGPT's estimate_loss() under @torch.no_grad(): eval, not compute, under attach too."""
     run = attached("nanogpt_like")
@@ -151,6 +155,7 @@ def test_hand_written_eval_attached_after_start_matches_truth(attached):
 
 
 @pytest.mark.slow
+@pytest.mark.gdb_inject
 def test_attach_notes_reach_every_report_format(attached):
     """What was loaded, from when, what is estimated: in report.json, .html and .md, not only meta.json."""
     run = attached("nanogpt_like", doctor_args=("--no-inject",))
@@ -169,6 +174,7 @@ def test_attach_notes_reach_every_report_format(attached):
 
 
 @pytest.mark.slow
+@pytest.mark.gdb_inject
 def test_a_plain_sgd_loop_met_mid_run_is_training_not_starting(tmp_path: Path):
     """No optimizer, no DataLoader: its backward passes and parameter updates say it is training."""
     stop = tmp_path / "stop"
@@ -192,6 +198,7 @@ def test_a_plain_sgd_loop_met_mid_run_is_training_not_starting(tmp_path: Path):
 
 # -- the patient is left as it was ---------------------------------------------------------------
 @pytest.mark.slow
+@pytest.mark.gdb_inject
 def test_detach_leaves_the_process_training_to_a_correct_end(tmp_path: Path):
     truth = tmp_path / "truth.json"
     probe, stop = long_patient(tmp_path)
@@ -221,6 +228,7 @@ def test_detach_leaves_the_process_training_to_a_correct_end(tmp_path: Path):
 
 
 @pytest.mark.slow
+@pytest.mark.gdb_inject
 def test_detach_during_a_profiler_window_closes_it_on_the_main_thread(tmp_path: Path):
     # A torch.profiler window belongs to the thread that opened it: closed from the watchdog
     # thread, it stayed open in the patient (torch: "disableProfiler called but no active
@@ -240,6 +248,7 @@ def test_detach_during_a_profiler_window_closes_it_on_the_main_thread(tmp_path: 
 
 
 @pytest.mark.slow
+@pytest.mark.gdb_inject
 def test_patient_killed_while_attached_still_gets_a_report(tmp_path: Path):
     probe, _ = long_patient(tmp_path)
     doctor = subprocess.Popen([*gpudoctor_cmd("attach", str(probe.pid), "--out", str(tmp_path / "run"))],
@@ -284,6 +293,7 @@ LAUNCHERS = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+@pytest.mark.gdb_inject
 def test_a_launcher_gets_every_rank_hooked_and_a_straggler_finding(tmp_path: Path, launcher: str):
     exe, *args = LAUNCHERS[launcher]
     if not Path(sys.executable).with_name(exe).exists():
@@ -333,6 +343,7 @@ def test_a_process_that_is_not_python_is_refused(tmp_path: Path):
         sleeper.wait()
 
 
+@pytest.mark.gdb_inject
 def test_a_second_doctor_is_refused_and_ctrl_c_detaches_the_first(tmp_path: Path):
     idle = start(sys.executable, "-c", "import time\nwhile True: time.sleep(0.05)")
     first = subprocess.Popen(gpudoctor_cmd("attach", str(idle.pid), "--out", str(tmp_path / "a")),
@@ -360,6 +371,7 @@ def test_a_second_doctor_is_refused_and_ctrl_c_detaches_the_first(tmp_path: Path
 
 
 @pytest.mark.slow
+@pytest.mark.gdb_inject
 def test_run_clm_like_attached_mid_run_names_its_own_save_steps_flag(tmp_path: Path):
     """A parser local to main() (run_clm's HfArgumentParser) ran before the attach: the hooks find
     it alive and read its values from the command line, so the fix is still --save_steps."""

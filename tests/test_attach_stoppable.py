@@ -91,6 +91,7 @@ def test_giving_up_returns_the_hazard_that_lasted(waiter):
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("gdb") is None or sys.platform != "linux", reason="attach injects with gdb")
+@pytest.mark.gdb_inject
 def test_attach_waits_out_a_store_wait_and_the_rank_lives(tmp_path: Path):
     store, proc = start_waiter(120.0)  # trains until the test sets "stop"
     doctor = subprocess.Popen(gpudoctor_cmd("attach", str(proc.pid), "--out", str(tmp_path / "run")),

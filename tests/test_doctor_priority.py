@@ -119,6 +119,7 @@ def test_an_idle_doctor_asks_for_the_gil_ten_times_a_second_not_two_hundred() ->
 PATIENT = "import time\nwhile True:\n    sum(range(10000)); time.sleep(0.001)\n"
 
 
+@pytest.mark.gdb_inject
 def test_attach_doctor_goes_idle_once_hooked(tmp_path: Path) -> None:
     """nice 10 while gdb and the first stack samples need their timing; SCHED_IDLE once the hooks are in."""
     patient = subprocess.Popen([sys.executable, "-c", PATIENT])

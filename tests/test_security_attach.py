@@ -108,6 +108,7 @@ exec {gdb} "$@"
 
 
 @pytest.mark.slow
+@pytest.mark.gdb_inject
 def test_gdb_commands_come_from_the_doctors_private_folder_not_the_patients(
         other_user: OtherUser, shared_out: Path, tmp_path: Path):
     shim = tmp_path / "bin"
@@ -149,6 +150,7 @@ while time.time() < deadline:
 
 
 @pytest.mark.slow
+@pytest.mark.gdb_inject
 def test_the_detach_flag_is_never_written_through_a_planted_link(
         other_user: OtherUser, shared_out: Path, tmp_path: Path):
     victim = tmp_path / "root-only.txt"
@@ -167,6 +169,7 @@ def test_the_detach_flag_is_never_written_through_a_planted_link(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["fifo", "link"])
+@pytest.mark.gdb_inject
 def test_a_status_file_planted_as_a_fifo_or_link_is_refused_not_waited_on_or_followed(
         other_user: OtherUser, shared_out: Path, tmp_path: Path, kind: str):
     secret = tmp_path / "root-only.json"
@@ -311,6 +314,7 @@ def _attach_and_check(python: str, out: Path, method: str, mode: str = "shadow")
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["shadow", "no-builtins"])
+@pytest.mark.gdb_inject
 def test_a_main_that_shadows_every_builtin_name_still_gets_the_hooks_under_gdb(tmp_path: Path, mode: str):
     _attach_and_check(sys.executable, tmp_path / "run", "gdb", mode)
 
@@ -323,6 +327,7 @@ def test_a_main_that_shadows_every_builtin_name_still_gets_the_hooks_under_remot
 
 
 @pytest.mark.slow
+@pytest.mark.gdb_inject
 def test_a_failed_bootstrap_says_why_in_an_info_finding(tmp_path: Path):
     patient = start_patient(sys.executable, "refuse", 30)
     try:
