@@ -48,7 +48,7 @@ from types import ModuleType
 from typing import Any
 
 from gpudoctor.hooks import patch
-from gpudoctor.hooks.guard import guarded
+from gpudoctor.hooks.guard import guarded, untraced
 from gpudoctor.hooks.torch_hooks import TorchHooks, safe_attr
 from gpudoctor.hooks.writer import EventWriter
 from gpudoctor.recording.events import EVAL_FORWARDS, EVAL_LOOP
@@ -110,8 +110,8 @@ class EvalRegions:
     def _arm(self) -> None:
         if not self._global:
             self._depth = 0
-            self._global = [self._module_mod.register_module_forward_pre_hook(self._pre),
-                            self._module_mod.register_module_forward_hook(self._post, always_call=True)]
+            self._global = [self._module_mod.register_module_forward_pre_hook(untraced(self._pre)),
+                            self._module_mod.register_module_forward_hook(untraced(self._post), always_call=True)]
 
     def _disarm(self) -> None:
         for handle in self._global:

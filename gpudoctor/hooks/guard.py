@@ -152,3 +152,22 @@ def _describe(exc: Exception) -> str:
     if len(message) > 200:
         message = message[:197] + "..."
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def untraced(hook: Callable[..., Any]) -> Callable[..., Any]:
+    """A global module hook that ``torch.compile`` traces as nothing (issue #39).
+
+    Dynamo inlines global forward hooks into the graph it captures; ours would break it into many
+    (our bodies touch threads and locks), and the graphs a model compiles into decide its kernels
+    and, with dropout, its random numbers: the weights would differ from a bare run. While Dynamo
+    traces, ``is_compiling()`` is a constant True, so the hook is an empty function to it; the
+    compiled call runs no hook of ours (what happens outside the compiled region still counts).
+    """
+    torch = sys.modules["torch"]  # maybe still importing: ``torch.compiler`` is read at the first call
+
+    def module_hook(*args: Any) -> Any:
+        if torch.compiler.is_compiling():
+            return None
+        return hook(*args)
+
+    return module_hook

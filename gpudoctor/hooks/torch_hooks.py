@@ -17,7 +17,7 @@ from gpudoctor.common import batchlengths
 from gpudoctor.common.redact import redact_mapping, redact_value
 from gpudoctor.hooks import apply, dataset_items, patch
 from gpudoctor.hooks.device_clock import DeviceClock, GpuMarks
-from gpudoctor.hooks.guard import guarded
+from gpudoctor.hooks.guard import guarded, untraced
 from gpudoctor.hooks.profiler_windows import ProfilerWindows
 from gpudoctor.hooks.writer import EventWriter
 from gpudoctor.recording.events import (
@@ -166,7 +166,7 @@ class TorchHooks:
         self._handles.append(optim_mod.register_optimizer_step_post_hook(self._on_step_post))
 
     def install_module(self, module_mod: ModuleType) -> None:
-        self._forward_handle = module_mod.register_module_forward_pre_hook(self._on_forward_pre)
+        self._forward_handle = module_mod.register_module_forward_pre_hook(untraced(self._on_forward_pre))
 
     def keep_handles(self, *handles: Any) -> None:
         """Handles registered by another hook module, removed with ours on detach."""
