@@ -86,3 +86,12 @@ def test_the_eval_of_a_trained_model_is_still_found_after_its_first_step(doctor:
     assert w is not None
     w.flush()
     assert '"eval_loop"' in (w.run_dir / "events" / f"{os.getpid()}.jsonl").read_text()
+
+
+def test_the_trainer_callback_the_hooks_add_leaves_a_plain_one_in_a_copy(doctor: None) -> None:
+    transformers = pytest.importorskip("transformers")
+    from gpudoctor.hooks.hf_callback import EventsCallback
+
+    ours = EventsCallback(hooks.writer())
+    for copied in (copy.deepcopy(ours), pickle.loads(pickle.dumps(ours))):
+        assert type(copied) is transformers.TrainerCallback

@@ -347,7 +347,9 @@ class CommHooks:
         hooks = self
 
         def _engine_run_backward(t_outputs: Any, *args: Any, **kwargs: Any) -> Any:
-            handle = hooks._watch_backward(t_outputs) if hooks._pending is not None else None
+            # ``backward()`` only (it accumulates into .grad, where DDP's reducer hooks are); not ``autograd.grad``
+            watch = hooks._pending is not None and kwargs.get("accumulate_grad", True)
+            handle = hooks._watch_backward(t_outputs) if watch else None
             try:
                 return fn(t_outputs, *args, **kwargs)
             finally:

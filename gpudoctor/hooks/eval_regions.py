@@ -153,7 +153,7 @@ class EvalRegions:
 
         def train(self_module: Any, mode: bool = True) -> Any:
             out = fn(self_module, mode)
-            if regions._narrowed:
+            if regions._narrowed and not regions._torch.compiler.is_compiling():  # nothing of ours in a graph
                 regions._mode_set(self_module, mode)
             return out
 
