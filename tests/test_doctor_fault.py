@@ -49,3 +49,28 @@ def test_a_crash_through_the_doctors_code_is_said_as_the_doctors(tmp_path: Path,
     assert f"gpudoctor: {verdict}" in stderr  # the verdict printed at the end says it too
     under_traceback = stderr[stderr.index("Traceback"):]
     assert "gpudoctor: the training crashed in gpudoctor's own hook" in under_traceback or how == "--through"
+
+
+class _Events:
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def emit(self, event: dict[str, Any]) -> None:
+        self.rows.append(event)
+
+
+@pytest.mark.parametrize("last", ["gpudoctor/hooks/torch_hooks.py", "/home/me/train.py"])
+def test_a_dataloader_workers_traceback_carried_as_text_is_read_for_our_frames(last: str) -> None:
+    """A worker's exception reaches the main process as text: its frames count, the last one raised."""
+    from gpudoctor.hooks import crash
+
+    ours = str(ROOT / "gpudoctor" / "hooks" / "torch_hooks.py")
+    raised = str(ROOT / last) if last.startswith("gpudoctor") else last
+    text = ("Caught ValueError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
+            f'  File "{ours}", line 10, in fetch\n    x\n  File "{raised}", line 20, in here\n    y\n'
+            "ValueError: boom")
+    events = _Events()
+    said = crash._record(events, ValueError, ValueError(text), None)  # type: ignore[arg-type]
+    (event,) = events.rows
+    assert event["doctor_frames"][0] == "gpudoctor/hooks/torch_hooks.py:10 in fetch"
+    assert event["doctor_raised"] is last.startswith("gpudoctor") and "GPUDOCTOR_HOOKS=0" in said

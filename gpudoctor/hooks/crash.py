@@ -16,6 +16,7 @@ if the command does not fail without the hooks; both say how to run without them
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 import traceback
@@ -63,6 +64,7 @@ def _record(writer: EventWriter, kind: type[BaseException], exc: BaseException, 
     message = redact_value(" ".join(said[-1].split()) if said else "")[:MAX_MESSAGE]
     event: UncaughtEvent = {"k": "uncaught", "t": time.time(), "error": kind.__name__, "message": message,
                             "frames": [f"{os.path.basename(f.filename)}:{f.lineno} in {f.name}" for f in frames]}
+    every += _worker_frames(str(exc))  # deeper than ours: where a DataLoader worker raised
     ours = [f for f in every if _is_ours(f.filename)]
     if ours:
         kept = ours[:1] + ours[1:][-(DOCTOR_FRAMES - 1):]  # where the training entered our code, and the innermost
@@ -70,6 +72,15 @@ def _record(writer: EventWriter, kind: type[BaseException], exc: BaseException, 
         event["doctor_raised"] = _is_ours(every[-1].filename)
     writer.emit(event)
     return doctor_fault_words(event["doctor_raised"], event["doctor_frames"]) if ours else ""
+
+
+_FILE_LINE = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
+
+
+def _worker_frames(message: str) -> list[traceback.FrameSummary]:
+    """The frames of a traceback carried as text (``Caught ValueError in DataLoader worker process 0``)."""
+    found = (_FILE_LINE.match(line) for line in message.splitlines())
+    return [traceback.FrameSummary(m[1], int(m[2]), m[3], line="") for m in found if m]
 
 
 def _is_ours(filename: str) -> bool:
