@@ -170,4 +170,25 @@ def untraced(hook: Callable[..., Any]) -> Callable[..., Any]:
             return None
         return hook(*args)
 
+    module_hook.__gpudoctor_hook__ = True  # type: ignore[attr-defined]  # see hooks_but_ours
     return module_hook
+
+
+def hooks_but_ours(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``torch.nn.modules.module._has_any_global_hook`` that does not count ours.
+
+    torch asks it only to warn, at each call of a ``torch.compile(module)``, that global hooks fire
+    an extra time for the compiled wrapper: ours are built for that, and the warning would be a line
+    a bare run never prints. Any hook of the user's still counts.
+    """
+    module_mod = sys.modules["torch.nn.modules.module"]
+    names = ("_global_backward_pre_hooks", "_global_backward_hooks", "_global_forward_pre_hooks",
+             "_global_forward_hooks")
+
+    def _has_any_global_hook() -> Any:
+        if not fn():
+            return False
+        return any(not getattr(h, "__gpudoctor_hook__", False)
+                   for name in names for h in getattr(module_mod, name, {}).values())
+
+    return _has_any_global_hook
