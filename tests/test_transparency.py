@@ -77,13 +77,13 @@ def frameworks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Results, Resul
 @pytest.fixture(scope="module")
 def ddp(tmp_path_factory: pytest.TempPathFactory) -> tuple[Results, Results]:
     tmp = tmp_path_factory.mktemp("transparency-ddp")
-    torchrun = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")  # --standalone: a free port
 
     def read(out: Path) -> Results:
         ranks = [_read(Path(f"{out}.rank{r}")) for r in (0, 1)]
         return {case: {"sha256": [rank[case]["sha256"] for rank in ranks]} for case in ranks[0]}
 
-    return _both(tmp, lambda out: [torchrun, "--nproc-per-node", "2", str(SCRIPTS / "transparency_ddp.py"),
+    return _both(tmp, lambda out: [torchrun, "--standalone", "--nproc-per-node", "2", str(SCRIPTS / "transparency_ddp.py"),
                                    str(out)], read)
 
 

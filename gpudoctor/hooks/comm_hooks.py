@@ -73,6 +73,7 @@ ADJACENT_S = 1e-4  # direct calls closer than this join one span (a loop of smal
 SPANS_PER_STEP = 64  # direct-call spans a step writes at most; later calls join the last one
 _HELD = "direct collective"  # the writer's hold key for the open direct-call span
 _UNUSED_CHECK_STEPS = 1  # steps whose gradients are looked at for parameters DDP never saw used
+_BUCKET_READS = 3  # backwards whose bucket sizes are read from DDP (its rebuild follows the first)
 
 
 
@@ -116,6 +117,7 @@ class CommHooks:
         self._built: weakref.WeakSet[Any] = weakref.WeakSet()  # DDP models built while hooked
         self._hooked: weakref.WeakSet[Any] = weakref.WeakSet()  # ... whose slot the script filled (timed or not)
         self._pending: weakref.ref[Any] | None = None  # a DDP model whose forward's backward will all-reduce
+        self._buckets: weakref.WeakKeyDictionary[Any, tuple[int, bool, list[int]]] = weakref.WeakKeyDictionary()
         self._inside = threading.local()  # in our bucket hook: its all_reduce is DDP's, not direct
         self._wall_minus_perf = time.time() - time.perf_counter()
         self._held: SpanEvent | None = None  # a direct call's wait not written yet (held by the writer)
@@ -376,15 +378,26 @@ class CommHooks:
         engine = sys.modules["torch"].autograd.Variable._execution_engine
         engine.queue_callback(functools.partial(_compute_over, self, ddp_ref))
 
+    def _buckets_of(self, ddp: Any) -> tuple[bool, list[int]]:
+        """Is the model on the host, and its buckets' bytes: read again until DDP's rebuild (after its
+        first backward) has surely happened, then kept (a read walks the model and DDP's logging data)."""
+        known = self._buckets.get(ddp)
+        if known is not None and known[0] >= _BUCKET_READS:
+            return known[1], known[2]
+        on_host = known[1] if known is not None else _params_device(ddp) == "cpu"
+        sizes = _bucket_sizes(ddp)
+        self._buckets[ddp] = ((known[0] if known is not None else 0) + 1, on_host, sizes)
+        return on_host, sizes
+
     @guarded("DDP communication timing")
     def _compute_over(self, ddp_ref: weakref.ref[Any]) -> None:
         """Backward's own work is over; DDP's finalize (and its wait for the all-reduce) comes next."""
         ddp = ddp_ref()
         if ddp is None:
             return
-        on_host = _params_device(ddp) == "cpu"
-        sizes = _bucket_sizes(ddp)
-        record = [time.perf_counter(), None, sum(sizes), on_host, len(sizes)]
+        now = time.perf_counter()
+        on_host, sizes = self._buckets_of(ddp)
+        record = [now, None, sum(sizes), on_host, len(sizes)]
         self.round.buckets.append(record)
         marks: GpuMarks | None = None if on_host else self.gpu_marks()
         if marks is not None:

@@ -110,8 +110,10 @@ class EvalRegions:
     def _arm(self) -> None:
         if not self._global:
             self._depth = 0
-            self._global = [self._module_mod.register_module_forward_pre_hook(untraced(self._pre)),
-                            self._module_mod.register_module_forward_hook(untraced(self._post), always_call=True)]
+            among = self._tracked if self._narrowed else None  # after the first step: the trained models only
+            self._global = [self._module_mod.register_module_forward_pre_hook(untraced(self._pre, among)),
+                            self._module_mod.register_module_forward_hook(untraced(self._post, among),
+                                                                          always_call=True)]
 
     def _disarm(self) -> None:
         for handle in self._global:

@@ -23,7 +23,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any, Protocol, TypeVar
 
 from gpudoctor.common.redact import redact_value
@@ -154,7 +154,7 @@ def _describe(exc: Exception) -> str:
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
-def untraced(hook: Callable[..., Any]) -> Callable[..., Any]:
+def untraced(hook: Callable[..., Any], among: Container[int] | None = None) -> Callable[..., Any]:
     """A global module hook that ``torch.compile`` traces as nothing (issue #39).
 
     Dynamo inlines global forward hooks into the graph it captures; ours would break it into many
@@ -162,11 +162,13 @@ def untraced(hook: Callable[..., Any]) -> Callable[..., Any]:
     and, with dropout, its random numbers: the weights would differ from a bare run. While Dynamo
     traces, ``is_compiling()`` is a constant True, so the hook is an empty function to it; the
     compiled call runs no hook of ours (what happens outside the compiled region still counts).
+    ``among``: ids of the only modules the hook is for; any other returns at once, before a frame of
+    the hook's own (a global hook is called for every submodule of every forward while it is in).
     """
     torch = sys.modules["torch"]  # maybe still importing: ``torch.compiler`` is read at the first call
 
     def module_hook(*args: Any) -> Any:
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() or (among is not None and id(args[0]) not in among):
             return None
         return hook(*args)
 
