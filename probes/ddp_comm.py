@@ -152,7 +152,7 @@ def main(argv=None):
         if last:
             opt.step()
             opt.zero_grad(set_to_none=True)
-            if args.late_hook and n == args.accum:  # after the first step: DDP's hook slot is taken then
+            if args.late_hook and n == args.accum:  # after the first step: the slot DDP offers a script then (the doctor holds none)
                 ddp.register_comm_hook(None, counting_hook)
             if args.log_loss:
                 t_l = time.perf_counter()

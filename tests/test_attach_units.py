@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -14,7 +16,7 @@ from gpudoctor.analysis.process import build_process_view
 from gpudoctor.analysis.sampled import Code, sampled_events
 from gpudoctor.attach import scratch, symbols
 from gpudoctor.attach.classify import classify
-from gpudoctor.attach.inject import gdb_script
+from gpudoctor.attach.inject import gdb_commands, gdb_script
 from gpudoctor.attach.lock import AttachLock, lock_path
 from gpudoctor.attach.stacks import window_rows
 from gpudoctor.attach.window import AttachRecord, TargetRecord
@@ -115,7 +117,16 @@ def test_gdb_script_writes_the_source_then_queues_one_pending_call():
     words = [int(line.rsplit("= ", 1)[1]) for line in script.splitlines() if line.startswith("set *(long*)")]
     data = b"".join(w.to_bytes(8, "little", signed=True) for w in words)
     assert data.rstrip(b"\0") == b"print(1)\n" and data.endswith(b"\0")
-    assert script.rstrip().endswith("detach\nquit")
+    assert script.rstrip().endswith('printf "GPUDOCTOR pending %d\\n", $gd_rc')
+
+
+def test_gdb_puts_the_stopped_thread_back_even_when_its_calls_fail():
+    """gdb's calls leave orig_rax at -1; put back after the script (which a failing call ends), the
+    sleep or poll the thread was stopped in goes on (issue #39)."""
+    argv = gdb_commands(7, Path("/s"), machine="x86_64")
+    assert argv == ["-p", "7", "-ex", "set $gd_orig_rax = $orig_rax", "-x", "/s", "-ex", "set $orig_rax = $gd_orig_rax",
+                    "-ex", "detach", "-ex", "quit"]
+    assert gdb_commands(7, Path("/s"), machine="aarch64") == ["-p", "7", "-x", "/s", "-ex", "detach", "-ex", "quit"]
 
 
 def test_symbols_of_this_interpreter_resolve_to_its_own_code():
@@ -250,3 +261,19 @@ def test_a_process_marked_hooked_ends_its_py_spy_window_at_once_and_is_not_sampl
         patient.kill()
         patient.wait()
     assert sampler.samples > 0  # what py-spy had when it was stopped was written
+
+
+@pytest.mark.skipif(shutil.which("gdb") is None or sys.platform != "linux", reason="injects with gdb on Linux")
+def test_a_patient_stopped_in_time_sleep_sleeps_on_after_an_injection(tmp_path: Path) -> None:
+    """Whether gdb's calls work here or fail (some containers refuse its register writes), the
+    patient's ``time.sleep`` goes on: no ``OSError: [Errno 514]`` out of a syscall gdb interrupted."""
+    from gpudoctor.attach.inject import InjectError, inject, write_bootstrap
+
+    patient = subprocess.Popen([sys.executable, "-c", "import time\nfor _ in range(60): time.sleep(0.05)\n"
+                                "print('slept')"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)  # in its sleeps
+    bootstrap = write_bootstrap(tmp_path / "control", tmp_path / "run")
+    with contextlib.suppress(InjectError):
+        inject(patient.pid, bootstrap)
+    out, err = patient.communicate(timeout=60)
+    assert patient.returncode == 0 and out.strip() == "slept", err[-2000:]

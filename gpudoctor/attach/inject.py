@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import secrets
 import signal
 import subprocess
@@ -246,10 +247,24 @@ def gdb_script(mmap_addr: int, pending_addr: int, run_addr: int, source: bytes) 
     lines += [
         f"set $gd_rc = ((int(*)(void*, void*)){pending_addr:#x})((void*){run_addr:#x}, $gd_page)",
         'printf "GPUDOCTOR pending %d\\n", $gd_rc',
-        "detach",
-        "quit",
     ]
     return "\n".join(lines) + "\n"
+
+
+def gdb_commands(pid: int, script: Path, machine: str | None = None) -> list[str]:
+    """gdb's arguments after its settings: attach, run ``script``, then put the thread back and detach.
+
+    The last part runs even when a command of the script fails (an error ends a sourced file, not
+    the commands after it). On x86-64 it restores the stopped thread's ``orig_rax`` (issue #39):
+    gdb's function calls set it to -1, so that the kernel does not restart a syscall at the called
+    function, and leave it so when a call fails (``Couldn't write extended state status`` in some
+    containers); a thread stopped inside an interrupted ``clock_nanosleep``, ``poll`` or ``select``
+    then got the kernel's internal ``-ERESTARTNOHAND`` as its result instead of the syscall going on,
+    and the training died in ``time.sleep`` or a DataLoader's ``poll`` with ``OSError: [Errno 514]``.
+    """
+    x86_64 = (machine or platform.machine()) in ("x86_64", "AMD64")
+    return ["-p", str(pid), *(["-ex", "set $gd_orig_rax = $orig_rax"] if x86_64 else []), "-x", str(script),
+            *(["-ex", "set $orig_rax = $gd_orig_rax"] if x86_64 else []), "-ex", "detach", "-ex", "quit"]
 
 
 def _gdb(pid: int, image: symbols.ElfImage, bootstrap: Path, timeout_s: float,
@@ -272,7 +287,7 @@ def _gdb(pid: int, image: symbols.ElfImage, bootstrap: Path, timeout_s: float,
     argv = [gdb, "-nx", "-batch", "-q"]
     for setting in _GDB_SETTINGS:
         argv += ["-iex", setting]
-    argv += ["-p", str(pid), "-x", str(script)]
+    argv += gdb_commands(pid, script)
     try:
         if before_stop is not None:
             before_stop()
@@ -287,8 +302,11 @@ def _gdb(pid: int, image: symbols.ElfImage, bootstrap: Path, timeout_s: float,
         raise InjectError(permission_hint(pid, "ptrace: Operation not permitted"))
     if "No such process" in out:
         raise InjectError(f"pid {pid} exited before gdb could attach")
-    last = next((ln for ln in reversed(out.splitlines()) if ln.strip() and "GPUDOCTOR" not in ln), "no output")
-    raise InjectError(f"gdb could not load the hooks into pid {pid}: {last.strip()}")
+    lines = [ln.strip() for ln in out.splitlines() if ln.strip() and "GPUDOCTOR" not in ln]
+    # a failed command ends the script with "<file>:N: Error in sourced command file:" and gdb's reason
+    failed = next((i for i, ln in enumerate(lines) if "Error in sourced command file" in ln), None)
+    last = lines[failed + 1] if failed is not None and failed + 1 < len(lines) else (lines or ["no output"])[-1]
+    raise InjectError(f"gdb could not load the hooks into pid {pid}: {last}")
 
 
 def _private_script(pid: int, text: str) -> Path:

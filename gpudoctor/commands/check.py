@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from gpudoctor.commands import flags
 from gpudoctor.common.termtext import say, terminal_safe
+from gpudoctor.common.wording import doctor_fault_words
 
 if TYPE_CHECKING:
     from gpudoctor.report.schema import Report
@@ -59,7 +60,9 @@ def _gate(report: Report, max_waste: float, allow_crash: bool = False) -> int:
     run = report.get("run") or {}
     if run.get("status") == "crashed" and not allow_crash:
         code = run.get("exit_code")
-        say(f"gpudoctor: FAIL: the command crashed (exit code {code if code is not None else 'unknown'}); "
+        fault = run.get("doctor_fault")
+        how = f" {doctor_fault_words(fault['raised'], fault['frames'], short=True)}" if fault else ""
+        say(f"gpudoctor: FAIL: the command crashed (exit code {code if code is not None else 'unknown'}){how}; "
             "the report covers only what ran before it (--allow-crash gates on that part)", file=sys.stderr)
         return 1
     measured = any(v is not None for v in (report.get("breakdown") or {}).values())

@@ -102,3 +102,26 @@ def hours_text(h: float) -> str:
     if h < 1:
         return f"{60 * h:.0f} minutes"
     return f"{h:.1f} hours" if h < 48 else f"{h / 24:.1f} days"
+
+
+HOOKS_OFF = "GPUDOCTOR_HOOKS=0"  # the environment that runs a command under the doctor without its hooks
+
+
+def doctor_fault_words(raised: bool, frames: list[str], short: bool = False) -> str:
+    """A crash with gpudoctor's code in its traceback, said as ours (issue #39): for certain when the
+    exception came from our frame, else as the test that tells (a wrapper of ours calls the user's
+    function once: the fault is ours if the command does not fail without the hooks). ``frames``: ours,
+    outermost first: the one raising names the hook that raised, else the hook the training entered.
+    ``short``: the clause a verdict or an outcome line carries; else the sentences under the traceback."""
+    where = (frames[-1] if raised else frames[0]) if frames else "gpudoctor"
+    if short:
+        if raised:
+            return f"in gpudoctor's own hook ({where}): gpudoctor's bug, not your command's; {HOOKS_OFF} runs it without the hooks"
+        return f"through gpudoctor's hook ({where}): gpudoctor's bug if the command does not fail with {HOOKS_OFF}"
+    if raised:
+        return (f"gpudoctor: the training crashed in gpudoctor's own hook ({where}), not in your code: this is "
+                f"gpudoctor's bug. Run with {HOOKS_OFF} to keep the doctor's hooks out of the training, "
+                "and please report it.")
+    return (f"gpudoctor: the traceback passes through gpudoctor's hook ({where}). If the command does not fail "
+            f"with {HOOKS_OFF} (the doctor's hooks kept out of the training), this is gpudoctor's bug: "
+            "please report it.")

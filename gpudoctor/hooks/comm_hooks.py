@@ -1,9 +1,17 @@
 """Hooks into data parallelism: what the collectives of DDP, FSDP and the script cost each step.
 
-``DistributedDataParallel`` reduces gradients through a communication hook; when the script set
-none, the default all-reduce (``allreduce_hook``, what DDP does anyway) is registered wrapped in a
-timer at the model's first training forward, so each gradient bucket's launch and completion
-are known. A hook the script registers itself is wrapped the same way. Direct
+``DistributedDataParallel`` reduces gradients in its C++ reducer, or through a communication hook
+the script registers. The doctor never registers one of its own: once any hook is in DDP's slot,
+the reducer stops dividing by ``Join``'s effective world size (``join(divide_by_initial_world_size=
+False)`` then behaves like ``True``), and the slot cannot be emptied again (issue #39, audit #34).
+DDP's own all-reduce is timed from outside instead: at a synchronizing backward, a pre-hook on its
+root node (removed when the backward returns) queues an autograd final callback; it runs once the
+backward's own work is over, before DDP's finalize (queued when the last bucket was launched), and
+queues a second one that runs after it, once DDP has waited for the all-reduce. Between the two is
+the all-reduce not hidden behind backward; the buckets and bytes are DDP's own (its logging data).
+What this loses against a hook: the seconds a bucket was in flight while backward still ran (the
+hidden part), so a step's ``comm_s`` is the exposed part only. A hook the script registers itself
+is wrapped in a timer (the arithmetic stays theirs), each bucket's launch and completion known. Direct
 ``torch.distributed`` calls (the script's own, FSDP's all-gather / reduce-scatter) are timed
 around the call; a call with ``async_op=True`` is counted (calls, bytes) but not timed.
 
@@ -26,15 +34,15 @@ waits for them are marked instead, around FSDP2's ``wait_for_unshard`` and its e
 callback (the last reduce-scatters), and resolved by the GPU clock like DDP's.
 
 A DDP model built before the hooks came in (``attach``, ``gpudoctor.profile()`` around a loop) is
-adopted at its next training forward: its settings are read then, and our timer goes into DDP's hook
-slot when it is free (DDP keeps a hook for good: after a detach ours passes through, and a later
-attach's hooks time through it again). A slot the script filled before (its own hook, a C++
-built-in) stays untimed; micro-steps are still counted. Stdlib-only; torch is read from ``sys.modules``.
+adopted at its next training forward: its settings are read then, and its default all-reduce is
+timed as above. A slot the script filled before (its own hook, a C++ built-in) stays untimed;
+micro-steps are still counted. Nothing is left on the model after a detach. Stdlib-only; torch is read from ``sys.modules``.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import sys
 import threading
 import time
@@ -65,13 +73,9 @@ ADJACENT_S = 1e-4  # direct calls closer than this join one span (a loop of smal
 SPANS_PER_STEP = 64  # direct-call spans a step writes at most; later calls join the last one
 _HELD = "direct collective"  # the writer's hold key for the open direct-call span
 _UNUSED_CHECK_STEPS = 1  # steps whose gradients are looked at for parameters DDP never saw used
+_BUCKET_READS = 3  # backwards whose bucket sizes are read from DDP (its rebuild follows the first)
 
 
-# Per DDP model, for as long as it lives (DDP keeps a hook for good, across detach and re-attach):
-# the models whose hook slot holds our default all-reduce, and the hook their script registered
-# after it (called by ours instead of DDP refusing a second one).
-_DEFAULTED: weakref.WeakSet[Any] = weakref.WeakSet()
-_LATE: weakref.WeakKeyDictionary[Any, tuple[object, Any]] = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -111,8 +115,9 @@ class CommHooks:
         self.round = _Round()
         self.steps = 0
         self._built: weakref.WeakSet[Any] = weakref.WeakSet()  # DDP models built while hooked
-        self._hooked: weakref.WeakSet[Any] = weakref.WeakSet()  # ... that have our timer
-        self._register: Any = None  # DDP's own register_comm_hook
+        self._hooked: weakref.WeakSet[Any] = weakref.WeakSet()  # ... whose slot the script filled (timed or not)
+        self._pending: weakref.ref[Any] | None = None  # a DDP model whose forward's backward will all-reduce
+        self._buckets: weakref.WeakKeyDictionary[Any, tuple[int, bool, list[int]]] = weakref.WeakKeyDictionary()
         self._inside = threading.local()  # in our bucket hook: its all_reduce is DDP's, not direct
         self._wall_minus_perf = time.time() - time.perf_counter()
         self._held: SpanEvent | None = None  # a direct call's wait not written yet (held by the writer)
@@ -134,6 +139,9 @@ class CommHooks:
             patch.replace(cls, "_register_builtin_comm_hook", self._wrap_builtin)
         patch.replace(cls, "_pre_forward", self._wrap_pre_forward)
         patch.replace(cls, "_post_forward", self._wrap_post_forward)
+        autograd = sys.modules.get("torch.autograd")
+        if autograd is not None and callable(getattr(autograd, "_engine_run_backward", None)):
+            patch.replace(autograd, "_engine_run_backward", self._wrap_engine)
 
     def install_fsdp_group(self, mod: ModuleType) -> None:
         """FSDP2 on CUDA: the training stream's wait for each unshard's all-gather, on the GPU clock."""
@@ -226,18 +234,11 @@ class CommHooks:
 
     def _wrap_register(self, fn: Any) -> Any:
         hooks = self
-        self._register = fn
 
         def register_comm_hook(ddp: Any, state: object, hook: Any) -> None:
-            if ddp in _DEFAULTED:  # ours went in at the first forward: theirs runs inside it
-                ddp._check_comm_hook(hook)
-                _LATE[ddp] = (state, hook)
-                ddp._comm_hooks.append((hook, state))
-                return
             timed = hooks._timed_or_none(hook)
             fn(ddp, state, hook if timed is None else timed)
-            if timed is not None:
-                hooks._hooked.add(ddp)
+            hooks._hooked.add(ddp)
 
         return register_comm_hook
 
@@ -245,23 +246,10 @@ class CommHooks:
         hooks = self
 
         def _register_builtin_comm_hook(ddp: Any, comm_hook_type: Any) -> None:
-            late = hooks._builtin_as_python(ddp, comm_hook_type) if ddp in _DEFAULTED else None
-            if late is None:
-                fn(ddp, comm_hook_type)
-                hooks._hooked.add(ddp)  # DDP's slot is taken (by C++, untimed): ours must not try it
-            else:
-                _LATE[ddp] = late
+            fn(ddp, comm_hook_type)
+            hooks._hooked.add(ddp)  # DDP's slot is taken (by C++, untimed)
 
         return _register_builtin_comm_hook
-
-    @staticmethod
-    def _builtin_as_python(ddp: Any, comm_hook_type: Any) -> tuple[object, Any] | None:
-        """DDP's C++ built-in hook as its Python twin (same arithmetic), to run inside ours."""
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-        name = str(getattr(comm_hook_type, "name", comm_hook_type)).rsplit(".", 1)[-1]
-        hook = {"ALLREDUCE": default_hooks.allreduce_hook, "FP16_COMPRESS": default_hooks.fp16_compress_hook}.get(name)
-        return (ddp.process_group, hook) if hook is not None else None
 
     @guarded("DDP communication timing")
     def _timed_or_none(self, hook: Any) -> Any:
@@ -341,35 +329,81 @@ class CommHooks:
         self.tally.synced += bool(getattr(ddp, "require_backward_grad_sync", True))
         if ddp not in self._built:
             self._adopt(ddp)
-        if ddp not in self._hooked and not getattr(ddp, "_comm_hooks", None):
-            self._hooked.add(ddp)  # once, whatever happens below
-            self._register_default(ddp)
+        self._pending = weakref.ref(ddp) if self._reducer_default(ddp) else None
 
     def _adopt(self, ddp: Any) -> None:
-        """A DDP model built before the hooks: its settings now; DDP's hook slot left alone when it
-        is taken (ours from an earlier attach times through to us already; another is DDP's for good)."""
+        """A DDP model built before the hooks: its settings now; a hook slot the script filled stays untimed."""
         self._on_init(ddp)
         logged = getattr(ddp, "_get_ddp_logging_data", None)
-        if ddp in _DEFAULTED or (callable(logged) and logged().get("comm_hook")):
+        if callable(logged) and logged().get("comm_hook"):
             self._hooked.add(ddp)
 
-    def _register_default(self, ddp: Any) -> None:
-        if getattr(ddp, "_use_python_reducer", False) or getattr(ddp, "mixed_precision", None) is not None:
-            return  # compiled DDP has no reducer hook; DDP's mixed precision brings its own
-        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    def _reducer_default(self, ddp: Any) -> bool:
+        """Will this forward's backward all-reduce through DDP's own C++ path (no hook in the slot)?"""
+        return (bool(getattr(ddp, "require_backward_grad_sync", True)) and ddp not in self._hooked
+                and not getattr(ddp, "_comm_hooks", None) and not getattr(ddp, "_use_python_reducer", False)
+                and getattr(ddp, "mixed_precision", None) is None)
 
-        late, ref = _LATE, weakref.ref(ddp)
+    # -- DDP's own all-reduce, timed from autograd's final callbacks (no hook in DDP's slot) --------
+    def _wrap_engine(self, fn: Any) -> Any:
+        hooks = self
 
-        def allreduce_or_theirs(state, bucket):  # type: ignore[no-untyped-def]
-            """DDP's default all-reduce, or the hook the script registered after ours (no annotations:
-            DDP checks a hook's, and under ``from __future__ import annotations`` they are strings)."""
-            model = ref()
-            theirs = late.get(model) if model is not None else None
-            return theirs[1](theirs[0], bucket) if theirs is not None else allreduce_hook(state, bucket)
+        def _engine_run_backward(t_outputs: Any, *args: Any, **kwargs: Any) -> Any:
+            # ``backward()`` only (it accumulates into .grad, where DDP's reducer hooks are); not ``autograd.grad``
+            watch = hooks._pending is not None and kwargs.get("accumulate_grad", True)
+            handle = hooks._watch_backward(t_outputs) if watch else None
+            try:
+                return fn(t_outputs, *args, **kwargs)
+            finally:
+                if handle is not None:
+                    handle.remove()
 
-        register = self._register or type(ddp).register_comm_hook
-        register(ddp, ddp.process_group, self.timed(allreduce_or_theirs))
-        _DEFAULTED.add(ddp)
+        return _engine_run_backward
+
+    @guarded("DDP communication timing")
+    def _watch_backward(self, t_outputs: Any) -> Any:
+        """A pre-hook on the backward's root node (removed when it returns): it queues the callbacks."""
+        ddp = self._pending() if self._pending is not None else None
+        self._pending = None
+        if ddp is None or self.closed:
+            return None
+        outputs = t_outputs if isinstance(t_outputs, (list, tuple)) else (t_outputs,)
+        root = next((t.grad_fn for t in outputs if getattr(t, "grad_fn", None) is not None), None)
+        if root is None:
+            return None
+        return root.register_prehook(functools.partial(_backward_began, self, weakref.ref(ddp)))
+
+    @guarded("DDP communication timing")
+    def _began(self, ddp_ref: weakref.ref[Any]) -> None:
+        engine = sys.modules["torch"].autograd.Variable._execution_engine
+        engine.queue_callback(functools.partial(_compute_over, self, ddp_ref))
+
+    def _buckets_of(self, ddp: Any) -> tuple[bool, list[int]]:
+        """Is the model on the host, and its buckets' bytes: read again until DDP's rebuild (after its
+        first backward) has surely happened, then kept (a read walks the model and DDP's logging data)."""
+        known = self._buckets.get(ddp)
+        if known is not None and known[0] >= _BUCKET_READS:
+            return known[1], known[2]
+        on_host = known[1] if known is not None else _params_device(ddp) == "cpu"
+        sizes = _bucket_sizes(ddp)
+        self._buckets[ddp] = ((known[0] if known is not None else 0) + 1, on_host, sizes)
+        return on_host, sizes
+
+    @guarded("DDP communication timing")
+    def _compute_over(self, ddp_ref: weakref.ref[Any]) -> None:
+        """Backward's own work is over; DDP's finalize (and its wait for the all-reduce) comes next."""
+        ddp = ddp_ref()
+        if ddp is None:
+            return
+        now = time.perf_counter()
+        on_host, sizes = self._buckets_of(ddp)
+        record = [now, None, sum(sizes), on_host, len(sizes)]
+        self.round.buckets.append(record)
+        marks: GpuMarks | None = None if on_host else self.gpu_marks()
+        if marks is not None:
+            marks.comm_launch()
+        engine = sys.modules["torch"].autograd.Variable._execution_engine
+        engine.queue_callback(functools.partial(_all_reduced, self, record, marks))
 
     def _wrap_post_forward(self, fn: Any) -> Any:
         hooks = self
@@ -397,7 +431,7 @@ class CommHooks:
         if not buckets:
             return
         t = self.tally
-        t.buckets += len(buckets)
+        t.buckets += sum(b[4] if len(b) > 4 else 1 for b in buckets)
         t.bytes += sum(b[2] for b in buckets)
         done = [b for b in buckets if b[1] is not None]
         t.comm_s += _union_s([(b[0], b[1]) for b in done])
@@ -503,6 +537,36 @@ class CommHooks:
             event["gather_bwd_bytes"] = tally.gather_bwd_bytes
             event["gather_bwd_s"] = round(tally.gather_bwd_s, 6)
         self.writer.emit(event)
+
+
+def _backward_began(hooks: CommHooks, ddp_ref: weakref.ref[Any], grad_outputs: Any) -> None:
+    """The root node's pre-hook: returns None, so the gradients flow on untouched."""
+    hooks._began(ddp_ref)
+
+
+def _compute_over(hooks: CommHooks, ddp_ref: weakref.ref[Any]) -> None:
+    hooks._compute_over(ddp_ref)
+
+
+@guarded("DDP communication timing")
+def _all_reduced(hooks: CommHooks, record: list[Any], marks: GpuMarks | None) -> None:
+    """After DDP's finalize: the host waited for the all-reduce (gloo) or the stream was made to (NCCL)."""
+    record[1] = time.perf_counter()
+    if marks is not None:
+        marks.comm_end()
+
+
+def _params_device(ddp: Any) -> str | None:
+    for p in ddp.module.parameters():
+        return str(p.device.type)
+    return None
+
+
+def _bucket_sizes(ddp: Any) -> list[int]:
+    """DDP's gradient buckets' bytes, from its own logging data (``"bucket_sizes": "1024, 80"``)."""
+    logged = getattr(ddp, "_get_ddp_logging_data", None)
+    text = logged().get("bucket_sizes", "") if callable(logged) else ""
+    return [int(x) for x in re.findall(r"\d+", str(text))]
 
 
 @guarded("GPU clock: all-reduce")

@@ -18,10 +18,17 @@ with no backward among them.
 
 Cost: torch runs a module's forward on its fast path only while no global forward
 hook exists, so the global pre/post hooks live only until the first optimizer step.
-By then the top-level modules that ran a training forward are known; hooks go on
-those (and on what they wrap: DDP's ``.module``, ``torch.compile``'s ``_orig_mod``)
-and the global ones come off, so submodules pay nothing. An eval before the first
-step (nanoGPT evaluates at iteration 0) is still seen by the global hooks.
+By then the top-level modules that ran a training forward are known (and what they
+wrap: DDP's ``.module``, ``torch.compile``'s ``_orig_mod``), held by weak reference;
+from then on the global hooks are in only while an eval can happen: inside an
+outermost ``no_grad``/``inference_mode`` block, or while one of those models is in
+eval mode (``Module.train`` is patched on torch's class to know). Training forwards
+run on the fast path, and only those models' forwards count. An eval before the first
+step (nanoGPT evaluates at iteration 0) is seen by the global hooks as before.
+
+Nothing goes on the user's modules (issue #39): a hook of ours on a model made it
+unpicklable (``torch.save(model)``, ``copy.deepcopy`` for an EMA: our bound methods hold
+the writer's locks), and ``torch.jit.script`` compiles a module's hooks with it.
 
 Regions are ``eval_loop`` spans (their forward passes an ``eval_forwards`` counter); the analysis counts them as eval only in a
 process that trains (steps seen), so an inference script is not "all eval".
@@ -36,11 +43,12 @@ from __future__ import annotations
 import sys
 import threading
 import time
+import weakref
 from types import ModuleType
 from typing import Any
 
 from gpudoctor.hooks import patch
-from gpudoctor.hooks.guard import guarded
+from gpudoctor.hooks.guard import guarded, untraced
 from gpudoctor.hooks.torch_hooks import TorchHooks, safe_attr
 from gpudoctor.hooks.writer import EventWriter
 from gpudoctor.recording.events import EVAL_FORWARDS, EVAL_LOOP
@@ -74,8 +82,12 @@ class EvalRegions:
         self._backward_since_step = False
         self._optimizer_seen = False
         self._pending_update: float | None = None  # time.time() of an update not yet counted
-        self._global: list[Any] = []  # the global forward hooks, until the first step
-        self._tops: dict[int, Any] = {}  # top-level modules that ran a training forward
+        self._global: list[Any] = []  # the global forward hooks: until the first step, then while armed
+        self._tops: dict[int, Any] = {}  # top-level modules that ran a training forward (until the first step)
+        self._narrowed = False  # the first step came: only the tracked models count
+        self._tracked: dict[int, weakref.ref[Any]] = {}  # ... those models, never kept alive by us
+        self._in_eval: set[int] = set()  # tracked models now in eval mode
+        self._module_mod: Any = None
 
     # -- install -----------------------------------------------------------------
     def install(self, torch: ModuleType) -> None:
@@ -88,34 +100,76 @@ class EvalRegions:
         autograd = sys.modules.get("torch.autograd")
         if autograd is not None:
             patch.replace(autograd, "backward", self._wrap_backward)
-        module_mod = sys.modules["torch.nn.modules.module"]
+        module_mod = self._module_mod = sys.modules["torch.nn.modules.module"]
+        patch.replace(module_mod.Module, "train", self._wrap_train)
         optim = sys.modules.get("torch.optim.optimizer")
-        self._global = [module_mod.register_module_forward_pre_hook(self._pre),
-                        module_mod.register_module_forward_hook(self._post, always_call=True)]
-        self.th.keep_handles(
-            *self._global,
-            *([optim.register_optimizer_step_pre_hook(self._on_step)] if optim is not None else []),
-        )
+        self._arm()
+        if optim is not None:
+            self.th.keep_handles(optim.register_optimizer_step_pre_hook(self._on_step))
+
+    def _arm(self) -> None:
+        if not self._global:
+            self._depth = 0
+            among = self._tracked if self._narrowed else None  # after the first step: the trained models only
+            self._global = [self._module_mod.register_module_forward_pre_hook(untraced(self._pre, among)),
+                            self._module_mod.register_module_forward_hook(untraced(self._post, among),
+                                                                          always_call=True)]
+
+    def _disarm(self) -> None:
+        for handle in self._global:
+            handle.remove()
+        self._global = []
+
+    def _rearm(self) -> None:
+        """After the first step: global hooks only while an eval can happen."""
+        if not self._narrowed:
+            return
+        if self._ctx_depth or self._in_eval:
+            self._arm()
+        elif self._global:
+            self._disarm()
+            self._close_region(self._region_end)
 
     @guarded("eval regions")
     def _narrow(self) -> None:
-        """First step: hook the trained models themselves, then drop the global hooks."""
-        if not self._global or not self._tops:
+        """First step: note the trained models (weakly), then drop the global hooks until an eval can happen."""
+        if self._narrowed or not self._tops:
             return
         torch = self._torch
-        modules: dict[int, Any] = {}
         for top in self._tops.values():
             for m in (top, safe_attr(top, "module"), safe_attr(top, "_orig_mod")):
                 if isinstance(m, torch.nn.Module):
-                    modules[id(m)] = m
-        handles = []
-        for m in modules.values():
-            handles.append(m.register_forward_pre_hook(self._pre))
-            handles.append(m.register_forward_hook(self._post, always_call=True))
-        self.th.keep_handles(*handles)
-        for handle in self._global:
-            handle.remove()
-        self._global, self._tops, self._depth = [], {}, 0
+                    self._tracked[id(m)] = weakref.ref(m)
+                    if not m.training:
+                        self._in_eval.add(id(m))
+        self._narrowed, self._tops = True, {}
+        self._disarm()
+        self._rearm()
+
+    def _is_tracked(self, module: Any) -> bool:
+        ref = self._tracked.get(id(module))
+        return ref is not None and ref() is module
+
+    def _wrap_train(self, fn: Any) -> Any:
+        regions = self
+
+        def train(self_module: Any, mode: bool = True) -> Any:
+            out = fn(self_module, mode)
+            if regions._narrowed and not regions._torch.compiler.is_compiling():  # nothing of ours in a graph
+                regions._mode_set(self_module, mode)
+            return out
+
+        return train
+
+    @guarded("eval regions", vital=True)
+    def _mode_set(self, module: Any, mode: Any) -> None:
+        if threading.get_ident() != self._main or not self._is_tracked(module):
+            return
+        if mode:
+            self._in_eval.discard(id(module))
+        else:
+            self._in_eval.add(id(module))
+        self._rearm()
 
     # -- wrappers: the user's call exactly once, outside any guard ----------------
     def _wrap_enter(self, fn: Any) -> Any:
@@ -159,6 +213,7 @@ class EvalRegions:
         if self._ctx_depth == 1:
             self._close_region(self._region_end)
             self._ctx_t0, self._ctx_forwards, self._ctx_backward = _now(), 0, False
+            self._rearm()
 
     @guarded("eval regions", vital=True)
     def _exited(self) -> None:
@@ -168,6 +223,8 @@ class EvalRegions:
             self._close_region(time.perf_counter())
             return
         self._ctx_depth -= 1
+        if self._ctx_depth == 0:
+            self._rearm()
         if self._ctx_depth or self._ctx_t0 is None:
             return
         t0, self._ctx_t0 = self._ctx_t0, None
@@ -199,12 +256,12 @@ class EvalRegions:
         self._pending_update = None
         self._backward_since_step = False
         self._close_region(self._region_end)
-        if self._global:
+        if not self._narrowed:
             self._narrow()
 
     @guarded("eval regions", vital=True)
     def _pre(self, module: Any, args: Any) -> None:
-        if threading.get_ident() != self._main:
+        if threading.get_ident() != self._main or (self._narrowed and not self._is_tracked(module)):
             return
         self._depth += 1
         if self._depth != 1 or patch.depth("eval"):
@@ -212,7 +269,7 @@ class EvalRegions:
         torch = self._torch
         grad_on = torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
         if grad_on and module.training:  # a training forward ends any eval region
-            if self._global and _trained(module):
+            if not self._narrowed and _trained(module):
                 self._tops[id(module)] = module
             self._settle_update()
             self._close_region(self._region_end)
@@ -229,7 +286,7 @@ class EvalRegions:
 
     @guarded("eval regions", vital=True)
     def _post(self, module: Any, args: Any, output: Any) -> None:
-        if threading.get_ident() != self._main:
+        if threading.get_ident() != self._main or (self._narrowed and not self._is_tracked(module)):
             return
         self._depth = max(0, self._depth - 1)
         if self._depth == 0 and self._region is not None:
@@ -240,6 +297,8 @@ class EvalRegions:
         """Detach: the last update counts, a region still open ends at its last forward."""
         self._settle_update()
         self._close_region(self._region_end)
+        self._disarm()
+        self._narrowed, self._tracked, self._in_eval, self._tops = False, {}, set(), {}
 
     # -- helpers -------------------------------------------------------------------
     def _close_region(self, end_perf: float) -> None:
@@ -256,7 +315,7 @@ class EvalRegions:
     def _settle_update(self) -> None:
         if self._pending_update is not None and not self._optimizer_seen:
             self.th.record_step_at(self._pending_update)
-            if self._global:
+            if not self._narrowed:
                 self._narrow()
         self._pending_update = None
 

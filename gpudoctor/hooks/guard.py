@@ -23,7 +23,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any, Protocol, TypeVar
 
 from gpudoctor.common.redact import redact_value
@@ -152,3 +152,45 @@ def _describe(exc: Exception) -> str:
     if len(message) > 200:
         message = message[:197] + "..."
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def untraced(hook: Callable[..., Any], among: Container[int] | None = None) -> Callable[..., Any]:
+    """A global module hook that ``torch.compile`` traces as nothing (issue #39).
+
+    Dynamo inlines global forward hooks into the graph it captures; ours would break it into many
+    (our bodies touch threads and locks), and the graphs a model compiles into decide its kernels
+    and, with dropout, its random numbers: the weights would differ from a bare run. While Dynamo
+    traces, ``is_compiling()`` is a constant True, so the hook is an empty function to it; the
+    compiled call runs no hook of ours (what happens outside the compiled region still counts).
+    ``among``: ids of the only modules the hook is for; any other returns at once, before a frame of
+    the hook's own (a global hook is called for every submodule of every forward while it is in).
+    """
+    torch = sys.modules["torch"]  # maybe still importing: ``torch.compiler`` is read at the first call
+
+    def module_hook(*args: Any) -> Any:
+        if torch.compiler.is_compiling() or (among is not None and id(args[0]) not in among):
+            return None
+        return hook(*args)
+
+    module_hook.__gpudoctor_hook__ = True  # type: ignore[attr-defined]  # see hooks_but_ours
+    return module_hook
+
+
+def hooks_but_ours(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``torch.nn.modules.module._has_any_global_hook`` that does not count ours.
+
+    torch asks it only to warn, at each call of a ``torch.compile(module)``, that global hooks fire
+    an extra time for the compiled wrapper: ours are built for that, and the warning would be a line
+    a bare run never prints. Any hook of the user's still counts.
+    """
+    module_mod = sys.modules["torch.nn.modules.module"]
+    names = ("_global_backward_pre_hooks", "_global_backward_hooks", "_global_forward_pre_hooks",
+             "_global_forward_hooks")
+
+    def _has_any_global_hook() -> Any:
+        if not fn():
+            return False
+        return any(not getattr(h, "__gpudoctor_hook__", False)
+                   for name in names for h in getattr(module_mod, name, {}).values())
+
+    return _has_any_global_hook

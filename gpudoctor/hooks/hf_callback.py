@@ -25,6 +25,14 @@ class EventsCallback(TrainerCallback):
     def __init__(self, writer: EventWriter | None = None) -> None:
         self._writer = writer
 
+    def __reduce__(self) -> Any:
+        """The one the hooks put on a Trainer is theirs, not the user's (issue #39): a Trainer pickled
+        or deep-copied gets a plain ``TrainerCallback`` in its place (no writer, no lock, nothing of
+        gpudoctor's to import where it is loaded). The public subclass, which the user added, copies whole."""
+        if type(self) is EventsCallback:
+            return (TrainerCallback, ())
+        return super().__reduce__()
+
     @_guard
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._emit({"k": "plan", "t": time.time(), "max_steps": state.max_steps,

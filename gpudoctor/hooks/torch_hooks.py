@@ -17,7 +17,7 @@ from gpudoctor.common import batchlengths
 from gpudoctor.common.redact import redact_mapping, redact_value
 from gpudoctor.hooks import apply, dataset_items, patch
 from gpudoctor.hooks.device_clock import DeviceClock, GpuMarks
-from gpudoctor.hooks.guard import guarded
+from gpudoctor.hooks.guard import guarded, hooks_but_ours, untraced
 from gpudoctor.hooks.profiler_windows import ProfilerWindows
 from gpudoctor.hooks.writer import EventWriter
 from gpudoctor.recording.events import (
@@ -171,7 +171,9 @@ class TorchHooks:
         self._handles.append(optim_mod.register_optimizer_step_post_hook(self._on_step_post))
 
     def install_module(self, module_mod: ModuleType) -> None:
-        self._forward_handle = module_mod.register_module_forward_pre_hook(self._on_forward_pre)
+        self._forward_handle = module_mod.register_module_forward_pre_hook(untraced(self._on_forward_pre))
+        if callable(getattr(module_mod, "_has_any_global_hook", None)):
+            patch.replace(module_mod, "_has_any_global_hook", hooks_but_ours)
 
     def keep_handles(self, *handles: Any) -> None:
         """Handles registered by another hook module, removed with ours on detach."""

@@ -54,7 +54,9 @@ In-process events (key ``k``):
               redacted; its keys are the installed version's field names),
               ``max_steps``, ``num_train_epochs``, ``version``.
 ``uncaught``  the exception that ended the process (``sys.excepthook``): ``t``, ``error`` (its
-              type), ``message`` (redacted, short), ``frames`` (the last few, ``file:line in fn``).
+              type), ``message`` (redacted, short), ``frames`` (the last few, ``file:line in fn``);
+              with a frame of gpudoctor's in the traceback, ``doctor_frames`` (ours, from the
+              package root) and ``doctor_raised`` (the exception came from our own code).
 ``lightning_checkpoint`` a Lightning ``ModelCheckpoint`` was built: ``t``, ``args``
               (``every_n_train_steps``, ``every_n_epochs``, ``train_time_interval``, ``save_top_k``,
               ``save_weights_only``, ``save_last``, ``monitor``), ``params`` (the installed
@@ -506,6 +508,8 @@ class _Uncaught(TypedDict):
 class UncaughtEvent(_Uncaught, total=False):
     message: str | None
     frames: list[str]
+    doctor_frames: list[str]  # gpudoctor's own frames in the traceback (innermost last), when any
+    doctor_raised: bool  # ... and the exception came from one of them (gpudoctor's bug)
 
 
 class _LightningCheckpoint(TypedDict):

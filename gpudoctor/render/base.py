@@ -23,6 +23,7 @@ from gpudoctor.common.wording import (  # noqa: F401
     SLICE_LABELS,
     UNAVAILABLE,
     command_text,
+    doctor_fault_words,
     fmt_usd,
     gpus_text,
     plural,
@@ -131,6 +132,10 @@ def outcome_text(run: Run) -> str:
     """How the command ended, when it did not simply finish; "" when it did (or was detached from)."""
     status = str(run.get("status") or "")
     ran = fmt_duration(run.get("duration_s"))
+    fault = run.get("doctor_fault")
+    if status == "crashed" and fault:  # gpudoctor's code in the traceback: said as ours, never the command's
+        words = doctor_fault_words(fault["raised"], fault["frames"], short=True)
+        return f"the training crashed with {exit_text(run.get('exit_code'))} {words}; the report covers the {ran} it ran"
     if status == "crashed":
         return f"the command crashed with {exit_text(run.get('exit_code'))}; the report covers the {ran} it ran"
     if status == "interrupted":

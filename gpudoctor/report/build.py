@@ -17,7 +17,7 @@ from gpudoctor._version import __version__
 from gpudoctor.analysis import Analysis, analyze, gpu_timeline, memory
 from gpudoctor.analysis.process import quantiles
 from gpudoctor.analysis.saves import split_saves
-from gpudoctor.common.wording import hours_text, in_sentence
+from gpudoctor.common.wording import doctor_fault_words, hours_text, in_sentence
 from gpudoctor.recording.store import Recording
 from gpudoctor.report import schema
 from gpudoctor.report.attach import attach_section, attach_time, summary_lines, timeline_caption
@@ -125,7 +125,7 @@ def _profiler_windows(a: Analysis) -> list[schema.ProfilerWindow]:
 def _run_section(rec: Recording, a: Analysis, price: Price) -> schema.Run:
     meta = rec.meta
     started = meta.get("started_at") or dt.datetime.fromtimestamp(a.start, dt.timezone.utc).isoformat()
-    return {
+    run: schema.Run = {
         "mode": meta.get("mode", "run"),
         "command": meta.get("command", []),
         "pid": meta.get("pid"),
@@ -142,6 +142,19 @@ def _run_section(rec: Recording, a: Analysis, price: Price) -> schema.Run:
         # how the doctor kept out of the patient's way (SCHED_IDLE/nice 19, idle I/O); None: in-process API
         "doctor_priority": meta.get("doctor_priority"),
     }
+    fault = doctor_fault(rec) if meta.get("status") == "crashed" else None
+    if fault is not None:  # only then: a report without one reads as before
+        run["doctor_fault"] = fault
+    return run
+
+
+def doctor_fault(rec: Recording) -> schema.DoctorFault | None:
+    """The crash's ``uncaught`` event, when a frame of gpudoctor's was in its traceback."""
+    for pid_events in rec.events.values():
+        for e in reversed(pid_events):
+            if e.get("k") == "uncaught" and e.get("doctor_frames"):
+                return {"raised": bool(e.get("doctor_raised")), "frames": [str(f) for f in e["doctor_frames"]]}
+    return None
 
 
 def _steps(a: Analysis) -> schema.Steps:
@@ -257,7 +270,10 @@ def _crash_words(a: Analysis, meta: dict[str, Any]) -> str:
     code = meta.get("exit_code")
     steps = len(a.primary.step_times) if a.primary is not None else 0
     how = f"exit code {code}" if isinstance(code, int) and not isinstance(code, bool) else "exit code unknown"
-    return (f"Crashed ({how}) after {steps} training step{'' if steps == 1 else 's'}: the figures cover "
+    fault = doctor_fault(a.rec)
+    # gpudoctor's code in the traceback: said before the figures, never read as the command's own failure
+    ours = f", {doctor_fault_words(fault['raised'], fault['frames'], short=True)}. The" if fault is not None else ": the"
+    return (f"Crashed ({how}) after {steps} training step{'' if steps == 1 else 's'}{ours} figures cover "
             "what ran before the crash, not a whole run")
 
 

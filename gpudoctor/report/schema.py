@@ -76,6 +76,15 @@ class Gpu(TypedDict, total=False):
     memory_total_mib: Amount | None
 
 
+class DoctorFault(TypedDict):
+    """The training crashed with gpudoctor's code in its traceback (issue #39): ``raised``, the
+    exception came from our own frame (our bug); else it passed through a wrapper of ours.
+    ``frames``: our frames, innermost last (``gpudoctor/hooks/torch_hooks.py:97 in save``)."""
+
+    raised: bool
+    frames: list[str]
+
+
 class Run(TypedDict):
     """Where and how the run happened. ``status``: finished, crashed, interrupted, partial (the doctor
     never finalized it); ``mode``: run, attach, replay, try, profile, callback ..."""
@@ -93,6 +102,7 @@ class Run(TypedDict):
     status: NotRequired[str]
     gpudoctor_version: NotRequired[str]
     doctor_priority: NotRequired[dict[str, str] | None]  # how the doctor kept out of the way; null: in-process
+    doctor_fault: NotRequired[DoctorFault]  # a crash through gpudoctor's own code; absent: none
 
 
 # --- what the time went to ---------------------------------------------------------------------
