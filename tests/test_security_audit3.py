@@ -206,6 +206,7 @@ def _full_report() -> dict[str, Any]:
     r["nodes"] = {"reference": "node0", "method": "step ends", "skew_corrected_s": 0.0,
                   "nodes": [node, {**node, "node": "node1", "folder": "n1", "host": "h1", "ranks": [1]}]}
     r["trackers"] = [{"kind": "mlflow", "status": "skipped", "target": "file:///x", "detail": "why"}]
+    r["run"]["doctor_fault"] = {"raised": True, "frames": ["gpudoctor/hooks/torch_hooks.py:97 in save"]}
     return r
 
 

@@ -5,7 +5,8 @@ Loading the hooks with gdb means stopping the patient and calling ``mmap`` and
 kernel 6.18 and gdb 13 answers "Couldn't write extended state status: Bad address" (gdb cannot
 write the thread's XSAVE area back), and a stop that cannot call anything gains nothing and risks
 the patient (a system call it was in may not restart cleanly). So the doctor first asks gdb to make
-the same kind of call in a sleeping Python process of its own, once per session; where that fails,
+the same kind of call in a sleeping Python process of its own, once per session (about 0.5 s), before
+the first patient is stopped; where that fails,
 no patient is stopped at all, and the session says why and keeps to stack samples.
 
 An answer that says nothing about calls (gdb may not attach to a sibling under Yama's ptrace

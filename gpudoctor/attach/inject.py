@@ -42,7 +42,7 @@ from typing import Any
 import psutil
 
 import gpudoctor
-from gpudoctor.attach import scratch, symbols
+from gpudoctor.attach import gdbcheck, scratch, symbols
 from gpudoctor.common import childpy, safefs
 from gpudoctor.common.errors import UserError
 from gpudoctor.launch import priority
@@ -272,6 +272,9 @@ def _gdb(pid: int, image: symbols.ElfImage, bootstrap: Path, timeout_s: float,
     gdb = childpy.which("gdb")
     if gdb is None:
         raise InjectError("gdb is not installed (apt-get install gdb), so the in-process hooks cannot be loaded")
+    refused = gdbcheck.cannot_call(gdb)  # asked on a process of our own: no patient is stopped for nothing
+    if refused is not None:
+        raise InjectError(refused)
     try:
         pending = image.address("Py_AddPendingCall")
         run = image.address("PyRun_SimpleString")
