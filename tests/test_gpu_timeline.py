@@ -345,7 +345,7 @@ def test_the_hooks_mark_each_wait_step_and_sync_of_a_real_loop(tmp_path: Path) -
     assert not [e for e in plain if str(e["k"]).startswith("gpu_")]
 
 
-def test_the_wait_that_ends_each_epoch_is_no_batch(tmp_path: Path) -> None:
+def test_the_wait_that_ends_each_epoch_is_no_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """On the H200 the MFU of a 40-step loop over 8 batches an epoch read 10% high: the five
     epoch-ending waits (``StopIteration``) were counted as batches, so tokens per step too. A real
     loop of 3 epochs of 4 batches: 15 waits, 12 batches, in both of the reader's paths."""
@@ -356,8 +356,7 @@ def test_the_wait_that_ends_each_epoch_is_no_batch(tmp_path: Path) -> None:
     from gpudoctor.recording.events import NO_BATCH_WAIT
     from gpudoctor.recording.read import read_events
 
-    old = os.environ.get("GPUDOCTOR_PROFILE_WINDOW")
-    os.environ["GPUDOCTOR_PROFILE_WINDOW"] = "off"
+    monkeypatch.setenv("GPUDOCTOR_PROFILE_WINDOW", "off")
     try:
         hooks.install(tmp_path / "run")
         model = torch.nn.Linear(8, 1)
@@ -370,10 +369,6 @@ def test_the_wait_that_ends_each_epoch_is_no_batch(tmp_path: Path) -> None:
                 opt.zero_grad()
     finally:
         hooks.uninstall()
-        if old is None:
-            os.environ.pop("GPUDOCTOR_PROFILE_WINDOW", None)
-        else:
-            os.environ["GPUDOCTOR_PROFILE_WINDOW"] = old
     (path,) = (tmp_path / "run" / "events").glob("*.jsonl")
     events = [json.loads(line) for line in path.read_text().splitlines()]
     waits = [e for e in events if e["k"] == "span" and e["c"] == "data_wait"]

@@ -345,7 +345,7 @@ def _step(fd: int, name: str, where: str, what: str, shown: os.PathLike[str] | s
                 raise
             st = os.lstat(name, dir_fd=fd)
             if not stat.S_ISLNK(st.st_mode):
-                raise UserError(f"cannot create {shown}: {where} is not a folder") from None
+                raise UserError(f"cannot create {shown}: {where} is not a folder; choose another --out") from None
             if st.st_uid not in (0, os.geteuid()):
                 raise UserError(_unsafe(what, shown, f"{where} is a link made by uid {st.st_uid}")) from None
             return -1, os.readlink(name, dir_fd=fd)
