@@ -176,16 +176,22 @@ def inject(pid: int, bootstrap: Path, timeout_s: float = GDB_TIMEOUT_S,
         version = symbols.python_version(pid, image)
     except (OSError, symbols.SymbolError) as exc:
         raise InjectError(f"cannot read pid {pid}'s Python version: {exc}") from None
+    first: InjectError | None = None
     if version is not None and version >= (3, 14):
         try:
             return _remote_exec(pid, bootstrap, timeout_s)
         except _NotPermitted as exc:
             if not exc.as_other_user:
                 raise
-            # dropped to the patient's user, ptrace was refused (Yama): gdb, as the doctor, may do
-        except InjectError:
-            pass  # e.g. Python embedded in another executable, or remote debugging disabled: try gdb
-    return _gdb(pid, image, bootstrap, timeout_s, before_stop)
+            first = exc  # dropped to the patient's user, ptrace was refused (Yama): gdb, as the doctor, may do
+        except InjectError as exc:
+            first = exc  # e.g. Python embedded in another executable, or remote debugging disabled: try gdb
+    try:
+        return _gdb(pid, image, bootstrap, timeout_s, before_stop)
+    except InjectError as exc:
+        if first is None:
+            raise
+        raise InjectError(f"sys.remote_exec: {first}; then gdb: {exc}") from None  # both reasons, first first
 
 
 class _NotPermitted(InjectError):
@@ -202,6 +208,9 @@ def _remote_exec(pid: int, bootstrap: Path, timeout_s: float) -> Injection:
     and a uv/conda/pyenv Python is its user's to change) with ``-I -S`` (no ``site``, so no
     ``.pth`` file runs) and a bare environment.
     """
+    # the patient opens the script by its path: the real one, never the doctor's /proc/self/fd/N alias
+    # of its run folder (RunFolder.at), which in the patient names one of ITS descriptors
+    bootstrap = bootstrap.resolve()
     if hasattr(sys, "remote_exec"):
         try:
             sys.remote_exec(pid, str(bootstrap))  # type: ignore[attr-defined]
