@@ -10,8 +10,8 @@ said so from the first minutes. From what the samplers already record, with no n
   the device's whole ``mem_used_mib`` where NVML does not list the processes), against the
   device's total.
 
-Only the training loop counts (first step to last): loading a model and warming the allocator
-up are growth that stops. A trend is *steady* when a straight line explains the samples
+Only the training loop counts (first step to last), less its warm-up (its first third, at most two
+minutes): loading a model, forking DataLoader workers and warming the allocator up are growth that stops. A trend is *steady* when a straight line explains the samples
 (R² ≥ :data:`MIN_R2`), the second half of the loop grows at least half as fast as the whole
 (not a ramp that levels off), and it grew by at least :data:`MIN_GROWTH_MIB` and either
 :data:`MIN_GROWTH_SHARE` of where it started or at a rate that runs out within :data:`SOON_H`.
@@ -33,6 +33,8 @@ MIN_GROWTH_MIB = 64.0
 MIN_GROWTH_SHARE = 0.10
 MIN_LATE_SLOPE = 0.5  # the second half's slope over the whole's: below it, growth is levelling off
 SOON_H = 72.0  # growth that runs out within this many hours matters, however small against the start
+WARMUP_SHARE = 1 / 3  # the loop's first third is left out of the line (DataLoader workers forking, the
+WARMUP_MAX_S = 120.0  # allocator's first steps: a jump that stops), at most its first two minutes
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,7 @@ def trends(a: Analysis) -> list[Trend]:
     lo, hi = p.first_step, max(p.step_times)
     if hi - lo < MIN_LOOP_S:
         return []
+    lo += min(WARMUP_SHARE * (hi - lo), WARMUP_MAX_S)  # workers starting, caches filling: growth that stops
     out = []
     host = [r for r in a.rec.host if lo <= r.get("t", 0.0) <= hi]
     trend = _fit("host", host, lambda r: _num(r.get("rss_mib")), _host_headroom, "the memory the host had available")
@@ -93,7 +96,7 @@ def trends(a: Analysis) -> list[Trend]:
 
 def _fit(what: str, rows: Sequence[dict[str, Any]], value: Callable[[dict[str, Any]], float | None],
          headroom: Callable[[dict[str, Any]], float | None], limit_what: str) -> Trend | None:
-    points = [(float(r["t"]), v) for r in rows if (v := value(r)) is not None]
+    points = _median3([(float(r["t"]), v) for r in rows if (v := value(r)) is not None])
     if len(points) < MIN_SAMPLES:
         return None
     ts = [t for t, _ in points]
@@ -106,6 +109,17 @@ def _fit(what: str, rows: Sequence[dict[str, Any]], value: Callable[[dict[str, A
     last = next((h for r in reversed(rows) if (h := headroom(r)) is not None), None)
     return Trend(what, len(points), loop_s, intercept + slope * ts[0], intercept + slope * ts[-1], slope * 3600.0,
                  r2, late / slope if slope > 0 else 0.0, last, limit_what)
+
+
+def _median3(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Each value the median of it and its neighbours: one sample off the line (a worker whose RSS
+    a tick could not read, a transient buffer) is the sampler's, not the trend's."""
+    if len(points) < 3:
+        return points
+    vs = [v for _, v in points]
+    mid = [sorted(vs[i - 1:i + 2])[1] for i in range(1, len(vs) - 1)]
+    return [(points[0][0], vs[0]), *((t, m) for (t, _), m in zip(points[1:-1], mid, strict=True)),
+            (points[-1][0], vs[-1])]
 
 
 def _line(points: Sequence[tuple[float, float]]) -> tuple[float, float, float]:
