@@ -47,8 +47,6 @@ PY = sys.executable
 # marks' own placement (the doctor's reference is the loader wait's end, the probe's the step end).
 STEP_TOLERANCE = 0.10
 BUSY_POINTS = 0.05
-# data_stall's threshold (rules/data.py MIN_SHARE): the GPU's idle in the waits, as a share of its time.
-STALL_SHARE = 0.05
 # A save's GPU seconds: the doctor's marks wrap torch.save itself, the probe's the same call.
 SAVE_TOLERANCE = 0.20
 # NVML read through gpudoctor and through nvidia-smi at the same moments: the same counters.
@@ -315,6 +313,9 @@ def _judge_stall(rules: dict[str, dict[str, Any]], truth: dict[str, Any], checks
     at least the rule's share of its time, and then promises no more than removing all of that idle
     would give: ``1 / (1 - idle share)``. (The trap is a trap only where the build is shorter than
     the GPU step; the truth says which it was on this GPU.)"""
+    # the rule's own threshold, imported here: gpudoctor is importable only once install() ran
+    from gpudoctor.rules.data import MIN_SHARE as STALL_SHARE
+
     idle = float(truth.get("gpu_idle_in_wait_share_of_gpu_time") or 0.0)
     stall = rules.get("data_stall")
     ceiling = 1 / max(1e-6, 1 - idle)
