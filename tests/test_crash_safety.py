@@ -90,7 +90,11 @@ def test_sigkill_of_the_training_process_gets_a_crashed_report(tmp_path):
         assert doctor.stdout.readline().startswith("step")
     patient = psutil.Process(json.loads((folder / "meta.json").read_text())["pid"])
     events = folder / "events" / f"{patient.pid}.jsonl"
-    _wait_for_lines(events, 3)  # the hooks have flushed once
+    _wait_for_lines(events, 3)  # the hooks have flushed once...
+    deadline = time.monotonic() + 60
+    while b'"k":"step"' not in events.read_bytes().replace(b" ", b""):  # ...and a step among what they flushed:
+        assert time.monotonic() < deadline, "no step flushed"  # three lines alone may all precede the first step
+        time.sleep(0.02)
     flushed = _lines(events)
     patient.kill()
     doctor.communicate(timeout=60)
