@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -150,3 +152,22 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         why = gdb_cannot_inject()
         if why is not None:
             pytest.skip(why)
+
+
+@contextlib.contextmanager
+def hooks_in(folder: Path) -> Iterator[None]:
+    """The in-process hooks installed into ``folder`` for the block, with no profiler windows (their
+    timing is not what these tests look at), then removed and the environment put back."""
+    from gpudoctor import hooks
+
+    old = os.environ.get("GPUDOCTOR_PROFILE_WINDOW")
+    os.environ["GPUDOCTOR_PROFILE_WINDOW"] = "off"
+    try:
+        hooks.install(folder)
+        yield
+    finally:
+        hooks.uninstall()
+        if old is None:
+            os.environ.pop("GPUDOCTOR_PROFILE_WINDOW", None)
+        else:
+            os.environ["GPUDOCTOR_PROFILE_WINDOW"] = old

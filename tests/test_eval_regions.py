@@ -17,24 +17,15 @@ from typing import Any
 
 import torch
 
-from gpudoctor import hooks
+from tests.conftest import hooks_in
 
 STEPS, EVERY, K = 12, 4, 3  # steps, eval every EVERY steps, K batches per eval
 
 
 def hooked(loop: Callable[[], None]) -> list[dict[str, Any]]:
     folder = Path(tempfile.mkdtemp(prefix="gpudoctor-evalregions-"))
-    old = os.environ.get("GPUDOCTOR_PROFILE_WINDOW")
-    os.environ["GPUDOCTOR_PROFILE_WINDOW"] = "off"
-    try:
-        hooks.install(folder)
+    with hooks_in(folder):
         loop()
-    finally:
-        hooks.uninstall()
-        if old is None:
-            os.environ.pop("GPUDOCTOR_PROFILE_WINDOW", None)
-        else:
-            os.environ["GPUDOCTOR_PROFILE_WINDOW"] = old
     path = folder / "events" / f"{os.getpid()}.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()]
 

@@ -9,7 +9,6 @@ Each prediction is checked against the same fake with the fix applied.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from gpudoctor.render.terminal import summary_lines
 from gpudoctor.report.build import build_report
 from gpudoctor.report.check import problem
 from gpudoctor.rules.data import data_wait, worker_fix
+from tests.conftest import hooks_in
 from tests.fake_cuda import PATTERNS, FakeClock, FakeGpu, replay
 from tests.recording_builder import RecordingBuilder
 
@@ -299,10 +299,7 @@ def test_the_hooks_mark_each_wait_step_and_sync_of_a_real_loop(tmp_path: Path) -
 
     def loop(gpu_clock: bool) -> list[dict[str, Any]]:
         folder = tmp_path / ("gpu" if gpu_clock else "cpu")
-        old = os.environ.get("GPUDOCTOR_PROFILE_WINDOW")
-        os.environ["GPUDOCTOR_PROFILE_WINDOW"] = "off"
-        try:
-            hooks.install(folder)
+        with hooks_in(folder):
             if gpu_clock:
                 th = hooks.active_torch_hooks()
                 assert th is not None
@@ -321,12 +318,6 @@ def test_the_hooks_mark_each_wait_step_and_sync_of_a_real_loop(tmp_path: Path) -
                 if len(saved) < 2:
                     torch.save(model.state_dict(), tmp_path / f"{folder.name}-{len(saved)}.pt")
                     saved.append(1)
-        finally:
-            hooks.uninstall()
-            if old is None:
-                os.environ.pop("GPUDOCTOR_PROFILE_WINDOW", None)
-            else:
-                os.environ["GPUDOCTOR_PROFILE_WINDOW"] = old
         return [json.loads(line) for f in (folder / "events").glob("*.jsonl") for line in f.read_text().splitlines()]
 
     events = loop(gpu_clock=True)
@@ -345,7 +336,7 @@ def test_the_hooks_mark_each_wait_step_and_sync_of_a_real_loop(tmp_path: Path) -
     assert not [e for e in plain if str(e["k"]).startswith("gpu_")]
 
 
-def test_the_wait_that_ends_each_epoch_is_no_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_wait_that_ends_each_epoch_is_no_batch(tmp_path: Path) -> None:
     """On the H200 the MFU of a 40-step loop over 8 batches an epoch read 10% high: the five
     epoch-ending waits (``StopIteration``) were counted as batches, so tokens per step too. A real
     loop of 3 epochs of 4 batches: 15 waits, 12 batches, in both of the reader's paths."""
@@ -356,9 +347,7 @@ def test_the_wait_that_ends_each_epoch_is_no_batch(tmp_path: Path, monkeypatch: 
     from gpudoctor.recording.events import NO_BATCH_WAIT
     from gpudoctor.recording.read import read_events
 
-    monkeypatch.setenv("GPUDOCTOR_PROFILE_WINDOW", "off")
-    try:
-        hooks.install(tmp_path / "run")
+    with hooks_in(tmp_path / "run"):
         model = torch.nn.Linear(8, 1)
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randn(32, 1)), batch_size=8)
@@ -367,8 +356,6 @@ def test_the_wait_that_ends_each_epoch_is_no_batch(tmp_path: Path, monkeypatch: 
                 torch.nn.functional.mse_loss(model(x), y).backward()
                 opt.step()
                 opt.zero_grad()
-    finally:
-        hooks.uninstall()
     (path,) = (tmp_path / "run" / "events").glob("*.jsonl")
     events = [json.loads(line) for line in path.read_text().splitlines()]
     waits = [e for e in events if e["k"] == "span" and e["c"] == "data_wait"]

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader, Dataset
 
 from gpudoctor import hooks
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, hooks_in, run_cli
 
 SCRIPT = ROOT / "tests" / "scripts" / "odd_batches_loop.py"
 
@@ -220,18 +220,9 @@ def read_events(folder: Path) -> list[dict[str, Any]]:
 def hooked(fn: Any, *args: Any) -> tuple[Any, list[dict[str, Any]]]:
     """``fn(*args)`` with the hooks in (no profiler windows, pad id 0), and what they recorded."""
     folder = Path(tempfile.mkdtemp(prefix="gpudoctor-guard-"))
-    old = os.environ.get("GPUDOCTOR_PROFILE_WINDOW")
-    os.environ["GPUDOCTOR_PROFILE_WINDOW"] = "off"
-    try:
-        hooks.install(folder)
+    with hooks_in(folder):
         hooks.active_torch_hooks().pad_token_id = 0
         result = fn(*args)
-    finally:
-        hooks.uninstall()
-        if old is None:
-            os.environ.pop("GPUDOCTOR_PROFILE_WINDOW", None)
-        else:
-            os.environ["GPUDOCTOR_PROFILE_WINDOW"] = old
     return result, read_events(folder)
 
 

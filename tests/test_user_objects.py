@@ -19,22 +19,14 @@ import pytest
 import torch
 
 from gpudoctor import hooks
+from tests.conftest import hooks_in
 
 
 @pytest.fixture
 def doctor() -> Iterator[None]:
     folder = Path(tempfile.mkdtemp(prefix="gpudoctor-userobjects-"))
-    old = os.environ.get("GPUDOCTOR_PROFILE_WINDOW")
-    os.environ["GPUDOCTOR_PROFILE_WINDOW"] = "off"
-    hooks.install(folder)
-    try:
+    with hooks_in(folder):
         yield
-    finally:
-        hooks.uninstall()
-        if old is None:
-            os.environ.pop("GPUDOCTOR_PROFILE_WINDOW", None)
-        else:
-            os.environ["GPUDOCTOR_PROFILE_WINDOW"] = old
 
 
 def _trained(steps: int = 2) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
