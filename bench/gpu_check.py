@@ -137,6 +137,12 @@ def _rules(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {f["rule"]: f for f in report.get("findings", []) if f.get("severity") != "info"}
 
 
+def _unrun(row: Row, report: dict[str, Any] | None, rc: int) -> Row:
+    """A doctored probe that left no report or no truth: an error, with what is missing and why."""
+    row.result, row.note = "error", f"no {'report' if report is None else 'truth'} (exit code {rc})"
+    return row
+
+
 def _verdict(ok: bool) -> str:
     return "pass" if ok else "fail"
 
@@ -265,8 +271,7 @@ def judge_pattern(pattern: str, report: dict[str, Any] | None, truth: dict[str, 
     """The report's GPU timeline and findings beside the probe's own CUDA events."""
     row = Row(f"gpu clock: {pattern}")
     if report is None or truth is None:
-        row.result, row.note = "error", f"no {'report' if report is None else 'truth'} (exit code {rc})"
-        return row
+        return _unrun(row, report, rc)
     g = report.get("gpu_timeline") or {}
     if not g.get("steps_timed"):
         row.result, row.note = "fail", "no step timed on the GPU clock"
@@ -347,8 +352,7 @@ def judge_mfu(precision: str, report: dict[str, Any] | None, truth: dict[str, An
     """The report's MFU and its inputs beside the hand count of FLOPs and the probe's step time."""
     row = Row(f"mfu {precision}")
     if report is None or truth is None:
-        row.result, row.note = "error", f"no {'report' if report is None else 'truth'} (exit code {rc})"
-        return row
+        return _unrun(row, report, rc)
     mfu = report.get("mfu") or {}
     inputs = mfu.get("inputs") or {}
     if mfu.get("value") is None:
