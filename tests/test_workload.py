@@ -114,37 +114,55 @@ def test_padding_value_and_prediction_are_one_in_run_and_try(probe_run) -> None:
     assert run.returncode == 0, run.stderr[-2000:]
     finding = run.finding("padding_waste")
     data = finding["data"]
-    # one value and one prediction: no range, since the model's shape was recorded
+    # one value and one prediction: no range, since the model was timed at several widths
     assert finding["predicted_speedup_range"] is None
-    assert data["workload_basis"] == "flops" and data["rows_after"] == "max_length"
+    assert data["rows_after"] == "max_length"
     new_max = data["new_max_length"]
     assert finding["fix"]["config"]["max_length"] == new_max
     assert f"--max-length {new_max}" in data["command_line"]
-    # the compute after is the workload model's, for the recorded shape (hidden 64, 2 layers)
+    # every batch had one width: the run timed a GPT-2 of the recorded shape (hidden 64, 2
+    # layers; the probe's own class is never rebuilt) at 512 and narrower widths, on this CPU
     a = analyze(load_recording(run.folder))
-    shape = workload.shape_from_model_event(a.primary.model if a.primary else None)
-    assert shape is not None and (shape.hidden, shape.n_layers, shape.attention) == (64, 2, True)
-    flops_ratio = workload.row_flops(shape, new_max) / workload.row_flops(shape, 512)
+    measured = a.rec.length_cost
+    assert measured is not None and measured.stand_in and measured.model == "TinyCausalLM"
+    assert data["workload_basis"] == "measured" and "standing in for TinyCausalLM" in finding["evidence"]
+    assert {q.width for q in measured.points} >= {512, 256, 128} and all(q.rows == 4 for q in measured.points)
+    fit = workload.fit_measured([(q.rows, q.width, q.seconds) for q in measured.points])
+    assert fit is not None and fit.basis == "measured"
+    ratio = fit.batch_s(4, new_max) / fit.batch_s(4, 512)
     # the optimizer's seconds (the step events' dt) are work per step: they stay as they are
     p = a.primary
     assert p is not None and 0 < p.optimizer_s < p.seconds("compute")
     fixed = p.optimizer_s / p.seconds("compute")
-    assert data["compute_after_ratio"] == pytest.approx(fixed + (1 - fixed) * flops_ratio, abs=1e-4)
+    assert data["compute_after_ratio"] == pytest.approx(fixed + (1 - fixed) * ratio, abs=1e-4)
     # the cap says what it cuts, from the rows the batches recorded (#40 item 7)
     lengths = [int(x) for q in a.procs for b in q.batches for x in b.get("lengths") or []]
     cut = sum(x > new_max for x in lengths)
     assert (data["rows_seen"], data["rows_truncated"], data["longest_row"]) == (len(lengths), cut, max(lengths))
     assert f"of the {len(lengths)} rows seen" in finding["fix"]["summary"]
-    # try on the same recording sets the same value and predicts from the same claim
+    # try on the same recording sets the same value and predicts the finding's own figure
     plan = planning.make_plan(run.report, a, None, {})
     assert plan is not None and plan.rule == "padding_waste"
     assert plan.spec()["tokenizer"]["max_length"] == new_max
     predicted = steady.predict(a, "padding_waste", plan.workers)
-    assert predicted.up_to is None
+    assert predicted.up_to is None and predicted.speedup == pytest.approx(finding["predicted_speedup"], abs=1e-3)
+    # the one speedup: steady-state steps/s, settled on the training loop's seconds alone
     shares = a.breakdown()
-    loop = sum(shares.get(b) or 0.0 for b in steady.LOOP_BUCKETS)
+    loop = sum(shares.get(b) or 0.0 for b in account.LOOP_BUCKETS)
     compute = (shares.get("compute") or 0.0) / loop
     assert predicted.speedup == pytest.approx(account.speedup(compute * (1 - data["compute_after_ratio"])), rel=2e-3)
+    assert finding["whole_run_speedup"] < finding["predicted_speedup"]  # startup does not shrink
+
+
+def test_a_measured_fit_keeps_its_fixed_cost_per_batch() -> None:
+    # 2 ms a pass at any width (launches, Python) + 1 µs a token + 1 ns a token² of row length
+    points = [(4, w, 0.002 + 4 * w * (1e-6 + 1e-9 * w)) for w in (64, 128, 256, 512, 1024)]
+    fit = workload.fit_measured(points)
+    assert fit is not None and fit.basis == "measured"
+    assert (fit.per_batch_s, fit.per_token_s, fit.per_token2_s) == pytest.approx((0.002, 1e-6, 1e-9), rel=1e-6)
+    # FLOPs-like ratios without the fixed part would promise more than the passes give
+    assert workload.cost_ratio(fit, [(4, 1024)], [(4, 64)]) == pytest.approx(points[0][2] / points[-1][2])
+    assert workload.fit_measured([(4, 64, 0.002), (4, 128, 0.002)]) is None  # no width-dependent part
 
 
 def test_fsync_after_a_save_is_part_of_the_save(probe_run) -> None:

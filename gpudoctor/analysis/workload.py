@@ -78,20 +78,24 @@ def step_flops(shape: Shape, batches: Iterable[Rows], *, lora: bool = False, rec
 
 @dataclass(frozen=True)
 class Fit:
-    """Seconds of a batch on this machine: ``per_token_s * rows*width + per_token2_s * rows*width²``.
+    """Seconds of a batch on this machine: ``per_batch_s + per_token_s * rows*width + per_token2_s * rows*width²``.
 
     From FLOPs (``basis == "flops"``): both coefficients are the model's FLOPs times the measured
     seconds per FLOP. From several observed widths (``basis == "fitted"``): fitted to the steps.
+    From the model timed at several widths on this device (``basis == "measured"``,
+    :func:`fit_measured`): fitted to those points, with their fixed part per batch (kernel
+    launches, Python) that no width removes.
     """
 
     per_token_s: float
     per_token2_s: float
     s_per_flop: float | None
-    basis: str  # "flops" | "fitted"
+    basis: str  # "flops" | "fitted" | "measured"
     samples: int
+    per_batch_s: float = 0.0  # measured only: a forward and backward's cost at any width
 
     def batch_s(self, rows: int, width: float) -> float:
-        return rows * width * (self.per_token_s + self.per_token2_s * width)
+        return self.per_batch_s + rows * width * (self.per_token_s + self.per_token2_s * width)
 
     def cost_s(self, batches: Iterable[Rows]) -> float:
         return sum(self.batch_s(rows, width) for rows, width in batches)
@@ -131,13 +135,31 @@ def fit(shape: Shape | None, steps: Sequence[tuple[Sequence[Rows], float]], *, l
     return Fit(linear * scale, quadratic * scale, s_per_flop, "flops", len(kept))
 
 
+def fit_measured(points: Sequence[tuple[int, int, float]]) -> Fit | None:
+    """The cost of a batch from forward-and-backward passes timed at several widths:
+    ``(rows, width, seconds)`` each. The fixed part ``c`` is kept: it is the batch's own. Each
+    point is weighed by its own seconds (relative error): the narrow widths a fix goes to are the
+    short passes, where the fixed part shows."""
+    coef = _nonneg_fit([(1.0 / s, r * w / s, r * w * w / s, 1.0) for r, w, s in points if s > 0])
+    if coef is None:
+        return None
+    return Fit(coef[1], coef[2], None, "measured", len(points), per_batch_s=coef[0])
+
+
 def _least_squares(steps: list[tuple[list[Rows], float]]) -> Fit | None:
     """Non-negative least squares: seconds ≈ c + a·Σ rows·width + b·Σ rows·width².
 
-    ``c`` (per step: the optimizer, a wait) is fitted and left out of the batch cost. Every
-    subset of the three terms is solved and the best one with no negative coefficient kept.
+    ``c`` (per step: the optimizer, a wait) is fitted and left out of the batch cost.
     """
-    rows = [(1.0, float(sum(r * w for r, w in b)), float(sum(r * w * w for r, w in b)), s) for b, s in steps]
+    coef = _nonneg_fit([(1.0, float(sum(r * w for r, w in b)), float(sum(r * w * w for r, w in b)), s)
+                        for b, s in steps])
+    return Fit(coef[1], coef[2], None, "fitted", len(steps)) if coef is not None else None
+
+
+def _nonneg_fit(rows: list[tuple[float, float, float, float]]) -> list[float] | None:
+    """[c, a, b] of seconds ≈ c + a·x1 + b·x2 over ``rows`` (1, x1, x2, seconds): every subset of
+    the three terms is solved and the best one with no negative coefficient kept; None when no
+    width-dependent term is left."""
     best: tuple[float, list[float]] | None = None
     for subset in ((0, 1, 2), (1, 2), (0, 1), (0, 2), (1,), (2,)):
         coef = _solve([[row[i] for i in subset] for row in rows], [row[3] for row in rows])
@@ -151,7 +173,7 @@ def _least_squares(steps: list[tuple[list[Rows], float]]) -> Fit | None:
             best = (sse, full)
     if best is None or (best[1][1] <= 0 and best[1][2] <= 0):
         return None
-    return Fit(best[1][1], best[1][2], None, "fitted", len(steps))
+    return best[1]
 
 
 def _solve(x: list[list[float]], t: list[float]) -> list[float] | None:

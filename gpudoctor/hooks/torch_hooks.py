@@ -558,6 +558,7 @@ def torch_cfg_event(torch: ModuleType, module: Any) -> TorchCfgEvent:
         "param_dtype": str(param.dtype) if param is not None else None,
         "autocast": autocast,
         "autocast_dtype": autocast_dtype,
+        "threads": int(torch.get_num_threads()),
         "module": redact_value(type(module).__name__),
         "libs": redact_mapping({name: getattr(sys.modules.get(name), "__version__", None)
                                 for name in ("torch", "transformers", "datasets", "accelerate")

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from gpudoctor.common.errors import UserError
 from gpudoctor.common.termtext import say
-from gpudoctor.launch import priority
+from gpudoctor.launch import length_cost, priority
 from gpudoctor.launch.pids import ExitWaiter
 from gpudoctor.launch.recorder import Recorder, RecorderOptions, child_env, default_out
 from gpudoctor.pipeline import finish
@@ -222,8 +222,9 @@ def _exit_code(code: int) -> int:
 
 def _report(folder: RunFolder, price: float | None, gpus: int | None, as_json: bool,
             summary: bool = True, trackers: bool = False) -> Report | None:
-    report = finish(folder.at, ReportOptions(price_per_gpu_hour=price, gpus=gpus), trackers=trackers,
-                    shown=folder.root)
+    options = ReportOptions(price_per_gpu_hour=price, gpus=gpus,
+                            prepare=lambda a: length_cost.measure(a, folder.at))
+    report = finish(folder.at, options, trackers=trackers, shown=folder.root)
     if summary:
         print_summary(report, folder.root, as_json)
     return report

@@ -336,6 +336,7 @@ class TorchCfgEvent(_TorchCfg, total=False):
     param_dtype: str | None
     autocast: bool | None
     autocast_dtype: str | None
+    threads: Count | None  # torch's intra-op threads at the first training forward
     module: str | None
     libs: Libs
 

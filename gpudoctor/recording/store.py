@@ -26,7 +26,8 @@ from gpudoctor.common import safefs
 from gpudoctor.common.errors import UserError
 from gpudoctor.common.termtext import say
 from gpudoctor.common.wording import plural
-from gpudoctor.recording import claim
+from gpudoctor.recording import claim, length_cost
+from gpudoctor.recording.length_cost import LengthCost
 from gpudoctor.recording.read import (  # noqa: F401 - read_jsonl re-exported
     Budget,
     LoopData,
@@ -216,6 +217,7 @@ class Recording:
     loops: dict[int, LoopData] = field(default_factory=dict)  # steps and spans, per pid (see read.py)
     notes: list[str] = field(default_factory=list)
     event_owners: dict[int, int] = field(default_factory=dict)  # pid -> uid owning its events file
+    length_cost: LengthCost | None = None  # seconds of a batch at several widths, timed after the run
 
     @property
     def start_time(self) -> float | None:
@@ -288,6 +290,7 @@ def _load(folder: RunFolder, meta_shown: Path) -> Recording:
         rec.notes.append(f"{plural(bad_events, 'truncated, unreadable or invalid event line')} skipped")
     if rec.meta and rec.meta.get("status") == "running":
         rec.notes.append("the recording did not finish (doctor killed?); this report is partial")
+    rec.length_cost = length_cost.read(folder.root)
     _fill_missing_times(rec, extents)
     return rec
 

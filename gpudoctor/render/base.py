@@ -90,6 +90,16 @@ def fmt_speedup(factor: Any) -> str:
     return UNAVAILABLE if f is None else f"{f:.2f}×"
 
 
+def fmt_finding_speedup(finding: Any) -> str:
+    """A finding's one promise: its steady-state speedup (steps/s after the fix over before);
+    a fix of startup alone changes no step, so its figure is the whole run's, said as such."""
+    steady = num(finding.get("predicted_speedup"))
+    if steady is not None:
+        return fmt_speedup(steady)
+    whole = num(finding.get("whole_run_speedup"))
+    return f"{fmt_speedup(whole)} of the whole run" if whole is not None else "not estimated"
+
+
 def fmt_int(value: Any) -> str:
     """Thousands separators; None -> ``"unavailable"``."""
     v = num(value)

@@ -27,9 +27,9 @@ from gpudoctor.render.base import (
     exit_text,
     fix_tables,
     fmt_duration,
+    fmt_finding_speedup,
     fmt_int,
     fmt_pct,
-    fmt_speedup,
     fmt_step_time,
     fmt_time,
     fmt_usd,
@@ -278,9 +278,7 @@ def finding_view(finding: Finding) -> dict[str, Any]:
         "waste": "none: a risk, not a waste" if finding.get("risk") else fmt_pct(finding.get("waste_fraction")),
         "usd": fmt_usd(finding.get("waste_usd_per_hour")),
         "has_usd": num(finding.get("waste_usd_per_hour")) is not None,
-        "speedup": fmt_speedup(finding.get("predicted_speedup")).replace(
-            "unavailable", "not estimated"
-        ),
+        "speedup": fmt_finding_speedup(finding),
         "evidence": str(finding.get("evidence") or ""),
         "data": [(str(k), fmt_value(v)) for k, v in (finding.get("data") or {}).items()],
         "fix_summary": str(fix.get("summary") or ""),

@@ -30,9 +30,9 @@ from gpudoctor.render.base import (
     exit_text,
     fix_tables,
     fmt_duration,
+    fmt_finding_speedup,
     fmt_int,
     fmt_pct,
-    fmt_speedup,
     fmt_step_time,
     fmt_time,
     fmt_usd,
@@ -323,11 +323,11 @@ def findings_section(findings: list[Finding], limit: int | None = None) -> str:
             + md_text(f.get("severity") or "info"),
             "a risk" if f.get("risk") else fmt_pct(f.get("waste_fraction")),
             *([fmt_usd(f.get("waste_usd_per_hour"), "unavailable")] if priced else []),
-            fmt_speedup(f.get("predicted_speedup")).replace("unavailable", "not estimated"),
+            fmt_finding_speedup(f),
         ]
         for i, f in enumerate(shown, 1)
     ]
-    header = ["#", "rule", "severity", "waste", *(["$/hour"] if priced else []), "speedup"]
+    header = ["#", "rule", "severity", "waste", *(["$/hour"] if priced else []), "steady speedup"]
     parts = [table(header, rows, right=set(range(3, len(header))))]
     if len(shown) < len(findings):
         parts.append(left_out(len(findings) - len(shown), "findings", "report.json"))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from operator import itemgetter, sub
 from typing import Any
@@ -32,11 +32,18 @@ MAX_POINTS = 2000
 class ReportOptions:
     price_per_gpu_hour: float | None = None
     gpus: int | None = None
+    # Run on the analysis before the rules, by the mode that recorded it (``run``, ``try``): a
+    # measurement only a live machine can take (launch/length_cost.py); returns a note or None.
+    prepare: Callable[[Analysis], str | None] | None = None
 
 
 def build_report(rec: Recording, options: ReportOptions | None = None) -> Report:
     options = options or ReportOptions()
     a = analyze(rec)
+    if options.prepare is not None:
+        note = options.prepare(a)
+        if note:
+            a.notes.append(note)
     source = rec.meta.get("price_source")  # a replay's price from its config says so; else the option's name
     price = resolve_price(
         options.price_per_gpu_hour if options.price_per_gpu_hour is not None else rec.meta.get("price_per_gpu_hour"),

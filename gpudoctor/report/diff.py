@@ -264,7 +264,12 @@ def diff_findings(before: Report, after: Report) -> dict[str, list[dict[str, Any
         }
 
     def with_speedup(e: dict[str, Any]) -> dict[str, Any]:
-        predicted = num(fb[e["rule"]].get("predicted_speedup"))
+        # Like with like: a startup fix's whole-run figure beside the wall it saved, any other
+        # fix's steady-state figure beside the seconds per step (reports before the split
+        # carried one figure, the whole run's, in ``predicted_speedup``).
+        f = fb[e["rule"]]
+        whole = e["bucket"] in PER_LAUNCH and f.get("whole_run_speedup") is not None
+        predicted = num(f.get("whole_run_speedup") if whole else f.get("predicted_speedup"))
         if predicted is not None:
             achieved, basis = achieved_speedup(rb, ra, e["bucket"])
             e["speedup"] = {"predicted": predicted, "achieved": achieved, "basis": basis}

@@ -187,8 +187,11 @@ class Claim(TypedDict):
 
 
 class Finding(TypedDict):
-    """``waste_fraction`` and ``predicted_speedup`` are the finding's ``claims`` settled alone;
-    ``predicted_speedup_range`` ([lo, hi]) when the gain depends on something unmeasured;
+    """``waste_fraction`` and the speedups are the finding's ``claims`` settled alone:
+    ``predicted_speedup`` the training loop's steady-state steps/s after the fix over before (null
+    for a fix of startup alone), ``whole_run_speedup`` this recording's wall time before over after
+    (startup included); ``predicted_speedup_range`` ([lo, hi], steady state) when the gain depends
+    on something unmeasured;
     ``data`` the figures the evidence cites; ``waste_usd_per_hour`` null without a price."""
 
     rule: str
@@ -200,6 +203,7 @@ class Finding(TypedDict):
     data: NotRequired[dict[str, Any]]
     fix: Fix
     predicted_speedup: NotRequired[Speedup | None]
+    whole_run_speedup: NotRequired[Speedup | None]
     predicted_speedup_range: NotRequired[SpeedupRange | None]
     claims: NotRequired[list[Claim]]
     risk: NotRequired[bool]  # a risk with a deadline (memory that runs out), not wasted time: no claims

@@ -27,6 +27,8 @@ from gpudoctor.report import schema
 
 BUCKETS: tuple[schema.Bucket, ...] = get_args(schema.Bucket)  # one list: the schema's
 WHOLE = ""  # the part name of a claim on the whole bucket
+# The training loop's buckets: steady-state steps/s is made of these (startup and teardown are not).
+LOOP_BUCKETS: tuple[schema.Bucket, ...] = ("data_wait", "compute", "communication", "checkpoint", "eval")
 MAX_WASTED = 0.99  # some compute always remains: a 100x claim is a bug, not a prediction
 SETTLED_ONLY = frozenset({"up_to"})  # fields of Claim not written to the report
 
@@ -99,6 +101,23 @@ def settle(bucket_shares: Mapping[str, float | None], claims: Iterable[Claim]) -
 def wasted_share(bucket_shares: Mapping[str, float | None], claims: Iterable[Claim]) -> float:
     """Share of wall time the claims give back together: never above the buckets they touch."""
     return _unit(sum(settle(bucket_shares, claims).values()))
+
+
+def loop_shares(bucket_shares: Mapping[str, float | None]) -> dict[str, float] | None:
+    """Each loop bucket's share of the training loop (None: no loop measured): the shares a fix's
+    steady-state speedup is settled on, as ``try`` measures it and a long run gets it."""
+    loop = sum(bucket_shares.get(b) or 0.0 for b in LOOP_BUCKETS)
+    if loop <= 0:
+        return None
+    return {b: (bucket_shares.get(b) or 0.0) / loop for b in LOOP_BUCKETS}
+
+
+def steady_speedup(bucket_shares: Mapping[str, float | None], claims: Iterable[Claim]) -> float | None:
+    """The one predicted speedup: steady-state steps/s after the fix over before, from the claims
+    on the loop's buckets (a claim on startup alone changes no step: None)."""
+    loop = loop_shares(bucket_shares)
+    kept = [c for c in claims if c.bucket in LOOP_BUCKETS]
+    return speedup(wasted_share(loop, kept)) if loop is not None and kept else None
 
 
 def speedup(wasted: float) -> float | None:

@@ -92,7 +92,8 @@ class Finding:
     claims: list[Claim] = field(default_factory=list)
     severity: schema.Severity = "low"  # settled from the claims; "info" findings claim nothing
     waste_fraction: float = 0.0  # share of wall time the claims give back, settled alone
-    predicted_speedup: float | None = None  # from the conservative claims: what the fix promises
+    predicted_speedup: float | None = None  # steady-state steps/s after over before, from the conservative claims
+    whole_run_speedup: float | None = None  # the recording's wall time before over after, startup included
     speedup_up_to: float | None = None  # the optimistic end, when the gain depends on the unmeasured
     data: dict[str, Any] = field(default_factory=dict)
     per_launch_s: float | None = None  # seconds each launch repeats (priced per launch when priced)
@@ -112,6 +113,7 @@ class Finding:
                                      if self.per_launch_s is not None and usd_per_hour is not None else {})},
             "fix": self.fix.to_dict(),
             "predicted_speedup": round(self.predicted_speedup, 3) if self.predicted_speedup else None,
+            "whole_run_speedup": round(self.whole_run_speedup, 3) if self.whole_run_speedup else None,
             "predicted_speedup_range": (
                 [round(self.predicted_speedup or 1.0, 3), round(self.speedup_up_to, 3)]
                 if self.speedup_up_to is not None else None),
@@ -138,17 +140,22 @@ def severity_for(waste_fraction: float) -> schema.Severity:
 
 
 def settle_findings(shares: dict[str, float | None], findings: list[Finding]) -> float:
-    """Settle each finding's claims alone (its waste, severity, speedup) and all together.
+    """Settle each finding's claims alone (its waste, severity, speedups) and all together.
 
-    Returns the report's wasted fraction: every claim applied at once, compounded per bucket.
+    ``waste_fraction`` (and the money) is a share of the whole recording; ``predicted_speedup`` is
+    the training loop's steady-state steps/s after over before (:func:`account.steady_speedup`:
+    what ``try`` measures and a long run gets); ``whole_run_speedup`` is this recording's wall
+    before over after, startup included. Returns the report's wasted fraction: every claim
+    applied at once, compounded per bucket.
     """
     for f in findings:
         if f.severity == "info" or f.risk:
             continue
         f.waste_fraction = account.wasted_share(shares, f.claims)
-        f.predicted_speedup = account.speedup(f.waste_fraction)
+        f.whole_run_speedup = account.speedup(f.waste_fraction)
+        f.predicted_speedup = account.steady_speedup(shares, f.claims)
         if any(c.up_to is not None for c in f.claims):
-            best = account.speedup(account.wasted_share(shares, [c.optimistic() for c in f.claims]))
+            best = account.steady_speedup(shares, [c.optimistic() for c in f.claims])
             f.speedup_up_to = best if best and best > (f.predicted_speedup or 1.0) + 5e-4 else None
         f.severity = severity_for(f.waste_fraction)
     return account.wasted_share(shares, (c for f in findings for c in f.claims))

@@ -8,6 +8,7 @@ from typing import Any
 from gpudoctor.analysis import Analysis, workload
 from gpudoctor.analysis.process import ProcessView, dynamic_padding_tokens
 from gpudoctor.common import batchlengths
+from gpudoctor.recording.length_cost import LengthCost
 from gpudoctor.rules.account import Claim
 from gpudoctor.rules.base import Finding, Fix, Rule, Table, pct
 from gpudoctor.rules.names import Names, names_for
@@ -45,7 +46,7 @@ class PadFigures:
 class PaddingWaste(Rule):
     name = "padding_waste"
     fires_when = 'pad tokens ≥ 10% and per-batch padding would save ≥ 5% of the tokens'
-    fix_from = '`max_length` = observed p99 rounded up to the pad multiple (64/32/16/8, fitted to the rows), never above what is padded now; per-batch padding / `group_by_length` (names checked against the recorded TrainingArguments; only when the dataset items carry `input_ids` or the length column); packing; gain from the workload model (PaLM FLOPs of the recorded model shape, or per-token and per-token² costs fitted to the steps), between linear token work and quadratic attention when the shape is unknown'
+    fix_from = '`max_length` = observed p99 rounded up to the pad multiple (64/32/16/8, fitted to the rows), never above what is padded now; per-batch padding / `group_by_length` (names checked against the recorded TrainingArguments; only when the dataset items carry `input_ids` or the length column); packing; gain from the workload model: per-token and per-token² costs fitted to the steps where batch widths vary, else the model (or a GPT-2 of its recorded shape) timed after the run at several widths on the same device, else PaLM FLOPs of the recorded shape; between linear token work and quadratic attention when the shape is unknown'
 
     def match(self, a: Analysis) -> Finding | None:
         names = names_for(a.primary)
@@ -173,7 +174,7 @@ class PaddingGain:
 
     saving: float  # 1 - cost after / cost now (the conservative figure when a range)
     up_to: float | None  # quadratic bound, only when the model's shape is unknown
-    basis: str  # "fitted" | "flops" | "tokens"
+    basis: str  # "fitted" | "measured" | "flops" | "tokens"
     rows_after: str  # "max_length" (every row padded to it) | "per_batch" (each batch to its longest)
     packing_ratio: float | None  # compute after packing the rows into max_length rows, over today's
     widths: tuple[int, int] | None = None  # (width now, after) when rows_after is "max_length"
@@ -182,6 +183,7 @@ class PaddingGain:
     token_ratio: float = 1.0  # without a model: tokens after over now (linear work)
     attention_ratio: float = 1.0  # and tokens² after over now (quadratic attention)
     per_step: float = 0.0  # share of the compute in optimizer.step: work per step, left as it is
+    measured: LengthCost | None = None  # the model timed at several widths, when that sized it
 
 
 def predict_padding(a: Analysis, new_max: int | None, multiple: int, *, per_batch: bool) -> PaddingGain:
@@ -206,6 +208,9 @@ def predict_padding(a: Analysis, new_max: int | None, multiple: int, *, per_batc
         rows_after = "per_batch"
     shape = workload.shape_from_model_event(p.model if p else None)
     fit = workload.fit(shape, _steps(p) if p else [])
+    measured = a.rec.length_cost
+    if measured is not None and (fit is None or fit.basis != "fitted"):
+        fit = workload.fit_measured([(q.rows, q.width, q.seconds) for q in measured.points]) or fit
     ratio = workload.cost_ratio(fit, before, after) if fit else None
     lengths = [int(x) for b in batches for x in b.get("lengths") or []]
     packed = workload.packed_rows(lengths, new_max or max(w for _, w in before)) if lengths else []
@@ -215,7 +220,8 @@ def predict_padding(a: Analysis, new_max: int | None, multiple: int, *, per_batc
     if ratio is not None and fit is not None:
         return PaddingGain(max(0.0, (1 - ratio) * (1 - per_step)), None, fit.basis, rows_after,
                            per_step + (1 - per_step) * packing if packing is not None else None,
-                           widths, ratio, shape, per_step=per_step)
+                           widths, ratio, shape, per_step=per_step,
+                           measured=measured if fit.basis == "measured" else None)
     tok, sq = workload.linear_and_quadratic(before, after)
     return PaddingGain(max(0.0, 1 - tok), max(0.0, 1 - sq), "tokens", rows_after, None, widths,
                        token_ratio=tok, attention_ratio=sq)
@@ -227,7 +233,7 @@ def _gain_words(g: PaddingGain) -> str:
     if g.ratio is not None:
         shape = g.shape
         how = ("per-token and per-token² costs fitted to the steps' measured times over their row widths"
-               if g.basis == "fitted" else f"the FLOPs of {shape.source if shape else 'the model'} "
+               if g.basis == "fitted" else _measured_words(g.measured) if g.basis == "measured" else f"the FLOPs of {shape.source if shape else 'the model'} "
                f"(N={_si(shape.params if shape else 0)}, {shape.n_layers if shape else '?'} layers, hidden "
                f"{shape.hidden if shape else '?'}; PaLM 6N + attention)")
         kept = (f"; the optimizer's {pct(g.per_step)} of the compute does not shrink with the rows"
@@ -236,6 +242,16 @@ def _gain_words(g: PaddingGain) -> str:
                 f"{g.ratio:.3f}× today's{kept}.")
     return (f"Rows {widths}: no model shape was recorded, so the saving lies between the tokens' "
             f"({1 - g.token_ratio:.0%}) and the attention's ({1 - g.attention_ratio:.0%}).")
+
+
+def _measured_words(m: LengthCost | None) -> str:
+    if m is None:
+        return "the model timed at several widths"
+    widths = ", ".join(str(q.width) for q in sorted(m.points, key=lambda q: q.width))
+    where = m.device + (f", {m.threads} threads" if m.threads else "") + (f", {m.dtype}" if m.dtype else "")
+    what = f"a GPT-2 of the recorded shape (standing in for {m.model})" if m.stand_in else m.model
+    return (f"{what} timed here after the run, random weights, forward and backward at widths {widths} "
+            f"({where}), fitted with its fixed cost per batch")
 
 
 def _per_step_share(p: ProcessView | None) -> float:

@@ -243,8 +243,19 @@ def worker_plan(d: DataWait) -> WorkerPlan:
     workers = values.workers_for(needed, d.free_cores)
     if workers == (d.num_workers or 0):
         workers = 0
-    return WorkerPlan(workers, d.worker_batch_s(workers), None, needed,
+    return WorkerPlan(workers, loop_batch_s(d, workers), None, needed,
                       _loader_config(d, workers) if workers else {})
+
+
+def loop_batch_s(d: DataWait, workers: int) -> tuple[float, float] | None:
+    """The one prediction of a worker count: (slowest, fastest) loop seconds per batch with
+    ``workers``, for the findings and ``try`` alike. The loop model where the hooks timed the
+    build's CPU (one figure), else the load cost and the free cores (a range)."""
+    diag = d.diagnose()
+    if diag is not None and d.build is not None:
+        t = diag.model.batch_s_with(workers, float(d.cores), crowd_of(float(d.cores), d.other_cores, d.build))
+        return t, t
+    return d.worker_batch_s(workers)
 
 
 def worker_fix(d: DataWait) -> tuple[int, Fix, tuple[float, float] | None]:

@@ -15,12 +15,10 @@ from gpudoctor.analysis import Analysis
 from gpudoctor.common.wording import plural
 from gpudoctor.report.schema import Rate as RateSection
 from gpudoctor.rules import account, data, run_rules
-from gpudoctor.rules.account import Claim
 
 MIN_WARMUP_STEPS = 3
 WARMUP_SHARE = 0.1
 MIN_STEPS = 3
-LOOP_BUCKETS = ("data_wait", "compute", "communication", "checkpoint", "eval")
 
 
 @dataclass
@@ -66,15 +64,15 @@ class Prediction:
 
 
 def predict(a: Analysis, rule: str, workers: int | None) -> Prediction:
-    """Steps/s after the fix over steps/s now, from the same models the findings use.
+    """Steps/s after the fix over steps/s now: the finding's own figure, never a second model.
 
-    A worker count is predicted per batch by the data rules' machine model (the interim
-    worker part of a tokenization fix included); other fixes by their finding's claims,
-    settled on the training loop's buckets only (startup is not in steps/s).
+    A worker count is predicted by :func:`gpudoctor.rules.data.loop_batch_s` (what the data
+    findings print for the same count); any other fix is its finding's ``predicted_speedup``,
+    settled on the training loop's buckets (:func:`gpudoctor.rules.account.steady_speedup`).
     """
     if workers is not None:
         d = data.data_wait(a)
-        per_batch = d.worker_batch_s(workers) if d is not None else None
+        per_batch = data.loop_batch_s(d, workers) if d is not None else None
         if d is None or per_batch is None or not d.batch_s:
             return Prediction(None, None, "workers: batch build cost or compute per batch not measured")
         low, high = d.batch_s / per_batch[0], d.batch_s / per_batch[1]
@@ -85,15 +83,9 @@ def predict(a: Analysis, rule: str, workers: int | None) -> Prediction:
     finding = next((f for f in findings if f.rule == rule), None)
     if finding is None or not finding.claims:
         return Prediction(None, None, "the finding claims no seconds of the training loop")
-    shares = a.breakdown()
-    loop = sum(shares.get(b) or 0.0 for b in LOOP_BUCKETS)
-    if loop <= 0:
+    if finding.predicted_speedup is None and account.loop_shares(a.breakdown()) is None:
         return Prediction(None, None, "no training loop measured")
-    loop_shares = {b: (shares.get(b) or 0.0) / loop for b in LOOP_BUCKETS}
-    claims = [c for c in finding.claims if c.bucket in LOOP_BUCKETS]
-    low = account.speedup(account.wasted_share(loop_shares, claims))
-    high = account.speedup(account.wasted_share(loop_shares, [Claim.optimistic(c) for c in claims]))
-    return Prediction(low or 1.0, high if high and high > (low or 1.0) + 5e-4 else None,
+    return Prediction(finding.predicted_speedup or 1.0, finding.speedup_up_to,
                       f"{rule}'s claims on the training loop's seconds (startup left out)")
 
 

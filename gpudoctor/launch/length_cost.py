@@ -1,0 +1,126 @@
+"""Time the recorded model at the width that ran and narrower ones, when the steps cannot say.
+
+A padding fix changes the row width; what that saves is how a step's time scales with width on
+this machine. Where the recorded batches vary in width the steps are fitted
+(:func:`gpudoctor.analysis.workload.fit`); where every batch had one width there is no second
+point, and FLOPs alone are wrong both ways (a CPU's attention softmax and masks cost more than
+their FLOPs; a GPU's kernel launches cost the same at any width). So, after the training exited,
+a child times the recorded ``transformers`` architecture, random weights, forward and backward,
+at the recorded rows and a few widths, on the training's device, threads and autocast dtype
+(:mod:`gpudoctor.launch.length_cost_worker`), within :data:`BUDGET_S`. The points go to
+``length_cost.json`` in the run folder (:mod:`gpudoctor.recording.length_cost`); the padding rule
+fits them and says the prediction's basis. Anything else (no config, a model of the user's own
+class, a timeout) leaves the file out and the FLOPs stand, said as such.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.analysis import Analysis
+from gpudoctor.analysis.workload import MIN_WIDTH_SPREAD
+from gpudoctor.common import batchlengths, childpy
+from gpudoctor.launch import priority
+from gpudoctor.recording import length_cost
+from gpudoctor.recording.length_cost import LengthCost, LengthPoint
+
+BUDGET_S = 25.0  # the child's timing budget; it is stopped at twice that, with its start
+MIN_PAD_SHARE = 0.10  # below this share of pad tokens no padding fix is prescribed: nothing to time
+MIN_WIDTH = 16
+FRACTIONS = (1, 2, 4, 8, 16)  # the width that ran, and these fractions of it
+
+
+def job(a: Analysis) -> dict[str, Any] | None:
+    """What to time for this recording, or None when the steps suffice or nothing can be built."""
+    p = a.primary
+    if p is None or a.rec.length_cost is not None or not p.batches:
+        return None
+    cfg = p.torch_cfg or {}
+    built = _architecture(p.model or {})
+    if built is None:
+        return None
+    pad = a.padding()
+    if (pad.get("pad_fraction") or 0.0) < MIN_PAD_SHARE:
+        return None
+    widths = [int(b["seq_len"]) for b in p.batches if int(b.get("seq_len") or 0) > 0]
+    if not widths or max(widths) >= MIN_WIDTH_SPREAD * min(widths):
+        return None  # the steps show several widths: fitted from the training's own time
+    width = Counter(widths).most_common(1)[0][0]
+    if built["stand_in"]:
+        built["config"]["n_positions"] = width
+    rows = Counter(batchlengths.rows(b) or max(1, int(b["tokens"]) // width) for b in p.batches).most_common(1)[0][0]
+    device = str(cfg.get("device") or "cpu")
+    return {
+        **built, "rows": rows, "device": "cuda" if device == "cuda" else "cpu",
+        "widths": sorted({max(MIN_WIDTH, width // f // 8 * 8) for f in FRACTIONS} | {width}, reverse=True),
+        "threads": cfg.get("threads"), "autocast": cfg.get("autocast_dtype") if cfg.get("autocast") else None,
+        "budget_s": BUDGET_S,
+    }
+
+
+def measure(a: Analysis, folder: Path) -> str | None:
+    """Time what :func:`job` asks for, keep it in ``folder`` and on ``a.rec``; never raises.
+
+    Returns a note when the timing was wanted and failed (the report says the FLOPs stood), else None.
+    """
+    wanted = job(a)
+    if wanted is None:
+        return None
+    env = childpy.doctor_env()
+    env.pop("GPUDOCTOR_RUN_DIR", None)
+    env["GPUDOCTOR_HOOKS"] = "0"  # the doctor's own timing is not a training to record
+    try:
+        proc = priority.popen_normal(childpy.isolated("gpudoctor.launch.length_cost_worker", json.dumps(wanted)),
+                                     env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     stdin=subprocess.DEVNULL, cwd=os.sep)
+        out, _ = proc.communicate(timeout=2 * BUDGET_S + 30)
+        doc = json.loads(out.decode(errors="replace").strip().splitlines()[-1])
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return "timing the model at other row widths took too long; the padding prediction uses its FLOPs"
+    except (OSError, ValueError, IndexError) as exc:
+        return f"timing the model at other row widths failed ({type(exc).__name__}); the padding prediction uses its FLOPs"
+    points = [LengthPoint(int(r), int(w), float(s)) for r, w, s in doc.get("points") or [] if s > 0]
+    if len(points) < 2:
+        why = str(doc.get("error") or "fewer than two widths timed")[:200]
+        return f"timing the model at other row widths failed ({why}); the padding prediction uses its FLOPs"
+    cost = LengthCost(tuple(points), wanted["device"], wanted["threads"], wanted["shown"], wanted["autocast"],
+                      wanted["stand_in"])
+    with contextlib.suppress(OSError):  # the report still uses it; a later ``report`` falls back to the FLOPs
+        length_cost.write(folder, cost)
+    a.rec.length_cost = cost
+    return None
+
+
+def _architecture(model: dict[str, Any]) -> dict[str, Any] | None:
+    """The model to time: the recorded ``transformers`` class from its config, else a GPT-2 of the
+    recorded shape (layers, width, the weights' count) standing in for a model of the user's own
+    class, whose code the doctor never runs; None when neither is known."""
+    config, name = model.get("config"), model.get("class")
+    if isinstance(config, dict) and isinstance(config.get("model_type"), str) and _class_name(name):
+        return {"model": name, "config": config, "stand_in": False, "shown": name}
+    shape = model.get("shape")
+    if not isinstance(shape, dict) or shape.get("attention") is not True:
+        return None
+    layers, hidden, weights = shape.get("n_layers"), shape.get("hidden"), shape.get("matmul_params")
+    if not all(isinstance(x, int) and x > 0 for x in (layers, hidden, weights)):
+        return None
+    assert isinstance(layers, int) and isinstance(hidden, int) and isinstance(weights, int)
+    vocab = max(256, (weights - 12 * layers * hidden * hidden) // hidden)  # the output head's rows
+    heads = max(1, hidden // 64) if hidden % 64 == 0 else 1
+    shown = name if _class_name(name) else "the model"
+    return {"model": "GPT2LMHeadModel", "stand_in": True, "shown": shown,
+            "config": {"model_type": "gpt2", "n_layer": layers, "n_embd": hidden, "n_head": heads,
+                       "vocab_size": vocab}}
+
+
+def _class_name(name: object) -> bool:
+    """A plain identifier that could be a ``transformers`` export (the worker checks it is one)."""
+    return isinstance(name, str) and name.isidentifier() and not name.startswith("_") and len(name) <= 80

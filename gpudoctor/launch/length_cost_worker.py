@@ -1,0 +1,84 @@
+"""Child process: time a recorded ``transformers`` architecture, forward and backward, at given widths.
+
+Run by :mod:`gpudoctor.launch.length_cost` after the training exited, on the device and with the
+threads the training had. Random weights from the recorded config (sizes only): nothing is read
+from a hub or from the user's files, and only a class that ``transformers`` itself exports and that
+is a ``PreTrainedModel`` is built. Prints one JSON line: ``{"points": [[rows, width, seconds]...]}``
+(the median of the timed passes at each width), or ``{"error": "..."}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import statistics
+import sys
+import time
+from typing import Any
+
+WARMUP = 1
+MIN_REPS = 2
+MIN_WIDTH_S = 0.3  # time a width for at least this long (at least MIN_REPS passes)
+LABELLED = ("LMHeadModel", "ForCausalLM", "ForMaskedLM", "ForPreTraining")
+
+
+def main(argv: list[str] | None = None) -> int:
+    job = json.loads((argv if argv is not None else sys.argv[1:])[0])
+    try:
+        points = _time(job)
+    except Exception as exc:  # a config that does not build, out of memory: the doctor says so, nothing else
+        print(json.dumps({"error": f"{type(exc).__name__}: {str(exc)[:200]}"}))
+        return 1
+    print(json.dumps({"points": points}))
+    return 0
+
+
+def _time(job: dict[str, Any]) -> list[list[float]]:
+    import torch
+    import transformers
+
+    cls = getattr(transformers, str(job["model"]), None)
+    if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)):
+        raise ValueError(f"{job['model']!r} is not a transformers model class")
+    sizes = dict(job["config"])
+    kind = str(sizes.pop("model_type"))
+    config = transformers.AutoConfig.for_model(kind, **sizes)
+    if job.get("threads"):
+        torch.set_num_threads(int(job["threads"]))
+    torch.manual_seed(0)
+    device = torch.device(str(job["device"]))
+    model: Any = cls(config)
+    model.to(device)
+    model.train()
+    dtype = getattr(torch, str(job["autocast"]).replace("torch.", ""), None) if job.get("autocast") else None
+    labelled = str(job["model"]).endswith(LABELLED)
+    rows, deadline = int(job["rows"]), time.monotonic() + float(job["budget_s"])
+    vocab = int(getattr(config, "vocab_size", 0) or 1000)
+    points: list[list[float]] = []
+    for width in job["widths"]:  # widest first: the width that ran, known to fit
+        ids = torch.randint(0, vocab, (rows, int(width)), device=device)
+        mask = torch.ones_like(ids)
+        times: list[float] = []
+        start = time.monotonic()
+        while len(times) < WARMUP + MIN_REPS or time.monotonic() - start < MIN_WIDTH_S:
+            if time.monotonic() > deadline:
+                break
+            t0 = time.perf_counter()
+            with torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext():
+                out = model(input_ids=ids, attention_mask=mask, labels=ids) if labelled else model(
+                    input_ids=ids, attention_mask=mask)
+                loss = out.loss if getattr(out, "loss", None) is not None else out[0].float().mean()
+            loss.backward()
+            model.zero_grad(set_to_none=True)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)  # our own process: the GPU's time is the point
+            times.append(time.perf_counter() - t0)
+        if len(times) > WARMUP:
+            points.append([rows, int(width), statistics.median(times[WARMUP:])])
+        if time.monotonic() > deadline:
+            break
+    return points
+
+
+if __name__ == "__main__":
+    sys.exit(main())
