@@ -212,3 +212,20 @@ def test_the_host_sampler_names_a_busy_program_outside_the_run(tmp_path: Path, m
     scans = [r["others"] for r in rows if "others" in r]
     assert scans  # one scan every 3 s over 8 s
     assert any(o["name"] == "gd-test-hog" and o["pct"] >= 10 for scan in scans for o in scan), scans
+
+
+def test_the_fetching_threads_own_cpu_is_the_builds_not_the_processs() -> None:
+    # A storage read of 200 ms while torch's threads spin down after the compute (10 ms of CPU on
+    # other threads): the build waited, it did not compute (#40 item 2: "11 ms of CPU, 0 ms blocked")
+    storage = BuildCost(wall_s=0.203, cpu_s=0.011, thread_cpu_s=0.001, run_delay_s=0.0, in_workers=False, pool=False)
+    assert not storage.pooled and storage.build_cpu_s == pytest.approx(0.001)
+    assert storage.blocked_s == pytest.approx(0.202) and storage.kind == "wait"
+    assert "1 ms of CPU, 202 ms blocked" in storage.describe()
+    # Python formatting on the fetching thread (50 ms) beside the compute's threads (13 ms): never
+    # more CPU than wall, and the other threads' CPU is named as theirs
+    python = BuildCost(wall_s=0.054, cpu_s=0.063, thread_cpu_s=0.050, run_delay_s=0.0, in_workers=False, pool=False)
+    assert python.build_cpu_s == pytest.approx(0.050) and python.kind == "cpu"
+    assert python.worker_wall_s == pytest.approx(0.054) and "other threads used 13 ms" in python.describe()
+    # a pool that truly works for the build (busy most of its wall) is the build's, with or without a tokenizer
+    pool = BuildCost(wall_s=0.06, cpu_s=0.115, thread_cpu_s=0.01, run_delay_s=0.0, in_workers=False, pool=False)
+    assert pool.pooled and pool.build_cpu_s == pytest.approx(0.115) and pool.threads == pytest.approx(1.92, abs=0.01)

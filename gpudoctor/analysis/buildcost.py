@@ -37,24 +37,51 @@ ENOUGH = 1.05  # the fewest workers whose loop is within 5% of the best
 
 @dataclass(frozen=True)
 class BuildCost:
-    """One batch build, per batch, as measured in the process that built it."""
+    """One batch build, per batch, as measured in the process that built it.
+
+    The fetching thread's own CPU (``thread_cpu_s``) and its wait for a core (``run_delay_s``) are
+    the build's; the other threads' CPU in the same wall (``cpu_s - thread_cpu_s``) is the build's
+    only where they truly worked for it: a thread pool the build calls (a tokenizer's), seen as
+    other threads kept busy at least half the build's wall. A few ms of torch's OpenMP threads
+    spinning down after the compute, or the doctor's own threads, are not (issue #40: a storage
+    wait read as "11 ms of CPU, 0 ms blocked"; a Python build as more CPU than wall).
+    """
 
     wall_s: float
     cpu_s: float  # every thread of the building process
     thread_cpu_s: float  # the calling thread alone
     run_delay_s: float  # the calling thread runnable, waiting for a core
     in_workers: bool
+    pool: bool = True  # the build may call a thread pool (a tokenizer in the training process)
+
+    @property
+    def other_cpu_s(self) -> float:
+        """CPU of the process's other threads during the builds."""
+        return max(0.0, self.cpu_s - self.thread_cpu_s) if self.thread_cpu_s > 0 else 0.0
+
+    @property
+    def helped(self) -> bool:
+        """Did other threads work for the build: busy at least half its wall beside it?"""
+        return self.other_cpu_s >= 0.5 * self.wall_s > 0
+
+    @property
+    def build_cpu_s(self) -> float:
+        """The build's own CPU: the fetching thread's, plus the other threads' where they helped."""
+        if self.thread_cpu_s <= 0 or self.helped or self.pooled:
+            return self.cpu_s
+        return min(self.cpu_s, self.thread_cpu_s)
 
     @property
     def threads(self) -> float:
         """Threads the build kept busy on average (above 1: a thread pool a forked worker loses)."""
-        return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+        return self.build_cpu_s / self.wall_s if self.wall_s > 0 else 0.0
 
     @property
     def pooled(self) -> bool:
-        """Did other threads (a tokenizer's pool) do most of the build's CPU? The calling thread
-        then waits on them, and their wait for a core is not in ``run_delay_s``."""
-        return self.cpu_s > 0 and (self.cpu_s - self.thread_cpu_s) > 0.5 * self.cpu_s
+        """Did a thread pool the build calls (a tokenizer's) do most of its CPU? The calling thread
+        then waits on it, and the pool's wait for a core is not in ``run_delay_s``."""
+        other = self.other_cpu_s
+        return self.cpu_s > 0 and other > 0.5 * self.cpu_s and (self.pool or other >= 0.5 * self.wall_s)
 
     @property
     def blocked_s(self) -> float:
@@ -62,7 +89,7 @@ class BuildCost:
         pooled build's off-CPU wall is its pool's (computing, or queued for cores), not I/O."""
         if self.pooled:
             return 0.0
-        return max(0.0, self.wall_s - self.cpu_s - self.run_delay_s)
+        return max(0.0, self.wall_s - self.build_cpu_s - self.run_delay_s)
 
     @property
     def kind(self) -> str:
@@ -73,16 +100,19 @@ class BuildCost:
     def worker_wall_s(self) -> float:
         """Wall of one build in a worker: its CPU on one thread, its blocked time, and the wait for
         a core measured here (a worker on the same host waits for one as often)."""
-        return self.cpu_s + self.blocked_s + self.run_delay_s
+        return self.build_cpu_s + self.blocked_s + self.run_delay_s
 
     def describe(self) -> str:
         ms = 1000.0
-        text = (f"a batch build takes {ms * self.wall_s:.0f} ms: {ms * self.cpu_s:.0f} ms of CPU, "
+        text = (f"a batch build takes {ms * self.wall_s:.0f} ms: {ms * self.build_cpu_s:.0f} ms of CPU, "
                 f"{ms * self.blocked_s:.0f} ms blocked (I/O, network, sleep)")
         if self.run_delay_s >= 0.05 * self.wall_s:
             text += f", {ms * self.run_delay_s:.0f} ms waiting for a core"
         if self.threads >= 1.2:
             text += f"; it kept {self.threads:.1f} threads busy (a forked worker builds on one)"
+        elif self.build_cpu_s < self.cpu_s - 0.0005:
+            text += (f"; the process's other threads used {ms * (self.cpu_s - self.build_cpu_s):.0f} ms of CPU "
+                     "beside it (the compute's threads, not the build's)")
         return text
 
 
@@ -102,12 +132,12 @@ class LoopModel:
         cores = share(host_cores, workers, crowd)
         if workers <= 0:  # builds back in the training process, with its threads as measured there
             in_process = self.build.wall_s if not self.build.in_workers else self.build.worker_wall_s
-            return max(self.compute_s + in_process, (self.compute_cpu_s + self.build.cpu_s) / max(cores, 1e-9))
+            return max(self.compute_s + in_process, (self.compute_cpu_s + self.build.build_cpu_s) / max(cores, 1e-9))
         model = max(self.compute_s, self.build.worker_wall_s / workers,
-                    (self.compute_cpu_s + self.build.cpu_s) / max(cores, 1e-9))
+                    (self.compute_cpu_s + self.build.build_cpu_s) / max(cores, 1e-9))
         if self.workers_now > 0:  # what the model misses now (IPC, collation) it misses with more workers too
             now = max(self.compute_s, self.build.worker_wall_s / self.workers_now,
-                      (self.compute_cpu_s + self.build.cpu_s) / max(share(host_cores, self.workers_now, crowd), 1e-9))
+                      (self.compute_cpu_s + self.build.build_cpu_s) / max(share(host_cores, self.workers_now, crowd), 1e-9))
             model *= max(1.0, self.batch_s / now) if now > 0 else 1.0
         return model
 

@@ -91,12 +91,25 @@ def measure(a: Analysis, folder: Path) -> str | None:
     if len(points) < 2:
         why = str(doc.get("error") or "fewer than two widths timed")[:200]
         return f"timing the model at other row widths failed ({why}); the padding prediction uses its FLOPs"
+    if not _monotone(points):
+        return ("timing the model at other row widths gave a narrower row a longer pass (a busy machine?); "
+                "the padding prediction uses its FLOPs")
     cost = LengthCost(tuple(points), wanted["device"], wanted["threads"], wanted["shown"], wanted["autocast"],
                       wanted["stand_in"])
     with contextlib.suppress(OSError):  # the report still uses it; a later ``report`` falls back to the FLOPs
         length_cost.write(folder, cost)
     a.rec.length_cost = cost
     return None
+
+
+NOISE = 1.10  # a narrower width may time up to 10% above a wider one (timer noise), no more
+
+
+def _monotone(points: list[LengthPoint]) -> bool:
+    """A pass never gets slower as its rows get narrower: where it does, the timings measured the
+    machine's other work, not the model, and are not kept."""
+    by_width = sorted(points, key=lambda q: q.width)
+    return all(a.seconds <= NOISE * b.seconds for a, b in zip(by_width, by_width[1:], strict=False))
 
 
 def _architecture(model: dict[str, Any]) -> dict[str, Any] | None:

@@ -172,11 +172,12 @@ def data_wait(a: Analysis) -> DataWait | None:
         n_timed = p.fetch_cpu_calls
         build = BuildCost(wall_s=p.fetch_timed_s / n_timed, cpu_s=p.fetch_cpu_s / n_timed,
                           thread_cpu_s=p.fetch_thread_cpu_s / n_timed, run_delay_s=p.fetch_run_delay_s / n_timed,
-                          in_workers=p.fetch_in_workers * 2 > p.fetch_calls)
+                          in_workers=p.fetch_in_workers * 2 > p.fetch_calls,
+                          pool=p.tokenize_in_loop_s > 0 or p.tokenize_timed_s > 0)
     compute_cpu = None
     if build is not None and a.host.cpu_run_cores is not None and p.n_data_waits:
         batch = (compute_s + wait_s) / p.n_data_waits
-        compute_cpu = max(0.0, a.host.cpu_run_cores * batch - build.cpu_s)
+        compute_cpu = max(0.0, a.host.cpu_run_cores * batch - build.build_cpu_s)
     loader = p.loaders[0] if p.loaders else {}
     cap = worker_cap(a.host.mem_available_mib, a.host.rss_max_mib, 1 + (int(workers) if isinstance(workers, (int, float)) else 0),
                      loader.get("dataset_len"), loader.get("batch_size"))
@@ -285,7 +286,7 @@ def _alone_data(d: DataWait, diag: Diagnosis | None) -> dict[str, object]:
         return {}
     m = diag.model
     return {
-        "build_ms": round(1000 * m.build.wall_s, 2), "build_cpu_ms": round(1000 * m.build.cpu_s, 2),
+        "build_ms": round(1000 * m.build.wall_s, 2), "build_cpu_ms": round(1000 * m.build.build_cpu_s, 2),
         "build_blocked_ms": round(1000 * m.build.blocked_s, 2), "build_threads": round(m.build.threads, 2),
         "build_kind": m.build.kind, "littles_law_workers": diag.little(),
         "workers_here": diag.here[0] if diag.here else None,
