@@ -251,7 +251,7 @@ class StepMemory:
     rows: int | None  # rows of the widest micro-batch seen
     tokens: int | None  # its padded tokens (rows × width)
     total_mib: float
-    overhead_mib: float  # what NVML counts for the process beyond the allocator's reserved (the context)
+    overhead_mib: float  # what NVML counts on the device beyond the allocator's reserved (context, others)
 
     @property
     def activation_mib(self) -> float:
@@ -259,7 +259,7 @@ class StepMemory:
 
     @property
     def limit_mib(self) -> float:
-        """What the allocator may reach: :data:`SAFE_SHARE` of the device, less the CUDA context."""
+        """What the allocator may reach: :data:`SAFE_SHARE` of the device, less what is not its own."""
         return SAFE_SHARE * self.total_mib - self.overhead_mib
 
     def predicted_peak_mib(self, scale: float) -> float:
@@ -286,8 +286,8 @@ def step_memory(a: Analysis) -> StepMemory | None:
     static = min(s.allocated_mib for s in after_first)
     peak = max(s.peak_mib for s in samples)
     rows, tokens = _widest_batch(a)
-    nvml = [v for r in a.rec.gpu if (v := _proc_mib(r)) is not None]
-    overhead = max(0.0, max(nvml) - max(s.reserved_mib for s in samples)) if nvml else 0.0
+    used = [sum(v for g in _gpus(r) if (v := _num(g.get("mem_used_mib"))) is not None) for r in a.rec.gpu]
+    overhead = max(0.0, max(used) - max(s.reserved_mib for s in samples)) if used else 0.0
     return StepMemory(static, peak, rows, tokens, total, overhead)
 
 
@@ -302,8 +302,3 @@ def _widest_batch(a: Analysis) -> tuple[int | None, int | None]:
     sizes = [int(e["batch_size"]) for e in (p.events if p else []) if e.get("k") == "loader"
              and isinstance(e.get("batch_size"), int)]
     return (max(sizes), None) if sizes else (None, None)
-
-
-def _proc_mib(row: dict[str, Any]) -> float | None:
-    procs = [v for g in _gpus(row) if (v := _num(g.get("proc_mem_mib"))) is not None]
-    return sum(procs) if procs and any(v > 0 for v in procs) else None

@@ -138,7 +138,7 @@ class HeadroomFigures:
     factor: int  # the batch × factor fits in the measured headroom
     config: dict[str, object]  # the batch × factor, and accumulation ÷ factor where it was ≥ factor
     memory: schema.FixMemory  # its predicted peak and the headroom left (unavailable: not measured)
-    capped_from: int | None = None  # what NVML's headroom alone allowed, when the measured peak capped it
+    nvml_factor: int | None = None  # what NVML's headroom alone allowed, where the measured peak says otherwise
 
 
 class _BatchHeadroom(Rule):
@@ -173,7 +173,7 @@ class _BatchHeadroom(Rule):
         # Larger batches amortize launch overhead: about half of the idle time below 85% busy.
         fraction = min(1.0, max(0.0, (0.85 - busy) * 0.5) / idle) if idle > 0 else 0.0
         fig = HeadroomFigures(used, total, busy, bs, factor, config, fix_memory(a, mem, factor),
-                              nvml_factor if factor < nvml_factor else None)
+                              nvml_factor if factor != nvml_factor else None)
         return _word_headroom(self.name, fig, names, compute_part(a, "gpu_idle", fraction))
 
 
@@ -186,8 +186,9 @@ def _word_headroom(rule: str, fig: HeadroomFigures, names: Names, idle: Claim) -
         evidence=(
             f"Peak GPU memory {fig.used_mib:.0f} of {fig.total_mib:.0f} MiB ({pct(fig.used_mib / fig.total_mib)}) "
             f"with batch size {fig.batch_size} while the GPU was busy {pct(fig.busy)}."
-            + (f" NVML's headroom alone would allow {fig.capped_from}x; the activations measured per sample "
-               f"cap it at {fig.factor}x." if fig.capped_from else "")
+            + (f" NVML's headroom alone suggests {fig.nvml_factor}x (as if all of that memory grew with the batch); "
+               f"the peak predicted from the activations measured per sample allows {fig.factor}x."
+               if fig.nvml_factor else "")
         ),
         fix=Fix(
             summary=f"Raise the per-device batch {fig.factor}x"
@@ -219,9 +220,9 @@ def _word_no_room(rule: str, memory: schema.FixMemory, batch_size: Any) -> Findi
         severity="info",
         data={"batch_size": batch_size},
     )
-_BATCH_FIX_FROM = ('batch × k (k from the memory headroom, capped so the peak predicted from the activations '
-                   'measured per sample stays under 90% of the device; none when × 2 would not fit), '
-                   'accumulation ÷ k to keep the global batch')
+_BATCH_FIX_FROM = ('batch × k (k: the largest power of two whose peak, predicted from the activations measured '
+                   "per sample on CUDA, stays under 90% of the device, none when × 2 would not; else from NVML's "
+                   'memory headroom), accumulation ÷ k to keep the global batch')
 
 
 class SmallBatch(_BatchHeadroom):

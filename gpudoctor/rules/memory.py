@@ -167,10 +167,14 @@ def fix_memory(a: Analysis, mem: StepMemory | None, scale: float, per: str = "ro
             "basis": basis}
 
 
+MAX_BATCH_FACTOR = 64  # a batch × k beyond this is a different training, whatever the memory says
+
+
 def batch_factor_that_fits(a: Analysis, factor: int) -> tuple[int, StepMemory | None]:
-    """``factor`` capped to the largest batch × k whose predicted peak fits (1: not even × 2, so no
-    larger batch may be prescribed); unchanged where the activations were not measured."""
+    """The largest batch × k whose peak, predicted from the activations measured per sample, fits
+    (1: not even × 2, so no larger batch may be prescribed); where they were not measured, ``factor``
+    (NVML's guess, which takes all of the memory seen to grow with the batch)."""
     mem = step_memory(a)
-    if mem is None or factor < 2:
+    if mem is None:
         return factor, mem
-    return mem.largest_factor(factor), mem
+    return mem.largest_factor(MAX_BATCH_FACTOR), mem
