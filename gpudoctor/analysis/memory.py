@@ -117,11 +117,14 @@ def _allocator_trends(a: Analysis, lo: float, hi: float) -> list[Trend]:
             for s in samples if lo <= s.t <= hi]
     out = []
     for what in ("cuda_allocated", "cuda_reserved"):
-        trend = _fit(what, rows, lambda r, w=what: _num(r.get(w)), lambda r: _num(r.get("free")),
-                     "the GPU memory free")
+        trend = _fit(what, rows, _field(what), _field("free"), "the GPU memory free")
         if trend is not None:
             out.append(trend)
     return out
+
+
+def _field(key: str) -> Callable[[dict[str, Any]], float | None]:
+    return lambda row: _num(row.get(key))
 
 
 def allocator(a: Analysis) -> list[AllocatorSample]:
