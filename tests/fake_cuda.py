@@ -88,6 +88,43 @@ class FakeClock:
         return 1000.0 * (b.reached - a.reached)
 
 
+MIB = 2.0**20
+
+
+@dataclass
+class FakeAllocator:
+    """The CUDA caching allocator's counters at the :class:`~gpudoctor.hooks.cuda_memory.DeviceMemory`
+    boundary: the scenario allocates and frees (MiB), the cache keeps what was freed (reserved never
+    shrinks but by ``empty_cache``), and ``fragment`` caches a block of a size never asked again."""
+
+    total_mib: float = 81559.0
+    allocated_mib: float = 0.0
+    reserved_mib: float = 0.0
+    peak_mib: float = 0.0
+    reads: int = 0
+
+    def alloc(self, mib: float) -> None:
+        self.allocated_mib += mib
+        self.peak_mib = max(self.peak_mib, self.allocated_mib)
+        self.reserved_mib = max(self.reserved_mib, self.allocated_mib)
+
+    def free(self, mib: float) -> None:
+        self.allocated_mib -= mib
+
+    def fragment(self, mib: float) -> None:
+        self.reserved_mib += mib
+
+    def empty_cache(self) -> None:
+        self.reserved_mib = self.allocated_mib
+
+    def read(self) -> tuple[float, float, float]:
+        self.reads += 1
+        return self.allocated_mib * MIB, self.reserved_mib * MIB, self.peak_mib * MIB
+
+    def total(self) -> float | None:
+        return self.total_mib * MIB
+
+
 @dataclass(frozen=True)
 class Pattern:
     build_s: float  # batch build on the main process (0: workers have it ready)

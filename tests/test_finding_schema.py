@@ -33,7 +33,9 @@ def test_the_dataclasses_have_the_schemas_fields() -> None:
 def _full_finding() -> Finding:
     """A finding with every field set: a settled claim with an optimistic end, a priced launch."""
     fix = Fix(summary="Save less often.", config={"save_steps": 500}, snippet="x", library="transformers",
-              call="TrainingArguments", also=[Table("datasets.Dataset.map", "ds.map", {"num_proc": 4})])
+              call="TrainingArguments", also=[Table("datasets.Dataset.map", "ds.map", {"num_proc": 4})],
+              memory={"predicted_peak_mib": 42_000.0, "headroom_mib": 30_903.4, "limit_mib": 72_903.4,
+                      "basis": "measured"})
     f = Finding("checkpoint_overhead", "Checkpoints are saved too often", "10 saves.", fix,
                 claims=[Claim("checkpoint", 0.5, "after_save", 0.4, up_to=0.8)], data={"saves": 10},
                 per_launch_s=36.0)

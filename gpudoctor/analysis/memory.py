@@ -8,7 +8,10 @@ said so from the first minutes. From what the samplers already record, with no n
   DataLoader workers together), against what the machine had available (``mem_available_mib``);
 * the GPU: the training processes' memory per NVML (``proc_mem_mib``, summed over the GPUs;
   the device's whole ``mem_used_mib`` where NVML does not list the processes), against the
-  device's total.
+  device's total;
+* on CUDA, the caching allocator at step ends (``cuda_mem`` lines, :mod:`gpudoctor.hooks.cuda_memory`):
+  *allocated* (live tensors) and *reserved* (those and the cached blocks), which tell what grows:
+  allocated growing is tensors kept across steps, reserved growing over a flat allocated is the cache.
 
 Only the training loop counts (first step to last), less its warm-up (its first third, at most two
 minutes): loading a model, forking DataLoader workers and warming the allocator up are growth that stops. A trend is *steady* when a straight line explains the samples
@@ -25,6 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.analysis.model import Analysis
+from gpudoctor.common import batchlengths
+from gpudoctor.recording.read import AllocatorSample, allocator_samples
 
 MIN_SAMPLES = 8  # a line through fewer says little; a busy host samples once a second (samplers/pace.py)
 MIN_LOOP_S = 5.0
@@ -41,7 +46,7 @@ WARMUP_MAX_S = 120.0  # allocator's first steps: a jump that stops), at most its
 class Trend:
     """A straight line through one memory series over the training loop."""
 
-    what: str  # "host" | "gpu"
+    what: str  # "host" | "gpu" (NVML) | "cuda_allocated" | "cuda_reserved" (the allocator's)
     samples: int
     loop_s: float
     start_mib: float  # the line at the loop's start and end
@@ -73,15 +78,24 @@ class Trend:
         return max(0.0, self.limit_mib) / self.slope_mib_per_h
 
 
-def trends(a: Analysis) -> list[Trend]:
-    """The host's and the GPU's memory trends over the loop, where there are enough samples."""
+def _window(a: Analysis) -> tuple[float, float] | None:
+    """The training loop less its warm-up: workers starting, caches filling are growth that stops."""
     p = a.primary
     if p is None or p.first_step is None or not p.step_times:
-        return []
+        return None
     lo, hi = p.first_step, max(p.step_times)
     if hi - lo < MIN_LOOP_S:
+        return None
+    return lo + min(WARMUP_SHARE * (hi - lo), WARMUP_MAX_S), hi
+
+
+def trends(a: Analysis) -> list[Trend]:
+    """The host's, the GPU's (NVML) and the allocator's memory trends over the loop, where there are
+    enough samples."""
+    window = _window(a)
+    if window is None:
         return []
-    lo += min(WARMUP_SHARE * (hi - lo), WARMUP_MAX_S)  # workers starting, caches filling: growth that stops
+    lo, hi = window
     out = []
     host = [r for r in a.rec.host if lo <= r.get("t", 0.0) <= hi]
     trend = _fit("host", host, lambda r: _num(r.get("rss_mib")), _host_headroom, "the memory the host had available")
@@ -91,7 +105,56 @@ def trends(a: Analysis) -> list[Trend]:
     trend = _fit("gpu", gpu, _gpu_mib, _gpu_headroom, "the GPU memory free")
     if trend is not None:
         out.append(trend)
+    return out + _allocator_trends(a, lo, hi)
+
+
+def _allocator_trends(a: Analysis, lo: float, hi: float) -> list[Trend]:
+    samples = allocator(a)
+    if not samples:
+        return []
+    free = _allocator_free(a, samples)
+    rows = [{"t": s.t, "cuda_allocated": s.allocated_mib, "cuda_reserved": s.reserved_mib, "free": free}
+            for s in samples if lo <= s.t <= hi]
+    out = []
+    for what in ("cuda_allocated", "cuda_reserved"):
+        trend = _fit(what, rows, _field(what), _field("free"), "the GPU memory free")
+        if trend is not None:
+            out.append(trend)
     return out
+
+
+def _field(key: str) -> Callable[[dict[str, Any]], float | None]:
+    return lambda row: _num(row.get(key))
+
+
+def allocator(a: Analysis) -> list[AllocatorSample]:
+    """The primary process's allocator lines (none on a CPU run or an older recording)."""
+    return allocator_samples(a.primary.events) if a.primary is not None else []
+
+
+def _allocator_free(a: Analysis, samples: list[AllocatorSample]) -> float | None:
+    """What the GPU has left: NVML's free at its last sample, else torch's total less reserved."""
+    last = next((h for r in reversed(a.rec.gpu) if (h := _gpu_headroom(r)) is not None), None)
+    if last is not None:
+        return last
+    total = device_total_mib(a, samples)
+    return total - samples[-1].reserved_mib if total is not None else None
+
+
+def device_total_mib(a: Analysis, samples: list[AllocatorSample]) -> float | None:
+    """The device's memory: torch's figure from the allocator's first line, else NVML's."""
+    total = next((s.total_mib for s in samples if s.total_mib), None)
+    return total if total is not None else a.gpu.mem_total_mib
+
+
+def gpu_kind(steady: Sequence[Trend]) -> str | None:
+    """What grows on the GPU, by the allocator: ``"tensors"`` (allocated grows: tensors kept across
+    steps, an ever-longer autograd graph), ``"cache"`` (reserved grows while allocated does not: cached
+    blocks, fragmentation), None (no allocator figures, or neither grows)."""
+    whats = {t.what for t in steady}
+    if "cuda_allocated" in whats:
+        return "tensors"
+    return "cache" if "cuda_reserved" in whats else None
 
 
 def _fit(what: str, rows: Sequence[dict[str, Any]], value: Callable[[dict[str, Any]], float | None],
@@ -169,3 +232,76 @@ def _gpu_headroom(row: dict[str, Any]) -> float | None:
 def series_mib(rows: Sequence[dict[str, Any]], what: str) -> list[float | None]:
     """One memory series for the report's timeline: the host's tree RSS or the GPU's memory."""
     return [_gpu_mib(r) if what == "gpu" else _num(r.get("rss_mib")) for r in rows]
+
+
+# ---- the peak of a step, and of a step with more work -----------------------------------------
+SAFE_SHARE = 0.90  # a fix is prescribed only when its predicted peak stays under this share of the device
+
+
+@dataclass(frozen=True)
+class StepMemory:
+    """The allocator's peak split into what every step holds and what grows with its batch.
+
+    ``static_mib``: allocated at the step ends after the first (weights, gradients, optimizer state
+    and the last batch): the least of them, so a leak does not count as static. The activations are
+    the peak over that, spread over the widest batch's rows and tokens: a fix that scales the work
+    per step by ``s`` peaks at about ``static + s × activations`` (linear in the rows; attention kept
+    in memory grows faster with longer rows, so a longer row is predicted low, a shorter one high).
+    """
+
+    static_mib: float
+    peak_mib: float
+    rows: int | None  # rows of the widest micro-batch seen
+    tokens: int | None  # its padded tokens (rows × width)
+    total_mib: float
+    overhead_mib: float  # what NVML counts on the device beyond the allocator's reserved (context, others)
+
+    @property
+    def activation_mib(self) -> float:
+        return max(0.0, self.peak_mib - self.static_mib)
+
+    @property
+    def limit_mib(self) -> float:
+        """What the allocator may reach: :data:`SAFE_SHARE` of the device, less what is not its own."""
+        return SAFE_SHARE * self.total_mib - self.overhead_mib
+
+    def predicted_peak_mib(self, scale: float) -> float:
+        return self.static_mib + scale * self.activation_mib
+
+    def headroom_mib(self, scale: float) -> float:
+        return self.limit_mib - self.predicted_peak_mib(scale)
+
+    def largest_factor(self, at_most: int) -> int:
+        """The largest power of two ≤ ``at_most`` whose batch × k still fits (1: not even ×2)."""
+        k = 1
+        while 2 * k <= at_most and self.headroom_mib(2 * k) >= 0:
+            k *= 2
+        return k
+
+
+def step_memory(a: Analysis) -> StepMemory | None:
+    """The measured split of the step's peak (None without allocator lines: a CPU run, no CUDA hooks)."""
+    samples = allocator(a)
+    total = device_total_mib(a, samples) if samples else None
+    if not samples or total is None:
+        return None
+    after_first = [s for s in samples if s.n is None or s.n >= 2] or samples
+    static = min(s.allocated_mib for s in after_first)
+    peak = max(s.peak_mib for s in samples)
+    rows, tokens = _widest_batch(a)
+    used = [sum(v for g in _gpus(r) if (v := _num(g.get("mem_used_mib"))) is not None) for r in a.rec.gpu]
+    overhead = max(0.0, max(used) - max(s.reserved_mib for s in samples)) if used else 0.0
+    return StepMemory(static, peak, rows, tokens, total, overhead)
+
+
+def _widest_batch(a: Analysis) -> tuple[int | None, int | None]:
+    """(rows, padded tokens) of the widest training batch recorded, else the loader's batch size."""
+    p = a.primary
+    batches = [b for q in a.procs for b in q.batches]
+    if batches:
+        widest = max(batches, key=lambda b: int(b["tokens"]))
+        rows = batchlengths.rows(widest) or max(1, int(widest["tokens"]) // max(1, int(widest["seq_len"])))
+        return rows, rows * int(widest["seq_len"])
+    sizes = [int(e["batch_size"]) for e in (p.events if p else []) if e.get("k") == "loader"
+             and isinstance(e.get("batch_size"), int)]
+    return (max(sizes), None) if sizes else (None, None)

@@ -16,6 +16,7 @@ from typing import Any, cast
 from gpudoctor.common import batchlengths
 from gpudoctor.common.redact import redact_mapping, redact_value
 from gpudoctor.hooks import apply, dataset_items, patch
+from gpudoctor.hooks.cuda_memory import AllocatorLines, CudaMemory, DeviceMemory
 from gpudoctor.hooks.device_clock import DeviceClock, GpuMarks
 from gpudoctor.hooks.guard import guarded, hooks_but_ours, untraced
 from gpudoctor.hooks.profiler_windows import ProfilerWindows
@@ -66,6 +67,7 @@ class TorchHooks:
         self._save_began: tuple[float, float] | None = None  # the last checkpoint save, until a step
         self.windows = ProfilerWindows(writer)
         self.gpu: GpuMarks | None = None  # CUDA events, once the first training forward runs on CUDA
+        self.allocator: AllocatorLines | None = None  # the CUDA allocator's counters, from then too
         self.comm: Any = None  # the CommHooks (collectives per step), set by install
 
     # -- install / remove -----------------------------------------------------
@@ -263,10 +265,19 @@ class TorchHooks:
         if self.gpu is not None:
             self.gpu.step_end(self.steps)
 
-    def start_gpu_clock(self, device: str = "cuda", clock: DeviceClock | None = None) -> None:
-        """CUDA events from now on (``clock``: a fake device clock in tests)."""
+    def start_gpu_clock(self, device: str = "cuda", clock: DeviceClock | None = None,
+                        memory: DeviceMemory | None = None) -> None:
+        """CUDA events and the allocator's counters from now on (``clock``, ``memory``: a fake device
+        clock and allocator in tests; with a fake clock and no ``memory``, no allocator lines)."""
         if self.gpu is None:
             self.gpu = _start_gpu_clock(self.writer, device, clock)
+        if self.allocator is None and (memory is not None or clock is None):
+            self.allocator = _start_allocator(self.writer, memory)
+
+    @guarded("CUDA allocator")
+    def _allocator_step(self) -> None:
+        if self.allocator is not None:
+            self.allocator.step_end(self.steps)
 
     @guarded("DataLoader wait", vital=True)
     def _fetched(self, t0: float, p0: float, batch: Any) -> None:
@@ -342,6 +353,8 @@ class TorchHooks:
             self.comm.step_end(self.steps, now)
         if self.gpu is not None:
             self._gpu_step()
+        if self.allocator is not None:
+            self._allocator_step()
 
     @guarded("precision settings")
     def _on_forward_pre(self, module: Any, args: Any) -> None:
@@ -368,6 +381,11 @@ def _start_gpu_clock(writer: EventWriter, device: str, clock: DeviceClock | None
     from gpudoctor.hooks import cuda_clock
 
     return cuda_clock.start(writer, device, clock)
+
+
+@guarded("CUDA allocator", default=None)
+def _start_allocator(writer: EventWriter, memory: DeviceMemory | None) -> AllocatorLines | None:
+    return AllocatorLines(memory if memory is not None else CudaMemory(sys.modules["torch"]), writer.emit)
 
 
 _WALK_MAX = 10_000  # objects looked at before calling a save a checkpoint anyway

@@ -105,6 +105,12 @@ others on the host:
               ``gather_wait_s``, ``gathers_bwd``, ``gather_bwd_wait_s``, ``rs_wait_s`` (FSDP2 on
               CUDA: the training stream's waits for its all-gathers, those inside backward, and
               for the last reduce-scatters at the end of backward), ``dropped`` (marks not recorded).
+``cuda_mem``  the CUDA caching allocator at a step end (``torch.cuda.memory_stats``: host-side
+              counters, no sync; see :mod:`gpudoctor.hooks.cuda_memory`), at most every 0.5 s after
+              the first steps: ``t``, ``n`` (the step), ``allocated_mib`` (live tensors),
+              ``reserved_mib`` (held by the allocator: live tensors and cached blocks),
+              ``peak_mib`` (the most ever allocated: ``max_memory_allocated``, never reset by us),
+              ``total_mib`` (the device's memory, first line only).
 ``gpu_save``  one checkpoint ``torch.save``: ``t0``, ``dt`` (host), ``idle_s`` (the save's part on
               the GPU, ``elapsed(S0, S1)``: its copies and the idle while it writes).
 
@@ -500,6 +506,20 @@ class GpuStepEvent(_GpuStep, total=False):
 
 
 
+class _CudaMem(TypedDict):
+    k: Literal["cuda_mem"]
+    t: Time
+    allocated_mib: Number
+    reserved_mib: Number
+    peak_mib: Number
+
+
+class CudaMemEvent(_CudaMem, total=False):
+    n: Count
+    total_mib: Number | None  # the device's memory (torch's figure), on the first line
+
+
+
 class _Uncaught(TypedDict):
     k: Literal["uncaught"]
     t: Time
@@ -610,6 +630,7 @@ CHECKED: dict[str, type] = {
     "gpu_wait": GpuWaitEvent,
     "gpu_step": GpuStepEvent,
     "gpu_save": GpuSaveEvent,
+    "cuda_mem": CudaMemEvent,
     "uncaught": UncaughtEvent,
     "lightning_checkpoint": LightningCheckpointEvent,
     "accelerator": AcceleratorEvent,
@@ -621,7 +642,7 @@ Event = (
     SpanEvent | StepEvent | FirstStepEvent | ExitEvent | DetachEvent | MapCacheEvent | HookErrorEvent
     | CounterEvent | BatchEvent | ProcEvent | LoaderEvent | TorchCfgEvent | TrainerEvent | ModelEvent
     | PlanEvent | CliEvent | ProfilerEvent | AppliedEvent | TrackerEvent | HfProgressEvent
-    | GpuClockEvent | GpuWaitEvent | GpuStepEvent | GpuSaveEvent | UncaughtEvent | LightningCheckpointEvent
+    | GpuClockEvent | GpuWaitEvent | GpuStepEvent | GpuSaveEvent | CudaMemEvent | UncaughtEvent | LightningCheckpointEvent
     | AcceleratorEvent | DdpEvent | CommEvent
 )
 """One line of ``events/<pid>.jsonl``, as the hooks write it (:meth:`EventWriter.emit`)."""

@@ -665,3 +665,23 @@ def _sum_counters(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 total["rdelay"] += e.get("rdelay") or 0.0
                 total["cpu_calls"] += e["calls"]
     return kept
+
+
+@dataclass(frozen=True)
+class AllocatorSample:
+    """One ``cuda_mem`` line: the CUDA caching allocator at a step end, in MiB."""
+
+    t: float
+    n: int | None
+    allocated_mib: float  # live tensors
+    reserved_mib: float  # held by the allocator: live tensors and cached blocks
+    peak_mib: float  # the most ever allocated (the training's resets aside)
+    total_mib: float | None  # the device's memory, on the first line
+
+
+def allocator_samples(events: list[dict[str, Any]]) -> list[AllocatorSample]:
+    """A process's ``cuda_mem`` lines (checked on load), typed, in time order."""
+    out = [AllocatorSample(float(e["t"]), e.get("n"), float(e["allocated_mib"]), float(e["reserved_mib"]),
+                           float(e["peak_mib"]), None if e.get("total_mib") is None else float(e["total_mib"]))
+           for e in events if e.get("k") == "cuda_mem"]
+    return sorted(out, key=lambda s: s.t)

@@ -204,6 +204,20 @@ def startup_text(parts: Any) -> str:
         f"{label} {fmt_duration(parts.get(key))}" for key, label in names if num(parts.get(key)) is not None)
 
 
+def fix_memory_text(fix: Fix) -> str:
+    """The predicted peak of a fix that changes the work per step, and the headroom it leaves ("" on
+    other fixes): a figure the run could not measure is said unavailable, with why."""
+    mem = fix.get("memory")
+    if not isinstance(mem, dict):
+        return ""
+    peak, headroom, limit = num(mem.get("predicted_peak_mib")), num(mem.get("headroom_mib")), num(mem.get("limit_mib"))
+    basis = str(mem.get("basis") or "")
+    if peak is None or headroom is None or limit is None:
+        return f"Predicted peak memory with this fix: unavailable ({basis})."
+    return (f"Predicted peak memory with this fix: {peak:,.0f} MiB of the {limit:,.0f} MiB a fix may use, "
+            f"{headroom:,.0f} MiB of headroom left ({basis}).")
+
+
 def fix_tables(fix: Fix) -> list[FixTable]:
     """Every call a fix changes, main first: ``[{"library", "call", "config"}]`` with values."""
     library = fix.get("library")

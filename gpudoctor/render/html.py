@@ -25,6 +25,7 @@ from gpudoctor.render.base import (
     cores,
     cpu_text,
     exit_text,
+    fix_memory_text,
     fix_tables,
     fmt_duration,
     fmt_finding_speedup,
@@ -282,6 +283,7 @@ def finding_view(finding: Finding) -> dict[str, Any]:
         "evidence": str(finding.get("evidence") or ""),
         "data": [(str(k), fmt_value(v)) for k, v in (finding.get("data") or {}).items()],
         "fix_summary": str(fix.get("summary") or ""),
+        "fix_memory": fix_memory_text(fix),
         "tables": [
             {"library": str(t.get("library") or ""),
              "code": config_code(t["config"], t.get("library"), t.get("call"))[1]}

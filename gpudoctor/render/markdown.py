@@ -28,6 +28,7 @@ from gpudoctor.render.base import (
     config_code,
     cpu_text,
     exit_text,
+    fix_memory_text,
     fix_tables,
     fmt_duration,
     fmt_finding_speedup,
@@ -353,6 +354,8 @@ def finding_detail(index: int, finding: Finding) -> str:
     ]
     if fix.get("summary"):
         out.append("**Fix:** " + md_prose(fix["summary"]))
+    if fix_memory_text(fix):
+        out.append(md_prose(fix_memory_text(fix)))
     for t in fix_tables(fix):
         lang, code = config_code(t["config"], t.get("library"), t.get("call"))
         out.append(md_fence(code, lang))

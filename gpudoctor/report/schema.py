@@ -171,10 +171,23 @@ class FixTable(TypedDict, total=False):
     config: dict[str, Any] | None
 
 
+class FixMemory(TypedDict):
+    """The predicted peak of a fix that changes the work per step (a larger batch, shorter rows), from
+    the activation memory measured in this run (:class:`gpudoctor.analysis.memory.StepMemory`); both
+    figures null where the run could not measure it (a CPU run, no allocator figures), ``basis`` says
+    how or why not."""
+
+    predicted_peak_mib: Amount | None  # the CUDA allocator's peak with the fix
+    headroom_mib: float | None  # what stays under the limit at that peak (negative: it would not fit)
+    limit_mib: Amount | None  # the share of the device a fix may reach, less the CUDA context
+    basis: str
+
+
 class Fix(FixTable, total=False):
     summary: str
     snippet: str | None
     also: list[FixTable]  # other calls the same fix changes, one table each
+    memory: FixMemory  # only on fixes that change the work per step
 
 
 class Claim(TypedDict):

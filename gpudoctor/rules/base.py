@@ -61,10 +61,11 @@ class Fix:
     library: str | None = None
     call: str | None = None
     also: list[Table] = field(default_factory=list)  # other calls the fix changes, one table each
+    memory: schema.FixMemory | None = None  # the predicted peak, on fixes that change the work per step
 
     def to_dict(self) -> schema.Fix:
         """The report's ``fix`` (:class:`gpudoctor.report.schema.Fix`)."""
-        return {
+        out: schema.Fix = {
             "summary": self.summary,
             "config": self.config,
             "snippet": self.snippet,
@@ -72,6 +73,9 @@ class Fix:
             "call": self.call,
             "also": [t.to_dict() for t in self.also],
         }
+        if self.memory is not None:
+            out["memory"] = self.memory
+        return out
 
 
 # Fields of :class:`Finding` that settle the report's figures and are not written themselves.

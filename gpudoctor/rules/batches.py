@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpudoctor.analysis import Analysis, workload
+from gpudoctor.analysis.memory import step_memory
 from gpudoctor.analysis.process import ProcessView, dynamic_padding_tokens
 from gpudoctor.common import batchlengths
 from gpudoctor.recording.length_cost import LengthCost
+from gpudoctor.report import schema
 from gpudoctor.rules.account import Claim
 from gpudoctor.rules.base import Finding, Fix, Rule, Table, pct
+from gpudoctor.rules.memory import fix_memory
 from gpudoctor.rules.names import Names, names_for
 from gpudoctor.rules.values import max_length_for, pad_multiple_for
 
@@ -37,6 +40,7 @@ class PadFigures:
     rows_seen: int = 0  # rows whose real length the batches recorded (a sample of the training's)
     rows_cut: int = 0  # of those, rows longer than new_max: what the cap truncates
     longest_row: int | None = None  # the longest real row seen
+    memory: schema.FixMemory | None = None  # the widest batch's peak after the cap, and the headroom left
 
     @property
     def recoverable(self) -> float:
@@ -53,6 +57,11 @@ class PaddingWaste(Rule):
         fig = _figures(a, names)
         if fig is None:
             return None
+        # the widest batch after the cap: its rows as wide as new_max at most (per-batch padding
+        # leaves the widest batch as it is)
+        width = min(fig.new_max, fig.longest_seen) if fig.new_max and fig.longest_seen else fig.longest_seen
+        scale = width / fig.longest_seen if width and fig.longest_seen else 1.0
+        fig = replace(fig, memory=fix_memory(a, step_memory(a), scale, per="tokens"))
         # Fewer tokens computed: a share of all compute, compounding with faster math. The
         # workload model sizes it (one value); without the model's shape, between linear token
         # work and quadratic attention (packing's ``waste`` is the pad share, also linear).
@@ -140,6 +149,7 @@ def _word(fig: PadFigures, names: Names, fewer: Claim) -> Finding:
                 + "."
             ),
             snippet=snippet,
+            memory=fig.memory,
             **Table.main_and_also(tables),
         ),
         data={

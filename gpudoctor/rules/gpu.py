@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.analysis import Analysis, gpu_timeline
+from gpudoctor.report import schema
 from gpudoctor.rules import vocabulary
 from gpudoctor.rules.account import Claim
 from gpudoctor.rules.base import Finding, Fix, Rule, pct
+from gpudoctor.rules.memory import batch_factor_that_fits, fix_memory
 from gpudoctor.rules.names import Names, names_for
 
 # Fraction of compute time matmuls could save; deliberately conservative
@@ -135,6 +137,8 @@ class HeadroomFigures:
     batch_size: Any  # as the run set it
     factor: int  # the batch × factor fits in the measured headroom
     config: dict[str, object]  # the batch × factor, and accumulation ÷ factor where it was ≥ factor
+    memory: schema.FixMemory  # its predicted peak and the headroom left (unavailable: not measured)
+    nvml_factor: int | None = None  # what NVML's headroom alone allowed, where the measured peak says otherwise
 
 
 class _BatchHeadroom(Rule):
@@ -155,7 +159,10 @@ class _BatchHeadroom(Rule):
         bs = names.current("per_device_train_batch_size", "batch_size") or 1
         if not self.applies(int(bs)):
             return None
-        factor = 2 ** max(1, int(math.log2(0.8 * total / used)))
+        nvml_factor = 2 ** max(1, int(math.log2(0.8 * total / used)))
+        factor, mem = batch_factor_that_fits(a, nvml_factor)
+        if factor < 2 and mem is not None:
+            return _word_no_room(self.name, fix_memory(a, mem, 2), bs)
         accum = vocabulary.current_accumulation(names)
         config: dict[str, object] = {names.loader_key("per_device_train_batch_size", "batch_size"): int(bs) * factor}
         if isinstance(accum, int) and accum >= factor:
@@ -165,7 +172,8 @@ class _BatchHeadroom(Rule):
             return None  # every idle second is in a wait or after a sync: a larger batch gives none back
         # Larger batches amortize launch overhead: about half of the idle time below 85% busy.
         fraction = min(1.0, max(0.0, (0.85 - busy) * 0.5) / idle) if idle > 0 else 0.0
-        fig = HeadroomFigures(used, total, busy, bs, factor, config)
+        fig = HeadroomFigures(used, total, busy, bs, factor, config, fix_memory(a, mem, factor),
+                              nvml_factor if factor != nvml_factor else None)
         return _word_headroom(self.name, fig, names, compute_part(a, "gpu_idle", fraction))
 
 
@@ -178,6 +186,9 @@ def _word_headroom(rule: str, fig: HeadroomFigures, names: Names, idle: Claim) -
         evidence=(
             f"Peak GPU memory {fig.used_mib:.0f} of {fig.total_mib:.0f} MiB ({pct(fig.used_mib / fig.total_mib)}) "
             f"with batch size {fig.batch_size} while the GPU was busy {pct(fig.busy)}."
+            + (f" NVML's headroom alone suggests {fig.nvml_factor}x (as if all of that memory grew with the batch); "
+               f"the peak predicted from the activations measured per sample allows {fig.factor}x."
+               if fig.nvml_factor else "")
         ),
         fix=Fix(
             summary=f"Raise the per-device batch {fig.factor}x"
@@ -189,13 +200,35 @@ def _word_headroom(rule: str, fig: HeadroomFigures, names: Names, idle: Claim) -
             library=said.library,
             call=said.call,
             also=said.also,
+            memory=fig.memory,
         ),
         data={"mem_used_mib": fig.used_mib, "mem_total_mib": fig.total_mib, "batch_size": fig.batch_size},
     )
+
+
+def _word_no_room(rule: str, memory: schema.FixMemory, batch_size: Any) -> Finding:
+    """NVML's peak looked low, but the allocator's measured peak says a batch × 2 would not fit:
+    said, with no batch prescribed (no claims)."""
+    return Finding(
+        rule=rule,
+        title="A larger batch would not fit in GPU memory",
+        evidence=(f"NVML's peak looks low, but batch size {batch_size} × 2 would peak at about "
+                  f"{memory['predicted_peak_mib'] or 0:,.0f} MiB, over the {memory['limit_mib'] or 0:,.0f} MiB "
+                  "a fix may use: the memory between them is the allocator's, for this batch's activations."),
+        fix=Fix(summary="Keep the batch size: no larger one is prescribed. To train larger batches, free memory "
+                "first (gradient checkpointing, bf16 autocast) and measure again.", memory=memory),
+        severity="info",
+        data={"batch_size": batch_size},
+    )
+_BATCH_FIX_FROM = ('batch × k (k: the largest power of two whose peak, predicted from the activations measured '
+                   "per sample on CUDA, stays under 90% of the device, none when × 2 would not; else from NVML's "
+                   'memory headroom), accumulation ÷ k to keep the global batch')
+
+
 class SmallBatch(_BatchHeadroom):
     name = "small_batch"
     fires_when = 'a batch of 1-2 per device, peak GPU memory < 50% and busy < 85%'
-    fix_from = 'batch × k (k from the memory headroom), accumulation ÷ k to keep the global batch'
+    fix_from = _BATCH_FIX_FROM
 
     def applies(self, batch_size: int) -> bool:
         return batch_size <= 2
@@ -204,7 +237,7 @@ class SmallBatch(_BatchHeadroom):
 class GpuMemoryUnderused(_BatchHeadroom):
     name = "gpu_memory_underused"
     fires_when = 'a larger batch, peak GPU memory < 50% and busy < 85%'
-    fix_from = 'batch × k (k from the memory headroom), accumulation ÷ k to keep the global batch'
+    fix_from = _BATCH_FIX_FROM
 
     def applies(self, batch_size: int) -> bool:
         return batch_size > 2

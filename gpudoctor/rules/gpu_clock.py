@@ -15,6 +15,7 @@ from gpudoctor.analysis import Analysis, gpu_timeline
 from gpudoctor.rules.account import Claim, claim
 from gpudoctor.rules.base import Finding, Fix, Rule, pct
 from gpudoctor.rules.gpu import BF16_GAIN
+from gpudoctor.rules.memory import batch_factor_that_fits
 from gpudoctor.rules.names import Names, names_for
 
 MIN_SHARE = 0.05  # GPU idle after syncs, as a share of wall, before it is a finding
@@ -205,11 +206,13 @@ def _busy_part(a: Analysis, fig: gpu_timeline.GpuFigures) -> float:
 
 
 def _batch_factor(a: Analysis) -> int | None:
-    """How many times the batch fits in the measured GPU memory headroom (as ``small_batch``)."""
+    """How many times the batch fits in the measured GPU memory headroom (as ``small_batch``):
+    capped by the peak predicted from the activations measured per sample, None when × 2 would not fit."""
     used, total = a.gpu.mem_used_max_mib, a.gpu.mem_total_mib
     if not used or not total or used / total >= 0.5:
         return None
-    return int(2 ** max(1, int(math.log2(0.8 * total / used))))
+    factor, _ = batch_factor_that_fits(a, int(2 ** max(1, int(math.log2(0.8 * total / used)))))
+    return factor if factor >= 2 else None
 
 
 def _levers(precision: str, names: Names, factor: int | None, params: float, bandwidth: float,
