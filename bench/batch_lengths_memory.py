@@ -21,7 +21,7 @@ import resource, sys
 from pathlib import Path
 from gpudoctor.recording.read import read_events
 got = read_events(Path(sys.argv[1]))
-kept = sum(len(e.get("lengths") or []) for e in got.events if e["k"] == "batch")
+kept = sum(len(e.get("lengths") or []) for e in got.records.batches)
 print(kept, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
 """
 

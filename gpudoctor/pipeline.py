@@ -33,6 +33,7 @@ def finish(folder: Path, options: ReportOptions, *, extra: Added | None = None,
     if extra:
         report.update(extra)
     write_all(report, folder)
-    if trackers and add_to_trackers(report, shown or folder, recording.events, recording.event_owners):
+    if trackers and add_to_trackers(report, shown or folder, {pid: r.trackers for pid, r in recording.events.items()},
+                                   recording.event_owners):
         write_all(report, folder)  # now saying where its figures went
     return report

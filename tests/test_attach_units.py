@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.analysis.process import build_process_view
-from gpudoctor.analysis.sampled import Code, sampled_events
+from gpudoctor.analysis.sampled import Code, sampled_events, sampled_records
 from gpudoctor.attach import scratch, symbols
 from gpudoctor.attach.classify import classify
 from gpudoctor.attach.inject import gdb_commands, gdb_script
@@ -65,8 +65,8 @@ def _row(t: float, codes: str, pid: int = 7, rate: float = 10.0) -> dict:
 
 def test_sampled_events_give_a_breakdown_in_the_samples_proportions():
     codes = "OOOO" + "DDDTTCCCCC" * 6  # 4 samples of startup, then 60% compute, 30% data wait (10% tokenizing)
-    events = sampled_events([_row(100.0, codes)], skip_pids=set())[7]
-    view = build_process_view(7, events, 100.0, 100.0 + len(codes) / 10.0, [])
+    records = sampled_records([_row(100.0, codes)], skip_pids=set())[7]
+    view = build_process_view(7, records, 100.0, 100.0 + len(codes) / 10.0, [])
     assert view.proc["sampled"] is True
     assert view.first_step == pytest.approx(100.4)
     assert view.breakdown["startup"] == pytest.approx(4 / 64)

@@ -346,6 +346,7 @@ def test_the_wait_that_ends_each_epoch_is_no_batch(tmp_path: Path) -> None:
     from gpudoctor.analysis.process import build_process_view
     from gpudoctor.recording.events import NO_BATCH_WAIT
     from gpudoctor.recording.read import read_events
+    from gpudoctor.recording.records import Records
 
     with hooks_in(tmp_path / "run"):
         model = torch.nn.Linear(8, 1)
@@ -360,9 +361,11 @@ def test_the_wait_that_ends_each_epoch_is_no_batch(tmp_path: Path) -> None:
     events = [json.loads(line) for line in path.read_text().splitlines()]
     waits = [e for e in events if e["k"] == "span" and e["c"] == "data_wait"]
     assert len(waits) == 15 and sum(e["name"] == NO_BATCH_WAIT for e in waits) == 3
-    as_dicts = build_process_view(1, events, 0.0, 1e12, [])
-    load = read_events(path)
-    compact = build_process_view(1, load.events, 0.0, 1e12, [], loop=load.loop)
+    one_by_one = Records()  # each line as validate's generic path hands it over (ints, odd extras)
+    for e in events:
+        one_by_one.add(e)
+    as_dicts = build_process_view(1, one_by_one.finish(), 0.0, 1e12, [])
+    compact = build_process_view(1, read_events(path).records, 0.0, 1e12, [])
     assert as_dicts.n_data_waits == compact.n_data_waits == 12 == len(compact.step_times)
 
 

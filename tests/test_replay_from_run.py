@@ -19,11 +19,11 @@ from tests.conftest import run_cli
 def recorded(folder: Path) -> dict:
     """What the hooks wrote into the probe's run folder: batches, TrainingArguments, the model."""
     rec = load_recording(folder)
-    events = [e for evs in rec.events.values() for e in evs]
+    records = list(rec.events.values())
     return {
-        "batches": [e for e in events if e["k"] == "batch" and e.get("lengths")],
-        "args": next(e["args"] for e in events if e["k"] == "trainer"),
-        "model": next(e for e in events if e["k"] == "model"),
+        "batches": [e for r in records for e in r.batches if e.get("lengths")],
+        "args": next(r.trainer["args"] for r in records if r.trainer is not None),
+        "model": next(r.model for r in records if r.model is not None),
     }
 
 

@@ -303,7 +303,7 @@ def test_a_batch_line_keeps_a_bounded_sample_of_its_lengths_and_exact_figures(tm
     path = tmp_path / "events" / "1.jsonl"
     path.parent.mkdir()
     path.write_text(json.dumps(batch) + "\n")
-    (got,) = [e for e in read_events(path).events if e["k"] == "batch"]
+    (got,) = read_events(path).records.batches
     assert len(got["lengths"]) <= 1024
     assert got["rows"] == 200_000 and got["lengths_max"] == max(lengths)
     assert got["tokens"] - got["pad"] == sum(lengths)  # the exact sum is kept
@@ -320,7 +320,7 @@ def test_a_folder_keeps_a_bounded_number_of_batch_lengths(tmp_path, monkeypatch)
             lengths = [10 + (i + j) % 20 for j in range(1_000)]
             fh.write(json.dumps({"k": "batch", "t": T0 + i, "tokens": 32_000, "pad": 32_000 - sum(lengths),
                                  "seq_len": 32, "lengths": lengths}) + "\n")
-    batches = [e for e in read_events(path).events if e["k"] == "batch"]
+    batches = read_events(path).records.batches
     assert len(batches) == 10  # every batch still counts...
     assert sum(len(b.get("lengths") or []) for b in batches) <= 3_000  # ...with at most the budget of lengths
     assert all(b.get("rows", len(b.get("lengths") or [])) == 1_000 for b in batches)

@@ -11,10 +11,14 @@ step (DDP rebuilds its buckets after it, and the first step carries the warm-up)
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 from gpudoctor.analysis.process import ProcessView
+from gpudoctor.recording.events import DdpEvent, GpuStepEvent
+
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,7 @@ class CommFigures:
     direct: float  # direct torch.distributed calls
     direct_s: float  # host seconds in the blocking ones
     unused_params: int | None  # parameters without a gradient at the first step (None: not looked)
-    ddp: dict[str, Any] | None  # the DDP model's settings (``ddp`` event)
+    ddp: DdpEvent | None  # the DDP model's settings (``ddp`` event)
     exposed_clock: str | None = None  # host | gpu: whose clock measured ``exposed_s``
     fsdp: int | None = None  # 1 or 2 (``fully_shard``): FSDP's all-gathers were seen
     gather_bwd: float = 0.0  # all-gathers inside backward (FSDP re-gathering resharded parameters)
@@ -52,7 +56,7 @@ class CommFigures:
 
 def comm_figures(p: ProcessView) -> CommFigures | None:
     """The process's collectives per step; None when it made none (no DDP, no direct call)."""
-    rows = sorted(p.comm, key=lambda e: float(e.get("t") or 0.0))
+    rows: list[Mapping[str, Any]] = sorted(p.comm, key=lambda e: float(e.get("t") or 0.0))
     if not rows:
         return None
     unused = next((e["unused_params"] for e in rows if isinstance(e.get("unused_params"), int)), None)
@@ -88,12 +92,12 @@ def _gather_wait(p: ProcessView, host_s: float) -> dict[str, Any]:
             "gather_clock": "gpu"}
 
 
-def _steady(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _steady(rows: list[R]) -> list[R]:
     """Per-step rows less the first (DDP rebuilds its buckets after it; it carries the warm-up)."""
     return rows[1:] if len(rows) > 2 else rows
 
 
-def _gpu_steps(p: ProcessView, timed: str = "comms") -> list[dict[str, Any]]:
+def _gpu_steps(p: ProcessView, timed: Literal["comms", "gathers"] = "comms") -> list[GpuStepEvent]:
     """The GPU clock's steps, in order, that timed ``timed``: DDP's all-reduce (``comms``) or FSDP's
     all-gathers (``gathers``) on a CUDA run."""
     clock = p.gpu_clock
@@ -108,7 +112,7 @@ def _gpu_exposed(p: ProcessView) -> list[float]:
 
 def exposed_total_s(p: ProcessView) -> float:
     """All the exposed all-reduce seconds of the run: the host's (CPU, gloo), else the GPU clock's (NCCL)."""
-    host = [float(e["exposed_s"]) for e in p.comm if isinstance(e.get("exposed_s"), (int, float))]
+    host = [float(x) for e in p.comm if isinstance(x := e.get("exposed_s"), (int, float))]
     if host:
         return sum(host)
     return sum(float(s.get("comm_wait_s") or 0.0) for s in _gpu_steps(p))

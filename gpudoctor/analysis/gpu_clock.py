@@ -8,9 +8,10 @@ process's breakdown from these, so the two stay one-way.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from gpudoctor.analysis import timeline as tl
+from gpudoctor.recording.events import GpuStepEvent
+from gpudoctor.recording.records import Records
 
 # A gpu_step's seconds the training stream sat idle: loader waits, after host syncs, checkpoint
 # saves, and waiting for collectives (DDP's all-reduce, FSDP's all-gathers and reduce-scatters).
@@ -21,32 +22,37 @@ IDLE_KEYS = ("wait_idle_s", "sync_idle_s", "save_s", "comm_wait_s", "gather_wait
 class ClockView:
     """One process's GPU-clock lines."""
 
-    steps: list[dict[str, Any]]
+    steps: list[GpuStepEvent]
     waits: dict[float, float]  # wait start (host epoch) -> GPU idle seconds inside it
     device: str | None
     saves: list[tuple[float, float, float]] = field(default_factory=list)  # (host t0, host dt, GPU s)
 
     @property
-    def timed(self) -> list[dict[str, Any]]:
+    def timed(self) -> list[GpuStepEvent]:
         """Steps with a GPU duration (all but the first)."""
-        return [s for s in self.steps if isinstance(s.get("gpu_s"), float)]
+        return [s for s in self.steps if isinstance(s["gpu_s"], float)]
 
-    def busy_s(self, step: dict[str, Any]) -> float:
+    def busy_s(self, step: GpuStepEvent) -> float:
         """GPU seconds of a step less what the events saw it idle (waits, after syncs, the training
         stream waiting for DDP's all-reduce after backward or for FSDP's all-gathers and last
         reduce-scatters) or saving."""
-        idle = sum(float(step.get(k) or 0.0) for k in IDLE_KEYS)
-        return max(0.0, float(step["gpu_s"]) - idle)
+        idle = sum(float(v or 0.0) for v in idle_parts(step))
+        return max(0.0, float(step["gpu_s"] or 0.0) - idle)
 
 
-def clock_view(events: list[dict[str, Any]]) -> ClockView | None:
-    steps = [e for e in events if e.get("k") == "gpu_step"]
-    waits = {float(e["t0"]): float(e["idle_s"]) for e in events if e.get("k") == "gpu_wait"}
-    saves = sorted((float(e["t0"]), float(e["dt"]), float(e["idle_s"])) for e in events if e.get("k") == "gpu_save")
-    if not steps and not waits:
+def idle_parts(step: GpuStepEvent) -> tuple[float | None, ...]:
+    """The step's seconds of each of :data:`IDLE_KEYS`, in that order (None: not written)."""
+    return (step.get("wait_idle_s"), step.get("sync_idle_s"), step.get("save_s"), step.get("comm_wait_s"),
+            step.get("gather_wait_s"), step.get("rs_wait_s"))
+
+
+def clock_view(records: Records) -> ClockView | None:
+    waits = {float(e["t0"]): float(e["idle_s"]) for e in records.gpu_waits}
+    saves = sorted((float(e["t0"]), float(e["dt"]), float(e["idle_s"])) for e in records.gpu_saves)
+    if not records.gpu_steps and not waits:
         return None
-    device = next((e.get("device") for e in events if e.get("k") == "gpu_clock"), None)
-    return ClockView(sorted(steps, key=lambda s: float(s["t"])), waits, device, saves)
+    device = records.gpu_clock.get("device") if records.gpu_clock is not None else None
+    return ClockView(sorted(records.gpu_steps, key=lambda s: float(s["t"])), waits, device, saves)
 
 
 def gpu_wait_intervals(spans: list[tl.Interval], clock: ClockView) -> list[tl.Interval]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +45,7 @@ def optimizer_step_s(params: float, bandwidth_gb_s: float,
     return float(params * bytes_per_param / (bandwidth_gb_s * 1e9 * costmodel.BANDWIDTH_EFFICIENCY))
 
 
-def shape_of(model: dict[str, Any]) -> workload.Shape:
+def shape_of(model: Mapping[str, Any]) -> workload.Shape:
     """The model's shape as the workload model reads it; from the parameter count alone when the
     recording has neither a parameter walk nor a config with the sizes."""
     shape = workload.shape_from_model_event(model)
@@ -65,7 +66,7 @@ class Mfu:
                 "inputs": self.inputs}
 
 
-def precision_of(cfg: dict[str, Any] | None) -> str:
+def precision_of(cfg: Mapping[str, Any] | None) -> str:
     """bf16 | fp16 | tf32 | fp32: what the matmuls ran in, from the recorded torch settings."""
     cfg = cfg or {}
     dtype = str(cfg.get("autocast_dtype") if cfg.get("autocast") else cfg.get("param_dtype") or "")
@@ -88,18 +89,18 @@ def mfu(a: Analysis) -> Mfu:
     timed = clock.timed
     if not timed:
         return Mfu(None, "no step was timed on the GPU", inputs)
-    gpu_step_s = statistics.median(float(s["gpu_s"]) for s in timed)
-    cfg = p.torch_cfg or {}
+    gpu_step_s = statistics.median(float(s["gpu_s"] or 0.0) for s in timed)
+    cfg: Mapping[str, Any] = p.torch_cfg or {}
     precision = precision_of(cfg)
     name = cfg.get("device_name") or (a.gpu.names[0] if a.gpu.names else None)
     spec = hardware.find(name)
     inputs.update({"gpu_step_s": round(gpu_step_s, 6), "precision": precision, "device_name": name})
     if spec is None:
         return Mfu(None, f"GPU {name!r} is not in the datasheet table (common/hardware.py)", inputs)
-    model = next((e for e in p.events if e.get("k") == "model"), None)
+    model = p.model
     if model is None or not model.get("params"):
         return Mfu(None, "no model size recorded (a model without config.to_dict())", inputs)
-    params = float(model["params"])
+    params = float(model["params"] or 0)
     shape = shape_of(model)
     batches = [b for b in p.batches if b.get("tokens")]
     if not batches or not p.step_times:
@@ -149,11 +150,11 @@ def _figures(a: Analysis) -> GpuFigures | None:
     if p is None or clock is None or not clock.timed:
         return None
     timed = clock.timed
-    gpu_s = sum(float(s["gpu_s"]) for s in timed)
+    gpu_s = sum(float(s["gpu_s"] or 0.0) for s in timed)
     n = len(timed)
     return GpuFigures(
         steps_timed=n,
-        gpu_step_s=statistics.median(float(s["gpu_s"]) for s in timed),
+        gpu_step_s=statistics.median(float(s["gpu_s"] or 0.0) for s in timed),
         busy_fraction=sum(clock.busy_s(s) for s in timed) / gpu_s if gpu_s > 0 else 0.0,
         wait_idle_s=p.seconds("data_wait"),
         host_wait_s=p.host_slice_s.get("data_wait", 0.0),
@@ -184,7 +185,7 @@ def nvml_check(a: Analysis) -> list[schema.NvmlWindow]:
         k += 1
         steps = [s for s in timed if w0 < float(s["t"]) <= w1 or (k == 1 and float(s["t"]) == w0)]
         utils = [u for r in a.rec.gpu if w0 <= r.get("t", 0) <= w1 for u in _utils(r)]
-        gpu_s = sum(float(s["gpu_s"]) for s in steps)
+        gpu_s = sum(float(s["gpu_s"] or 0.0) for s in steps)
         if not steps or not utils or gpu_s <= 0:
             continue
         events_busy = sum(clock.busy_s(s) for s in steps) / gpu_s

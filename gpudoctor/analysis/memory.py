@@ -129,7 +129,7 @@ def _field(key: str) -> Callable[[dict[str, Any]], float | None]:
 
 def allocator(a: Analysis) -> list[AllocatorSample]:
     """The primary process's allocator lines (none on a CPU run or an older recording)."""
-    return allocator_samples(a.primary.events) if a.primary is not None else []
+    return allocator_samples(a.primary.records) if a.primary is not None else []
 
 
 def _allocator_free(a: Analysis, samples: list[AllocatorSample]) -> float | None:
@@ -302,6 +302,5 @@ def _widest_batch(a: Analysis) -> tuple[int | None, int | None]:
         widest = max(batches, key=lambda b: int(b["tokens"]))
         rows = batchlengths.rows(widest) or max(1, int(widest["tokens"]) // max(1, int(widest["seq_len"])))
         return rows, rows * int(widest["seq_len"])
-    sizes = [int(e["batch_size"]) for e in (p.events if p else []) if e.get("k") == "loader"
-             and isinstance(e.get("batch_size"), int)]
+    sizes = [int(b) for e in (p.loaders if p else []) if isinstance(b := e.get("batch_size"), int)]
     return (max(sizes), None) if sizes else (None, None)

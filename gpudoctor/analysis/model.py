@@ -10,7 +10,8 @@ from typing import Any
 
 from gpudoctor.analysis import trainings as tr
 from gpudoctor.analysis.process import ProcessView, build_process_view, padding_summary, quantiles
-from gpudoctor.analysis.sampled import load_stack_rows, sampled_events
+from gpudoctor.analysis.sampled import load_stack_rows, sampled_records
+from gpudoctor.recording.records import Records
 from gpudoctor.recording.store import Recording
 from gpudoctor.report.schema import BREAKDOWN_KEYS
 from gpudoctor.samplers.pace import MAX_INTERVAL_S
@@ -141,12 +142,10 @@ def analyze(rec: Recording) -> Analysis:
 def _hook_error_notes(rec: Recording, start: float) -> list[str]:
     """What a hook that failed inside the training said (the training went on without it)."""
     notes = []
-    for pid, events in sorted(rec.events.items()):
-        for e in events:
-            if e.get("k") != "hook_error":
-                continue
-            at = f"{float(e['t']) - start:.1f} s after launch" if isinstance(e.get("t"), float) else "at some point"
-            what = f"{e.get('where')!s} ({e.get('message') or e.get('error') or 'an internal error'})"
+    for pid, records in sorted(rec.events.items()):
+        for e in records.hook_errors:
+            at = f"{float(e['t']) - start:.1f} s after launch" if isinstance(e["t"], float) else "at some point"
+            what = f"{e['where']!s} ({e.get('message') or e.get('error') or 'an internal error'})"
             notes.append(
                 f"in-process recording stopped in pid {pid} {at} after an internal error in {what}: "
                 "in-process figures cover the time before"
@@ -160,27 +159,22 @@ def _hook_error_notes(rec: Recording, start: float) -> list[str]:
 def _training_processes(rec: Recording, start: float, end: float) -> list[list[ProcessView]]:
     """The training processes (not DataLoader workers), grouped into trainings (see trainings.py)."""
     # Processes the hooks never reached (attach without a debugger) are seen through stack samples.
-    events = {**sampled_events(load_stack_rows(rec.root), skip_pids=set(rec.events)), **rec.events}
-    proc_info = {pid: next((e for e in rows if e.get("k") == "proc"), {}) for pid, rows in events.items()}
-    workers: dict[int, list[list[dict[str, Any]]]] = {}
-    for pid, info in proc_info.items():
-        if info.get("is_worker"):
-            workers.setdefault(int(info.get("ppid") or -1), []).append(events[pid])
+    events = {**sampled_records(load_stack_rows(rec.root), skip_pids=set(rec.events)), **rec.events}
+    workers: dict[int, list[Records]] = {}
+    for records in events.values():
+        if records.proc is not None and records.proc.get("is_worker"):
+            workers.setdefault(int(records.proc.get("ppid") or -1), []).append(records)
     lives: dict[int, tr.Lifetime] = {}
-    for pid, rows in events.items():
-        if proc_info[pid].get("is_worker"):
+    for pid, records in events.items():
+        if records.proc is not None and records.proc.get("is_worker"):
             continue
-        loop = rec.loops.get(pid)
-        trains = any(e.get("k") in ("step", "first_step") for e in rows) or any(
-            e.get("k") == "span" and e.get("c") == "data_wait" for e in rows
-        ) or (loop is not None and bool(loop.steps or loop.spans.get("data_wait")))
-        if trains:
-            lives[pid] = tr.lifetime(rows, loop, start, end)
+        loop = records.loop
+        if records.first_step is not None or loop.steps or loop.spans.get("data_wait"):
+            lives[pid] = tr.lifetime(records, start, end)
     groups = tr.group(lives)
     out = []
     for pids, (lo, hi) in zip(groups, tr.windows(groups, lives, start, end), strict=True):
-        views = [build_process_view(pid, events[pid], lo, hi, workers.get(pid, []), rec.loops.get(pid))
-                 for pid in pids]
+        views = [build_process_view(pid, events[pid], lo, hi, workers.get(pid, [])) for pid in pids]
         out.append(sorted(views, key=lambda v: (v.rank, v.pid)))
     return out
 

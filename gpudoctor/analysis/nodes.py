@@ -21,6 +21,8 @@ from typing import Any
 
 from gpudoctor.analysis.model import Analysis, GpuStats, HostStats
 from gpudoctor.analysis.process import ProcessView, quantiles
+from gpudoctor.recording.events import ProcEvent
+from gpudoctor.recording.records import Records
 from gpudoctor.recording.store import Recording
 from gpudoctor.report.schema import BREAKDOWN_KEYS
 
@@ -48,10 +50,10 @@ class RankSummary:
 
     def view(self) -> ProcessView:
         """A :class:`ProcessView` carrying only these figures, for the rules that compare ranks."""
-        return ProcessView(pid=self.pid, rank=self.rank, events=[], start=self.start, end=self.end,
+        return ProcessView(pid=self.pid, rank=self.rank, records=Records(), start=self.start, end=self.end,
                            first_step=self.first_step, breakdown=dict(self.breakdown),
                            slice_s=dict(self.seconds), n_data_waits=self.data_waits,
-                           proc={"rank": self.rank, "local_rank": self.local_rank, "node": self.node})
+                           proc=ProcEvent(k="proc", rank=self.rank, local_rank=self.local_rank), node=self.node)
 
 
 @dataclass
@@ -135,7 +137,7 @@ def slow_node(a: Analysis) -> tuple[str, float, float, float] | None:
     median rank elsewhere: the node's host is the straggler, not one rank's data path."""
     by_node: dict[str, list[ProcessView]] = {}
     for p in a.procs:
-        node = p.proc.get("node")
+        node = p.node
         if isinstance(node, str) and node:
             by_node.setdefault(node, []).append(p)
     if len(by_node) < 2:

@@ -12,8 +12,22 @@ from typing import Any, TypeVar
 from gpudoctor.analysis import gpu_clock
 from gpudoctor.analysis import timeline as tl
 from gpudoctor.common import batchlengths
-from gpudoctor.recording.events import COMMUNICATION, NO_BATCH_WAIT
-from gpudoctor.recording.read import LoopData
+from gpudoctor.recording.events import (
+    COMMUNICATION,
+    AcceleratorEvent,
+    BatchEvent,
+    CommEvent,
+    DdpEvent,
+    LightningCheckpointEvent,
+    LoaderEvent,
+    ModelEvent,
+    PlanEvent,
+    ProcEvent,
+    ProfilerEvent,
+    TorchCfgEvent,
+    TrainerEvent,
+)
+from gpudoctor.recording.records import CounterSum, Records
 from gpudoctor.report.schema import BREAKDOWN_KEYS
 
 N = TypeVar("N", int, float)
@@ -25,7 +39,7 @@ class ProcessView:
 
     pid: int
     rank: int
-    events: list[dict[str, Any]]
+    records: Records  # its events, typed once by the reader (recording/records.py)
     start: float
     end: float
     first_step: float | None = None
@@ -36,16 +50,16 @@ class ProcessView:
     # startup, data_wait, checkpoint and eval intervals; compute and other only as seconds in slice_s
     slices: dict[str, list[tl.Interval]] = field(default_factory=dict)
     breakdown: dict[str, float] = field(default_factory=dict)
-    batches: list[dict[str, Any]] = field(default_factory=list)
-    loaders: list[dict[str, Any]] = field(default_factory=list)
-    torch_cfg: dict[str, Any] | None = None
-    model: dict[str, Any] | None = None  # the first ``model`` event: config and parameter shape
-    trainer: dict[str, Any] | None = None
-    lightning_checkpoint: dict[str, Any] | None = None  # the first ModelCheckpoint's settings
-    accelerator: dict[str, Any] | None = None  # the first Accelerator's settings
-    ddp: dict[str, Any] | None = None  # the first DistributedDataParallel's settings (``ddp`` event)
-    comm: list[dict[str, Any]] = field(default_factory=list)  # ``comm`` events: collectives per step
-    plan: dict[str, Any] | None = None
+    batches: list[BatchEvent] = field(default_factory=list)
+    loaders: list[LoaderEvent] = field(default_factory=list)
+    torch_cfg: TorchCfgEvent | None = None
+    model: ModelEvent | None = None  # the first ``model`` event: config and parameter shape
+    trainer: TrainerEvent | None = None  # the last Trainer built
+    lightning_checkpoint: LightningCheckpointEvent | None = None  # the first ModelCheckpoint's settings
+    accelerator: AcceleratorEvent | None = None  # the first Accelerator's settings
+    ddp: DdpEvent | None = None  # the first DistributedDataParallel's settings (``ddp`` event)
+    comm: list[CommEvent] = field(default_factory=list)  # ``comm`` events: collectives per step
+    plan: PlanEvent | None = None
     tokenize_s: float = 0.0
     tokenize_in_loop_s: float = 0.0
     tokenize_calls: int = 0
@@ -62,13 +76,14 @@ class ProcessView:
     tokenize_cpu_s: float = 0.0
     tokenize_cpu_calls: int = 0
     n_data_waits: int = 0  # loader waits that delivered a batch (not the end-of-data one)
-    profiler: list[dict[str, Any]] = field(default_factory=list)
+    profiler: list[ProfilerEvent] = field(default_factory=list)
     map_cache: list[str] = field(default_factory=list)  # per Dataset.map: "hit" | "miss" | "none"
-    proc: dict[str, Any] = field(default_factory=dict)
+    proc: ProcEvent = field(default_factory=lambda: ProcEvent(k="proc"))
+    node: str | None = None  # a multi-node job's node (analysis/nodes.py), else None
     slice_s: dict[str, float] = field(default_factory=dict)  # seconds per slice, set with ``slices``
     # A CUDA run's GPU clock (analysis.gpu_timeline): then ``breakdown`` is on the GPU's seconds and
     # the host's own figures are kept here.
-    gpu_clock: Any = None
+    gpu_clock: gpu_clock.ClockView | None = None
     host_checkpoint_spans: list[tl.Interval] | None = None  # a CUDA run's saves as the host timed them
     host_breakdown: dict[str, float] = field(default_factory=dict)
     host_slice_s: dict[str, float] = field(default_factory=dict)
@@ -113,68 +128,23 @@ class ProcessView:
         return list(self._intervals)
 
 
-def build_process_view(
-    pid: int, events: list[dict[str, Any]], start: float, end: float, worker_events: list[list[dict[str, Any]]],
-    loop: LoopData | None = None,
-) -> ProcessView:
-    """``events`` may hold steps and spans as dicts, ``loop`` (from the loader) compactly, or both."""
-    proc = next((e for e in events if e.get("k") == "proc"), {})
+def build_process_view(pid: int, records: Records, start: float, end: float, workers: list[Records]) -> ProcessView:
+    """The figures of process ``pid`` over [start, end]; ``workers``: its DataLoader workers' records."""
+    proc = records.proc if records.proc is not None else ProcEvent(k="proc")
     rank = proc.get("rank")
-    view = ProcessView(pid=pid, rank=rank if isinstance(rank, int) else 0, events=events, start=start, end=end, proc=proc)
-    spans: dict[str, list[tl.Interval]] = {c: list(iv) for c, iv in loop.spans.items()} if loop else {}
-    names: dict[str, dict[str, float]] = {c: dict(n) for c, n in loop.span_s.items()} if loop else {}
-    if loop:
-        view.step_times = list(loop.steps)
-        view.optimizer_s = loop.step_dt_s
-        view.n_data_waits = len(loop.spans.get("data_wait", [])) - loop.no_batch_waits
-    firsts: list[float] = []
-    counters: list[dict[str, Any]] = []
-    for e in events:
-        kind = e.get("k")
-        if kind == "span":
-            t0, dt = float(e["t0"]), float(e["dt"])
-            spans.setdefault(e["c"], []).append((t0, t0 + dt))
-            per = names.setdefault(e["c"], {})
-            per[e.get("name", "?")] = per.get(e.get("name", "?"), 0.0) + dt
-            if e["c"] == "data_wait" and e.get("name") != NO_BATCH_WAIT:
-                view.n_data_waits += 1
-        elif kind == "first_step":
-            firsts.append(float(e["t"]))
-        elif kind == "step":
-            view.step_times.append(float(e["t"]))
-            step_dt = e.get("dt")
-            if isinstance(step_dt, (int, float)) and not isinstance(step_dt, bool) and step_dt > 0:
-                view.optimizer_s += float(step_dt)
-        elif kind == "batch":
-            view.batches.append(e)
-        elif kind == "loader":
-            view.loaders.append(e)
-        elif kind == "torch_cfg" and view.torch_cfg is None:
-            view.torch_cfg = e
-        elif kind == "model" and view.model is None:
-            view.model = e
-        elif kind == "trainer":
-            view.trainer = e
-        elif kind == "lightning_checkpoint" and view.lightning_checkpoint is None:
-            view.lightning_checkpoint = e
-        elif kind == "accelerator" and view.accelerator is None:
-            view.accelerator = e
-        elif kind == "ddp" and view.ddp is None:
-            view.ddp = e
-        elif kind == "comm":
-            view.comm.append(e)
-        elif kind in ("plan", "hf_plan"):  # "hf_plan": recordings from before 0.1's rename
-            view.plan = e
-        elif kind == "counter":
-            counters.append(e)
-        elif kind == "profiler":
-            view.profiler.append(e)
-        elif kind == "map_cache" and e.get("state") in ("hit", "miss", "none"):
-            view.map_cache.append(str(e["state"]))
-    view.first_step = min(firsts) if firsts else None
-    view.spans = spans
-    view.span_names = names
-    _apply_counters(view, counters, worker_events)
+    loop = records.loop
+    view = ProcessView(
+        pid=pid, rank=rank if isinstance(rank, int) else 0, records=records, start=start, end=end, proc=proc,
+        first_step=records.first_step, step_times=list(loop.steps), optimizer_s=loop.step_dt_s,
+        spans={c: list(iv) for c, iv in loop.spans.items()}, span_names={c: dict(n) for c, n in loop.span_s.items()},
+        n_data_waits=len(loop.spans.get("data_wait", [])) - loop.no_batch_waits,
+        batches=list(records.batches), loaders=list(records.loaders), torch_cfg=records.torch_cfg,
+        model=records.model, trainer=records.trainer, lightning_checkpoint=records.lightning_checkpoint,
+        accelerator=records.accelerator, ddp=records.ddp, comm=list(records.comm), plan=records.plan,
+        profiler=list(records.profiler),
+        map_cache=[m["state"] for m in records.map_cache if m["state"] in ("hit", "miss", "none")],
+    )
+    _apply_counters(view, records.counters, workers)
     compute_breakdown(view)
     _on_gpu_clock(view)
     return view
@@ -182,7 +152,7 @@ def build_process_view(
 
 def _on_gpu_clock(view: ProcessView) -> None:
     """A CUDA run's breakdown on the GPU's seconds (waits cut to the GPU's idle), the host's kept."""
-    clock = gpu_clock.clock_view(view.events)
+    clock = gpu_clock.clock_view(view.records)
     if clock is None:
         return
     view.gpu_clock = clock
@@ -198,48 +168,42 @@ def _on_gpu_clock(view: ProcessView) -> None:
     view.tokenize_in_loop_s = min(view.tokenize_in_loop_s, view.seconds("data_wait"))
 
 
-def _apply_counters(view: ProcessView, counters: list[dict[str, Any]], worker_events: list[list[dict[str, Any]]]) -> None:
+def _apply_counters(view: ProcessView, counters: list[CounterSum], workers: list[Records]) -> None:
     """Tokenizer time of this process; batch production cost here or in its workers."""
     first = view.first_step
     loop_end = view.loop_end
     for c in counters:
-        if c.get("name") == "tokenize":
-            view.tokenize_s += float(c["s"])
-            view.tokenize_calls += int(c["calls"])
-            if _cpu_timed(c) and int(c["calls"]) == int(c.get("cpu_calls", c["calls"])):
-                view.tokenize_timed_s += float(c["s"])
-                view.tokenize_cpu_s += float(c["cpu"])
-                view.tokenize_cpu_calls += int(c["calls"])
+        if c.name == "tokenize":
+            view.tokenize_s += c.s
+            view.tokenize_calls += c.calls
+            if c.cpu_timed:
+                view.tokenize_timed_s += c.s
+                view.tokenize_cpu_s += c.cpu
+                view.tokenize_cpu_calls += c.calls
             # Counter lines are flushed every ~0.5 s; attribute by flush time, and only
             # to the training loop (tokenizing after the last step is not in-loop).
-            t = float(c["t"])
+            t = c.t
             if first is not None and first < t <= (loop_end if loop_end is not None else t) + 0.6:
-                view.tokenize_in_loop_s += float(c["s"])
-        elif c.get("name") == "fetch":
+                view.tokenize_in_loop_s += c.s
+        elif c.name == "fetch":
             _add_fetch(view, c, worker=False)
-    for rows in worker_events:
-        for c in rows:
-            if c.get("k") == "counter" and c.get("name") == "fetch":
+    for worker in workers:
+        for c in worker.counters:
+            if c.name == "fetch":
                 _add_fetch(view, c, worker=True)
 
 
-def _cpu_timed(c: dict[str, Any]) -> bool:
-    return isinstance(c.get("cpu"), float) and int(c.get("cpu_calls", c.get("calls", 0)) or 0) > 0
-
-
-def _add_fetch(view: ProcessView, c: dict[str, Any], worker: bool) -> None:
-    calls = int(c["calls"])
-    view.fetch_s += float(c["s"])
-    view.fetch_calls += calls
+def _add_fetch(view: ProcessView, c: CounterSum, worker: bool) -> None:
+    view.fetch_s += c.s
+    view.fetch_calls += c.calls
     if worker:
-        view.fetch_in_workers += calls
-    # A sum of lines with and without CPU (a writer upgraded mid-run) has no one ratio: left out.
-    if _cpu_timed(c) and calls == int(c.get("cpu_calls", calls)):
-        view.fetch_timed_s += float(c["s"])
-        view.fetch_cpu_s += float(c["cpu"])
-        view.fetch_thread_cpu_s += float(c.get("tcpu") or 0.0)
-        view.fetch_run_delay_s += float(c.get("rdelay") or 0.0)
-        view.fetch_cpu_calls += calls
+        view.fetch_in_workers += c.calls
+    if c.cpu_timed:
+        view.fetch_timed_s += c.s
+        view.fetch_cpu_s += c.cpu
+        view.fetch_thread_cpu_s += c.tcpu
+        view.fetch_run_delay_s += c.rdelay
+        view.fetch_cpu_calls += c.calls
 
 
 def compute_breakdown(view: ProcessView, waits: list[tl.Interval] | None = None) -> None:
@@ -297,7 +261,7 @@ def eval_spans(view: ProcessView) -> list[tl.Interval]:
     return [*view.spans.get("eval", []), *found]
 
 
-def padding_summary(batches: list[dict[str, Any]]) -> dict[str, Any]:
+def padding_summary(batches: list[BatchEvent]) -> dict[str, Any]:
     tokens = sum(int(b["tokens"]) for b in batches)
     pad = sum(int(b["pad"]) for b in batches)
     lengths = [int(x) for b in batches for x in b.get("lengths", [])]
@@ -311,7 +275,7 @@ def padding_summary(batches: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def dynamic_padding_tokens(batches: list[dict[str, Any]], multiple: int = 64) -> tuple[int, int]:
+def dynamic_padding_tokens(batches: list[BatchEvent], multiple: int = 64) -> tuple[int, int]:
     """(tokens now, tokens if each batch were padded to its longest row, rounded up)."""
     now = sum(int(b["tokens"]) for b in batches)
     after = 0

@@ -24,9 +24,11 @@ Row (one per process per sampling window)::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from gpudoctor.recording.events import SpanEvent
 from gpudoctor.recording.read import read_samples
+from gpudoctor.recording.records import Records
 from gpudoctor.recording.validate import is_time
 
 
@@ -70,8 +72,25 @@ def _clean_row(row: Any) -> dict[str, Any] | None:
     return row
 
 
+def sampled_records(rows: list[dict[str, Any]], skip_pids: set[int]) -> dict[int, Records]:
+    """The stand-in events of :func:`sampled_events`, typed as the reader types a process's lines."""
+    out = {}
+    for pid, events in sampled_events(rows, skip_pids).items():
+        records = Records()
+        for e in events:
+            records.add(e)
+        out[pid] = records.finish()
+    return out
+
+
+def sampled_spans(rows: list[dict[str, Any]], skip_pids: set[int]) -> dict[int, list[SpanEvent]]:
+    """The stand-in spans of :func:`sampled_events`, with their names (for the tables)."""
+    return {pid: [cast(SpanEvent, e) for e in events if e["k"] == "span"]
+            for pid, events in sampled_events(rows, skip_pids).items()}
+
+
 def sampled_events(rows: list[dict[str, Any]], skip_pids: set[int]) -> dict[int, list[dict[str, Any]]]:
-    """Stand-in events for each sampled main process not in ``skip_pids``."""
+    """Stand-in event lines for each sampled main process not in ``skip_pids``, as the hooks would write them."""
     by_pid: dict[int, list[dict[str, Any]]] = {}
     for row in rows:
         if row.get("role") == "main" and row["pid"] not in skip_pids:

@@ -10,38 +10,22 @@ process is measured over its own training's window only.
 
 from __future__ import annotations
 
-from typing import Any
-
-from gpudoctor.recording.read import LoopData
-from gpudoctor.recording.validate import is_duration, is_time
+from gpudoctor.recording.records import Records
 
 Lifetime = tuple[float, float]
 
 
-def lifetime(rows: list[dict[str, Any]], loop: LoopData | None, start: float, end: float) -> Lifetime:
+def lifetime(records: Records, start: float, end: float) -> Lifetime:
     """(born, died) of one process: its start time (else first event) and exit (else last event)."""
-    born = died = None
-    times: list[float] = []
-    for e in rows:
-        kind = e.get("k")
-        if kind == "proc" and is_time(e.get("create_time")):
-            born = float(e["create_time"])
-        elif kind == "exit" and is_time(e.get("t")):
-            died = float(e["t"])
-        if is_time(e.get("t")):
-            times.append(float(e["t"]))
-        if is_time(e.get("t0")):  # an event of a newer kind may carry anything in dt
-            times.append(float(e["t0"]) + (float(e["dt"]) if is_duration(e.get("dt")) else 0.0))
-    if loop is not None:
-        if loop.steps:
-            times += [min(loop.steps), max(loop.steps)]
-        for spans in loop.spans.values():
-            if spans:
-                times += [min(a for a, _ in spans), max(b for _, b in spans)]
+    proc = records.proc
+    created = proc.get("create_time") if proc is not None else None
+    born = float(created) if created is not None else None
+    died = records.exit_t
+    extent = records.extent()
     if born is None:
-        born = min(times, default=start)
+        born = extent[0] if extent is not None else start
     if died is None:
-        died = max(times, default=end)
+        died = extent[1] if extent is not None else end
     return born, max(died, born)
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from gpudoctor.analysis import analyze
 from gpudoctor.analysis.sampled import load_stack_rows
 from gpudoctor.common.termtext import say, terminal_text
+from gpudoctor.recording.records import Records
 from gpudoctor.recording.store import load_recording
 from gpudoctor.report.schema import BREAKDOWN_KEYS
 
@@ -64,9 +65,9 @@ def current_figures(folder: Path) -> tuple[dict[str, float | None] | None, int, 
     return a.breakdown(), len(a.primary.step_times) if a.primary else 0, sampled
 
 
-def _last_data_time(events: dict[int, list[dict[str, Any]]], folder: Path) -> float:
+def _last_data_time(events: dict[int, Records], folder: Path) -> float:
     """Up to the last line flushed, not "now": the unwritten tail would read as idle time."""
-    last = [max(e.get("t") or e.get("t0") or 0.0 for e in rows[-3:]) for rows in events.values() if rows]
+    last = [extent[1] for records in events.values() if (extent := records.extent()) is not None]
     if not last:
         last = [r["t1"] for r in load_stack_rows(folder)[-8:] if isinstance(r.get("t1"), float)]
     return max(last) if last else time.time()

@@ -131,8 +131,7 @@ def _crash(code: int, stopped: bool, a_trial: Any) -> dict[str, Any] | None:
     """The trial's crash: its exit code, steps and last words (its ``uncaught`` event); None when it
     finished, or was stopped by ``try`` itself and raised nothing of its own first (a crash that
     was still shutting down its workers when the seconds ran out is a crash all the same)."""
-    last = next((e for pid_events in a_trial.rec.events.values() for e in reversed(pid_events)
-                 if e.get("k") == "uncaught"), None)
+    last = next((e for records in a_trial.rec.events.values() for e in reversed(records.uncaught)), None)
     if last is None and (code == 0 or stopped):
         return None
     p = a_trial.primary

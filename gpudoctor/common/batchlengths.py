@@ -10,6 +10,7 @@ older or forged line the same way (:mod:`gpudoctor.recording.read`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 MAX_BATCH_LENGTHS = 1024
@@ -40,13 +41,13 @@ def bound(event: dict[str, Any], limit: int = MAX_BATCH_LENGTHS) -> dict[str, An
     return event
 
 
-def rows(batch: dict[str, Any]) -> int:
+def rows(batch: Mapping[str, Any]) -> int:
     """Rows in the batch: exact even when ``lengths`` is a sample."""
     n = batch.get("rows")
     return int(n) if isinstance(n, int) and not isinstance(n, bool) else len(batch.get("lengths") or [])
 
 
-def longest(batch: dict[str, Any]) -> int | None:
+def longest(batch: Mapping[str, Any]) -> int | None:
     """The batch's longest row (exact), or None when no lengths were recorded."""
     top = batch.get("lengths_max")
     if isinstance(top, int) and not isinstance(top, bool):

@@ -20,6 +20,7 @@ import json
 import os
 import subprocess
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ def job(a: Analysis) -> dict[str, Any] | None:
     p = a.primary
     if p is None or a.rec.length_cost is not None or not p.batches:
         return None
-    cfg = p.torch_cfg or {}
+    cfg: Mapping[str, Any] = p.torch_cfg or {}
     built = _architecture(p.model or {})
     if built is None:
         return None
@@ -112,7 +113,7 @@ def _monotone(points: list[LengthPoint]) -> bool:
     return all(a.seconds <= NOISE * b.seconds for a, b in zip(by_width, by_width[1:], strict=False))
 
 
-def _architecture(model: dict[str, Any]) -> dict[str, Any] | None:
+def _architecture(model: Mapping[str, Any]) -> dict[str, Any] | None:
     """The model to time: the recorded ``transformers`` class from its config, else a GPT-2 of the
     recorded shape (layers, width, the weights' count) standing in for a model of the user's own
     class, whose code the doctor never runs; None when neither is known."""

@@ -301,6 +301,7 @@ class ProcEvent(_Proc, total=False):
     is_worker: bool | None
     libs: Libs
     python: str | None
+    sampled: bool  # a stand-in made from stack samples (analysis/sampled.py); the hooks never write it
 
 
 class _Loader(TypedDict):

@@ -10,10 +10,11 @@ and ``gpudoctor report`` must still answer in seconds and a few hundred MB
   The analysis only takes means, maxima and a 2,000-point timeline from them.
 * Event files are read whole (the breakdown needs every span), parsed a few
   thousand lines per ``json.loads`` call (one call per line costs more than the
-  parsing), checked by :mod:`gpudoctor.recording.validate`, and compacted:
-  ``counter`` lines are summed per name and side of the first step (totals are
-  all the analysis reads), and steps and spans, most of a long run, are kept as
-  plain times and intervals (:class:`LoopData`) rather than dicts.
+  parsing), checked by :mod:`gpudoctor.recording.validate`, and typed once into
+  :class:`~gpudoctor.recording.records.Records` (a collection per kind): ``counter``
+  lines are summed per name and side of the first step (totals are all the analysis
+  reads), and steps and spans, most of a long run, are kept as plain times and
+  intervals (:class:`LoopData`) rather than dicts.
 
 Every reader has a budget (:class:`Budget`): an events file is read up to
 :data:`MAX_EVENT_FILE_BYTES` and :data:`MAX_EVENTS_PER_FILE` lines, a folder's
@@ -51,7 +52,8 @@ from typing import IO, Any
 from gpudoctor.common import batchlengths
 from gpudoctor.common.safefs import is_holey, is_pinned, open_read
 from gpudoctor.common.wording import plural
-from gpudoctor.recording.events import NO_BATCH_WAIT
+from gpudoctor.recording.events import NO_BATCH_WAIT, SpanEvent
+from gpudoctor.recording.records import LoopData, Records
 from gpudoctor.recording.validate import (
     KNOWN_KINDS,
     clean_event,
@@ -460,30 +462,21 @@ def _sample_objs(fh: IO[bytes], max_rows: int, issues: ReadIssues) -> Iterator[A
 
 
 @dataclass
-class LoopData:
-    """A process's steps and spans, compact: a day at 2 steps/s is ~170k of each."""
-
-    steps: list[float] = field(default_factory=list)  # ``t`` of each ``step`` event, file order
-    step_dt_s: float = 0.0  # the optimizer steps' own seconds (``dt`` of the step events), summed
-    spans: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # category -> (start, end)
-    span_s: dict[str, dict[str, float]] = field(default_factory=dict)  # category -> name -> seconds
-    no_batch_waits: int = 0  # data_wait spans named NO_BATCH_WAIT: waits, not batches
-
-    def __bool__(self) -> bool:
-        return bool(self.steps or self.spans)
-
-
-@dataclass
 class EventLoad:
-    """The events of one process, checked and compacted, with their time extent."""
+    """The events of one process, checked and typed (:class:`Records`), with their time extent."""
 
-    events: list[dict[str, Any]] = field(default_factory=list)  # every kind but step/span/counter...
-    loop: LoopData = field(default_factory=LoopData)  # ...whose steps and spans are here
+    records: Records = field(default_factory=Records)  # a typed collection per kind, steps and spans compact
     bad: int = 0
     t_min: float | None = None
     t_max: float | None = None
     notes: list[str] = field(default_factory=list)  # a refused file, over-long lines (ReadIssues)
     owner: int | None = None  # the file's owner (from its descriptor): whose process wrote it
+    kept_lines: int = 0  # lines kept (steps and spans included)
+    kept_bytes: int = 0  # their memory as charged to the budget (kept_bytes)
+
+    @property
+    def loop(self) -> LoopData:
+        return self.records.loop
 
 
 def read_events(path: Path, max_line: int = MAX_LINE_BYTES, budget: Budget | None = None) -> EventLoad:
@@ -502,8 +495,9 @@ def read_events(path: Path, max_line: int = MAX_LINE_BYTES, budget: Budget | Non
     lines = 0
     kept = 0  # bytes of memory kept (kept_bytes), against budget.memory_left
     unknown: dict[str, int] = {}  # lines of kinds this version does not read, by kind (a few named)
-    steps, spans, span_s = out.loop.steps, out.loop.spans, out.loop.span_s
-    events: list[dict[str, Any]] = []
+    records = out.records
+    steps, spans, span_s = records.loop.steps, records.loop.spans, records.loop.span_s
+    kept_lines = 0
     times: list[float] = []
     chunks = iter_chunks(path, issues)
     for objs in chunks:
@@ -521,7 +515,8 @@ def read_events(path: Path, max_line: int = MAX_LINE_BYTES, budget: Budget | Non
                         kept += STEP_BYTES
                         dt = e.get("dt")
                         if type(dt) is float and dt > 0:
-                            out.loop.step_dt_s += dt
+                            records.loop.step_dt_s += dt
+                        kept_lines += 1
                         continue
                 elif k == "span":
                     if fast_span(e):
@@ -540,13 +535,14 @@ def read_events(path: Path, max_line: int = MAX_LINE_BYTES, budget: Budget | Non
                         per[name] = so_far + dt
                         kept += SPAN_BYTES
                         if name == NO_BATCH_WAIT:
-                            out.loop.no_batch_waits += 1
+                            records.loop.no_batch_waits += 1
+                        kept_lines += 1
                         continue
                 elif k == "counter" and fast_counter(e):
-                    e["k"] = _COUNTER
                     times.append(e["t"])
-                    events.append(e)
+                    records.add(e)
                     kept += kept_bytes(e)
+                    kept_lines += 1
                     continue
                 elif k == "batch":
                     _bound_batch(e, budget)
@@ -560,14 +556,10 @@ def read_events(path: Path, max_line: int = MAX_LINE_BYTES, budget: Budget | Non
                 else:
                     unknown["..."] = unknown.get("...", 0) + 1
                 continue
-            e["k"] = sys.intern(e["k"])
             times += [e[key] for key in ("t", "t0") if is_time(e.get(key))]
-            if e["k"] in ("step", "span"):  # valid, but with ints or odd extras: same as above
-                _add_to_loop(out.loop, e)
-                kept += SPAN_BYTES + NAME_BYTES
-            else:
-                events.append(e)
-                kept += kept_bytes(e)
+            records.add(e)  # steps and spans valid, but with ints or odd extras: to the loop as above
+            kept += SPAN_BYTES + NAME_BYTES if e["k"] in ("step", "span") else kept_bytes(e)
+            kept_lines += 1
         del objs  # before the next block is parsed: one block's objects at a time
         if kept > budget.memory_left and issues.cut is None:
             issues.cut = f"{_size(budget.memory_left)} of memory for what it keeps (the memory budget)"
@@ -587,7 +579,8 @@ def read_events(path: Path, max_line: int = MAX_LINE_BYTES, budget: Budget | Non
     times += [min(iv)[0] for iv in spans.values() if iv]
     if times:
         out.t_min, out.t_max = min(times), max(times)
-    out.events = _sum_counters(events)
+    records.finish()
+    out.kept_lines, out.kept_bytes = kept_lines, kept
     out.bad += issues.long_lines  # a refused file is already one _BAD line
     out.notes = issues.notes + out.notes
     return out
@@ -599,9 +592,6 @@ def _unknown_note(name: str, unknown: dict[str, int]) -> str:
     kinds = ", ".join(repr(k[:40]) for k in unknown if k != "...") + (" ..." if "..." in unknown else "")
     return (f"{name}: {count:,} line{'' if count == 1 else 's'} of kinds this version of gpudoctor does not read skipped "
             f"({kinds}; a newer writer's, or not gpudoctor's)")
-
-
-_COUNTER = sys.intern("counter")
 
 
 def _bound_batch(e: dict[str, Any], budget: Budget) -> None:
@@ -616,55 +606,14 @@ def _bound_batch(e: dict[str, Any], budget: Budget) -> None:
     budget.lengths_left -= len(e.get("lengths") or ())
 
 
-def _add_to_loop(loop: LoopData, e: dict[str, Any]) -> None:
-    if e["k"] == "step":
-        loop.steps.append(float(e["t"]))
-        dt = e.get("dt")
-        if isinstance(dt, (int, float)) and not isinstance(dt, bool) and dt > 0:
-            loop.step_dt_s += float(dt)
-        return
-    c, t0, dt = e["c"], float(e["t0"]), float(e["dt"])
-    loop.spans.setdefault(c, []).append((t0, t0 + dt))
-    per = loop.span_s.setdefault(c, {})
-    name = e.get("name", "?")
-    per[name] = per.get(name, 0.0) + dt
-    if name == NO_BATCH_WAIT:
-        loop.no_batch_waits += 1
-
-
-def _sum_counters(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Sum ``counter`` lines per name and side of the first step (all the analysis reads).
-
-    Each sum keeps the latest ``t`` of its side, so "after the first step" reads the same.
-    """
-    firsts = [e["t"] for e in events if e["k"] == "first_step"]
-    first = min(firsts) if firsts else None
-    kept: list[dict[str, Any]] = []
-    sums: dict[tuple[str, bool], dict[str, Any]] = {}
-    for e in events:
-        if e["k"] != "counter":
-            kept.append(e)
-            continue
-        key = (e["name"], first is not None and e["t"] > first)
-        total = sums.get(key)
-        timed = "cpu" in e  # CPU beside wall (newer writers): summed over the lines that have it
-        if total is None:
-            sums[key] = total = dict(e)
-            total["cpu_calls"] = e["calls"] if timed else 0
-            total.setdefault("cpu", 0.0)
-            total.setdefault("tcpu", 0.0)
-            total.setdefault("rdelay", 0.0)
-            kept.append(total)
-        else:
-            total["calls"] += e["calls"]
-            total["s"] += e["s"]
-            total["t"] = max(total["t"], e["t"])
-            if timed:
-                total["cpu"] += e["cpu"]
-                total["tcpu"] += e.get("tcpu") or 0.0
-                total["rdelay"] += e.get("rdelay") or 0.0
-                total["cpu_calls"] += e["calls"]
-    return kept
+def read_spans(path: Path) -> list[SpanEvent]:
+    """Every valid ``span`` of ``events/<pid>.jsonl`` with its name, read again for the tables
+    (:class:`LoopData` keeps spans as bare intervals); what validate refuses is left out, as there."""
+    out: list[SpanEvent] = []
+    for e in iter_jsonl(path):
+        if type(e) is dict and e.get("k") == "span" and (fast_span(e) or clean_event(e) is not None):
+            out.append(e)  # type: ignore[arg-type]  # checked: a span's fields, typed as validate checks them
+    return out
 
 
 @dataclass(frozen=True)
@@ -679,9 +628,9 @@ class AllocatorSample:
     total_mib: float | None  # the device's memory, on the first line
 
 
-def allocator_samples(events: list[dict[str, Any]]) -> list[AllocatorSample]:
+def allocator_samples(records: Records) -> list[AllocatorSample]:
     """A process's ``cuda_mem`` lines (checked on load), typed, in time order."""
     out = [AllocatorSample(float(e["t"]), e.get("n"), float(e["allocated_mib"]), float(e["reserved_mib"]),
-                           float(e["peak_mib"]), None if e.get("total_mib") is None else float(e["total_mib"]))
-           for e in events if e.get("k") == "cuda_mem"]
+                           float(e["peak_mib"]), None if (total := e.get("total_mib")) is None else float(total))
+           for e in records.cuda_mem]
     return sorted(out, key=lambda s: s.t)

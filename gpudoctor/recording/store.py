@@ -30,11 +30,11 @@ from gpudoctor.recording import claim, length_cost
 from gpudoctor.recording.length_cost import LengthCost
 from gpudoctor.recording.read import (  # noqa: F401 - read_jsonl re-exported
     Budget,
-    LoopData,
     read_events,
     read_jsonl,
     read_samples,
 )
+from gpudoctor.recording.records import LoopData, Records
 from gpudoctor.recording.validate import clean_gpu_row, clean_host_row, clean_meta
 
 META_SCHEMA = "gpudoctor.run/1"
@@ -205,19 +205,23 @@ class RunFolder:
 class Recording:
     """Everything a run folder holds, loaded into memory for analysis.
 
-    ``events[pid]`` holds every event kind but ``step`` and ``span``: those are
-    in ``loops[pid]``, compact (a pid with either has an ``events`` entry).
+    ``events[pid]`` is that process's events, parsed once into a typed collection per kind
+    (:class:`~gpudoctor.recording.records.Records`; steps and spans compact in its ``loop``).
     """
 
     root: Path
     meta: dict[str, Any]
     host: list[dict[str, Any]] = field(default_factory=list)
     gpu: list[dict[str, Any]] = field(default_factory=list)
-    events: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
-    loops: dict[int, LoopData] = field(default_factory=dict)  # steps and spans, per pid (see read.py)
+    events: dict[int, Records] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     event_owners: dict[int, int] = field(default_factory=dict)  # pid -> uid owning its events file
     length_cost: LengthCost | None = None  # seconds of a batch at several widths, timed after the run
+
+    @property
+    def loops(self) -> dict[int, LoopData]:
+        """Steps and spans, per pid that has any (see read.py)."""
+        return {pid: r.loop for pid, r in self.events.items() if r.loop}
 
     @property
     def start_time(self) -> float | None:
@@ -279,10 +283,8 @@ def _load(folder: RunFolder, meta_shown: Path) -> Recording:
             rec.notes += loaded.notes  # a refused file (link, FIFO, stranger's), over-long lines, a cut budget
             if loaded.owner is not None:
                 rec.event_owners[pid] = loaded.owner
-            if loaded.events or loaded.loop:
-                rec.events[pid] = loaded.events
-            if loaded.loop:
-                rec.loops[pid] = loaded.loop
+            if loaded.records:
+                rec.events[pid] = loaded.records
             extents += [t for t in (loaded.t_min, loaded.t_max) if t is not None]
     if bad_host + bad_gpu:
         rec.notes.append(f"{plural(bad_host + bad_gpu, 'truncated, unreadable or invalid sample line')} skipped")

@@ -22,6 +22,7 @@ from typing import Any
 
 from gpudoctor.common import batchlengths, safefs
 from gpudoctor.common.errors import UserError
+from gpudoctor.recording.records import Records
 from gpudoctor.recording.store import load_recording
 
 MAX_JSON_BYTES = 4 * 2**20  # a config.json or training_args.json is a few kB
@@ -72,46 +73,44 @@ def from_run(folder: Path) -> RunFacts:
         raise UserError(f"{folder} holds no in-process events (was it recorded by 'gpudoctor run'?); "
                         "nothing to build a replay from: pass a replay config YAML instead")
     facts = RunFacts(origin=[f"the run recorded in {folder}"], recorded=True)
-    workers = {pid for pid, evs in rec.events.items()
-               if any(e["k"] == "proc" and e.get("is_worker") for e in evs)}
-    for pid, events in rec.events.items():
-        first = min((e["t"] for e in events if e["k"] == "first_step"), default=None)
-        loop = rec.loops.get(pid)
-        if loop is not None and pid not in workers:
+    workers = {pid for pid, r in rec.events.items() if r.proc is not None and r.proc.get("is_worker")}
+    for pid, records in rec.events.items():
+        first, loop = records.first_step, records.loop
+        if loop and pid not in workers:
             facts.steps = max(facts.steps, len(loop.steps))
             facts.checkpoints = max(facts.checkpoints, len(loop.spans.get("checkpoint", [])))
             maps = loop.spans.get("format", [])
             facts.map_at_startup |= bool(maps) and (first is None or min(s for s, _ in maps) < first)
-        for e in events:
-            _take(facts, e, pid in workers, first)
+        _take(facts, records, pid in workers)
     return facts
 
 
-def _take(facts: RunFacts, e: dict[str, Any], worker: bool, first: float | None) -> None:
-    k = e["k"]
-    if k == "batch" and e.get("lengths"):
-        facts.batches.append(Batch(e["seq_len"], list(e["lengths"]), e["pad"], batchlengths.rows(e),
-                                   batchlengths.longest(e) or 0))
-    elif k == "counter" and e["name"] == "tokenize":
-        if worker or (first is not None and e["t"] > first):
-            facts.tokenize_calls_training += e["calls"]
+def _take(facts: RunFacts, r: Records, worker: bool) -> None:
+    """One process's records into the facts (the first process to say a setting gives it)."""
+    facts.batches += [Batch(e["seq_len"], list(lengths), e["pad"], batchlengths.rows(e), batchlengths.longest(e) or 0)
+                      for e in r.batches if (lengths := e.get("lengths"))]
+    for c in r.counters:
+        if c.name != "tokenize":
+            continue
+        if worker or (r.first_step is not None and c.t > r.first_step):
+            facts.tokenize_calls_training += c.calls
         else:
-            facts.tokenize_calls_startup += e["calls"]
-    elif k == "trainer" and isinstance(e.get("args"), dict) and facts.training_args is None:
-        facts.training_args, facts.args_source = e["args"], "the recorded TrainingArguments"
-    elif k in ("plan", "hf_plan") and isinstance(e.get("max_steps"), int):
-        facts.plan_max_steps = e["max_steps"]
-    elif k == "model" and facts.model_config is None and e["config"]:  # a plain nn.Module: shape only
-        facts.model_config = e["config"]
-        facts.model_params = e.get("params")
-        facts.model_class = e.get("class")
+            facts.tokenize_calls_startup += c.calls
+    if r.trainer is not None and "args" in r.trainer and facts.training_args is None:
+        facts.training_args, facts.args_source = r.trainer["args"], "the recorded TrainingArguments"
+    if r.plan is not None and isinstance(max_steps := r.plan.get("max_steps"), int):
+        facts.plan_max_steps = max_steps
+    if r.model is not None and facts.model_config is None and r.model["config"]:  # a plain nn.Module: shape only
+        facts.model_config = r.model["config"]
+        facts.model_params = r.model.get("params")
+        facts.model_class = r.model.get("class")
         facts.model_source = "the recorded model config"
-    elif k == "loader" and not worker and facts.loader is None:
-        facts.loader = e
-    elif k == "proc" and isinstance(e.get("world_size"), int) and e["world_size"] > 1:
-        facts.world_size = e["world_size"]
-    elif k == "torch_cfg" and facts.param_dtype is None:
-        facts.autocast_dtype, facts.param_dtype = e.get("autocast_dtype"), e.get("param_dtype")
+    if r.loaders and not worker and facts.loader is None:
+        facts.loader = dict(r.loaders[0])
+    if r.proc is not None and isinstance(world := r.proc.get("world_size"), int) and world > 1:
+        facts.world_size = world
+    if r.torch_cfg is not None and facts.param_dtype is None:
+        facts.autocast_dtype, facts.param_dtype = r.torch_cfg.get("autocast_dtype"), r.torch_cfg.get("param_dtype")
 
 
 def add_files(facts: RunFacts, training_args: Path | None, model_config: Path | None) -> RunFacts:

@@ -157,10 +157,10 @@ def _run_section(rec: Recording, a: Analysis, price: Price) -> schema.Run:
 
 def doctor_fault(rec: Recording) -> schema.DoctorFault | None:
     """The crash's ``uncaught`` event, when a frame of gpudoctor's was in its traceback."""
-    for pid_events in rec.events.values():
-        for e in reversed(pid_events):
-            if e.get("k") == "uncaught" and e.get("doctor_frames"):
-                return {"raised": bool(e.get("doctor_raised")), "frames": [str(f) for f in e["doctor_frames"]]}
+    for records in rec.events.values():
+        for e in reversed(records.uncaught):
+            if frames := e.get("doctor_frames"):
+                return {"raised": bool(e.get("doctor_raised")), "frames": [str(f) for f in frames]}
     return None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -273,13 +274,13 @@ def _per_step_share(p: ProcessView | None) -> float:
     return min(1.0, p.optimizer_s / compute) if compute > 0 else 0.0
 
 
-def _rows(b: dict[str, Any]) -> tuple[int, int]:
+def _rows(b: Mapping[str, Any]) -> tuple[int, int]:
     """(rows, padded width) of a batch: rows exact even when ``lengths`` is a sample."""
     seq = int(b["seq_len"])
     return batchlengths.rows(b) or max(1, int(b["tokens"]) // max(1, seq)), seq
 
 
-def _longest(b: dict[str, Any], multiple: int) -> int:
+def _longest(b: Mapping[str, Any], multiple: int) -> int:
     top = batchlengths.longest(b)  # exact, even when lengths is a sample
     return -(-top // multiple) * multiple if top is not None else int(b["seq_len"])
 

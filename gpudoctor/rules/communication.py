@@ -9,6 +9,7 @@ not the wire's.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -176,7 +177,7 @@ def _search_figures(ranks: list[Rank]) -> tuple[SearchFigures, ProcessView] | No
     if not ranks:
         return None
     r = max(ranks, key=lambda x: x.fig.search_s)  # the rank the search costs most sets the pace
-    ddp = r.fig.ddp or {}
+    ddp: Mapping[str, Any] = r.fig.ddp or {}
     if not ddp.get("find_unused_parameters") or ddp.get("static_graph") or r.fig.unused_params != 0:
         return None
     share = r.fig.search_s / r.step_s if r.step_s else 0.0
@@ -250,7 +251,7 @@ def _exposed_figures(r: Rank) -> ExposedFigures | None:
     share = f.exposed_s / r.step_s if r.step_s else 0.0
     if share < MIN_EXPOSED_SHARE:
         return None
-    ddp = f.ddp or {}
+    ddp: Mapping[str, Any] = f.ddp or {}
     cap = ddp.get("bucket_cap_mb")
     return ExposedFigures(r.p.rank, f.exposed_s, f.comm_s, share, f.bytes / 1e6,
                           float(cap) if isinstance(cap, (int, float)) else None,

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.buildcost import BuildCost, LoopModel, crowd_of, share, worker_cap
 from gpudoctor.common.wording import plural
+from gpudoctor.recording.events import LoaderEvent
 from gpudoctor.rules import values, vocabulary
 from gpudoctor.rules.account import Claim, claim
 from gpudoctor.rules.base import Finding, Fix, Rule, Table, pct
@@ -178,7 +179,7 @@ def data_wait(a: Analysis) -> DataWait | None:
     if build is not None and a.host.cpu_run_cores is not None and p.n_data_waits:
         batch = (compute_s + wait_s) / p.n_data_waits
         compute_cpu = max(0.0, a.host.cpu_run_cores * batch - build.build_cpu_s)
-    loader = p.loaders[0] if p.loaders else {}
+    loader = p.loaders[0] if p.loaders else LoaderEvent(k="loader")
     cap = worker_cap(a.host.mem_available_mib, a.host.rss_max_mib, 1 + (int(workers) if isinstance(workers, (int, float)) else 0),
                      loader.get("dataset_len"), loader.get("batch_size"))
     return DataWait(

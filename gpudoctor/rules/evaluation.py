@@ -45,7 +45,7 @@ def cadence(p: ProcessView) -> EvalCadence:
     gaps = [bisect.bisect_left(times, b[0]) - bisect.bisect_right(times, a[1])
             for a, b in zip(evals, evals[1:], strict=False)]
     gaps = [g for g in gaps if g > 0]
-    forwards = sum(int(e.get("calls") or 0) for e in p.events if e.get("k") == "counter" and e.get("name") == FORWARDS)
+    forwards = sum(c.calls for c in p.records.counters if c.name == FORWARDS)
     steps = len(times)
     loop_s = p.seconds("compute") + p.seconds("data_wait") + p.seconds("checkpoint")
     return EvalCadence(

@@ -7,6 +7,7 @@ CPU box is worse than none.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +61,7 @@ def compute_part(a: Analysis, part: str, fraction: float) -> Claim:
     return Claim("compute", fraction, part, part_s / compute if compute > 0 else 0.0)
 
 
-def _ampere_or_newer(cfg: dict[str, Any]) -> bool:
+def _ampere_or_newer(cfg: Mapping[str, Any]) -> bool:
     cap = cfg.get("device_capability") or [0, 0]
     return bool(cfg.get("cuda")) and cfg.get("device") == "cuda" and cap[0] >= 8
 
@@ -253,7 +254,7 @@ class MathFigures:
     param_dtype: Any
 
     @classmethod
-    def of(cls, cfg: dict[str, Any]) -> MathFigures:
+    def of(cls, cfg: Mapping[str, Any]) -> MathFigures:
         return cls(cfg.get("device_name"), "".join(map(str, cfg.get("device_capability") or [])),
                    cfg.get("matmul_precision"), cfg.get("param_dtype"))
 

@@ -10,10 +10,12 @@ recorded in the process.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.analysis.process import ProcessView
+from gpudoctor.recording.events import LoaderEvent
 
 
 @dataclass
@@ -23,14 +25,14 @@ class Names:
     trainer_fields: set[str]
     loader_params: set[str]
     args: dict[str, Any]
-    loader: dict[str, Any] | None
+    loader: Mapping[str, Any] | None  # its ``loader`` event
     # Lightning's ModelCheckpoint as built (``lightning_checkpoint`` event), when the run had one.
-    lightning: dict[str, Any] | None = None
+    lightning: Mapping[str, Any] | None = None
     accelerate: bool = False  # the run saved with ``Accelerator.save_state``
     # Lightning's Trainer settings (its ``plan`` event: val_check_interval, limit_val_batches, precision)
-    lightning_trainer: dict[str, Any] | None = None
+    lightning_trainer: Mapping[str, Any] | None = None
     # Accelerate's Accelerator as built (``accelerator`` event): mixed_precision, accumulation, params
-    accelerator: dict[str, Any] | None = None
+    accelerator: Mapping[str, Any] | None = None
 
     @property
     def framework(self) -> str:
@@ -94,12 +96,12 @@ def names_for(p: ProcessView | None) -> Names:
     label = f"torch {torch_version} DataLoader" if torch_version else "torch.utils.data.DataLoader"
     lightning = p.lightning_checkpoint if p is not None else None
     accelerate = p is not None and "Accelerator.save_state" in p.span_names.get("checkpoint", {})
-    plan = p.plan if p is not None and (p.plan or {}).get("framework") == "lightning" else None
+    plan = p.plan if p is not None and p.plan is not None and p.plan.get("framework") == "lightning" else None
     return Names("dataloader", label, set(), params, {}, loader, lightning, accelerate, plan,
                  p.accelerator if p is not None else None)
 
 
-def _training_loader(p: ProcessView | None) -> dict[str, Any] | None:
+def _training_loader(p: ProcessView | None) -> LoaderEvent | None:
     """The loader that fed training: the first one iterated (eval loaders come later)."""
     if p is None or not p.loaders:
         return None

@@ -37,9 +37,9 @@ class StragglerNode(Rule):
         if found is None:
             return None
         node, fastest, median, gap = found
-        ranks = sorted(p.rank for p in a.procs if p.proc.get("node") == node)
+        ranks = sorted(p.rank for p in a.procs if p.node == node)
         # the lead rank's own wait when the lead rank is on this node
-        held = sync_claims(a, bool(a.procs) and a.procs[0].proc.get("node") == node, gap)
+        held = sync_claims(a, bool(a.procs) and a.procs[0].node == node, gap)
         return _word(NodeFigures(node, ranks, fastest, median), held)
 
 

@@ -110,7 +110,7 @@ def _straggler(a: Analysis) -> Straggler | None:
             # Every rank steps at the pace of the slowest (the gradient sync): the job's step time.
             step_s = max((statistics.median(x) for x in steps if x), default=None)
             freed_s = max(0.0, _own(slow, part) - statistics.median(_own(o, part) for o in others))
-            node = next((p.proc.get("node") for p in group if p.rank == worst), None)
+            node = next((p.node for p in group if p.rank == worst), None)
             found = Straggler(slow, others, gap, step_s, freed_s, i, len(a.trainings), node, part,
                               _median([o.wait_s for o in others]), _median([o.fetch_s for o in others]),
                               _median([o.tokenize_s for o in others]), _median([o.compute_s for o in others]),
@@ -257,7 +257,7 @@ class OutdatedLibraries(Rule):
         if p is None:
             return None
         libs = dict(p.proc.get("libs") or {})
-        libs.update((p.torch_cfg or {}).get("libs") or {})
+        libs.update((p.torch_cfg.get("libs") if p.torch_cfg is not None else None) or {})
         old = {}
         for name, minimum in MINIMUM.items():
             v = _version(libs.get(name))

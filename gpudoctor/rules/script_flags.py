@@ -92,12 +92,12 @@ def script_cli(p: ProcessView | None, command: Any) -> ScriptCli | None:
     """The options the primary process parsed from its own command line, if any."""
     if p is None:
         return None
-    events = [e for e in p.events if e.get("k") == "cli" and e.get("from_argv") is True]
+    events = [e for e in p.records.cli if e.get("from_argv") is True]
     style = "argparse" if any(e.get("style") == "argparse" for e in events) else "globals"
     merged: dict[str, Option] = {}
     for e in events:
         if e.get("style") == style:
-            for raw in e.get("options") or []:
+            for raw in e["options"]:
                 opt = _option(raw)
                 if opt is not None:
                     merged[opt.dest] = opt

@@ -20,8 +20,8 @@ from typing import Any
 
 from gpudoctor.analysis import step_noise
 from gpudoctor.common import batchlengths
+from gpudoctor.recording.events import BatchEvent
 from gpudoctor.recording.read import EventLoad, read_events
-from gpudoctor.recording.validate import is_time
 from gpudoctor.sweep.protocol import Protocol
 
 MIN_WARMUP_BATCHES = 2
@@ -46,7 +46,7 @@ def read_trial(run_dir: Path, pid: int) -> TrialEvents:
 class TrialEvents:
     """What the windows read of a trial: batch events, data-wait spans and step times."""
 
-    batches: list[dict[str, Any]] = field(default_factory=list)
+    batches: list[BatchEvent] = field(default_factory=list)
     waits: list[tuple[float, float]] = field(default_factory=list)  # (start, end), epoch s
     steps: list[float] = field(default_factory=list)
 
@@ -57,7 +57,7 @@ class TrialEvents:
 
 def from_load(load: EventLoad) -> TrialEvents:
     return TrialEvents(
-        batches=[e for e in load.events if e["k"] == "batch" and is_time(e.get("t"))],
+        batches=[e for e in load.records.batches if "t" in e],
         waits=list(load.loop.spans.get("data_wait", [])),
         steps=list(load.loop.steps),
     )
@@ -73,7 +73,7 @@ def arrivals(events: TrialEvents, batch_size: int) -> list[Arrival]:
     """
     batches, spans = events.batches, events.waits
     sizes = [
-        (batchlengths.rows(e), int(e.get("tokens") or 0) - int(e.get("pad") or 0), int(e.get("tokens") or 0))
+        (batchlengths.rows(e), e["tokens"] - e["pad"], e["tokens"])
         for e in batches
     ]
     if batches and len(batches) >= 0.9 * len(spans):

@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis import timeline as tl
 from gpudoctor.analysis.process import ProcessView
-from gpudoctor.analysis.sampled import load_stack_rows, sampled_events
-from gpudoctor.recording.read import FULL_READ_BYTES, MAX_SAMPLE_ROWS, iter_jsonl
-from gpudoctor.recording.validate import clean_event, fast_span
+from gpudoctor.analysis.sampled import load_stack_rows, sampled_records, sampled_spans
+from gpudoctor.recording.events import ProcEvent
+from gpudoctor.recording.read import FULL_READ_BYTES, MAX_SAMPLE_ROWS, read_spans
 from gpudoctor.report.schema import BREAKDOWN_KEYS
 from gpudoctor.tables.columns import COLUMNS, GPU_FIGURES, HOST_FIGURES, STEP_PARTS
 
@@ -57,12 +56,14 @@ def event_rows(a: Analysis, run: str) -> Rows:
     rec, t0 = a.rec, a.start
     rows: Rows = []
     ranks = {p.pid: p.rank for p in a.procs}  # a training process's rank as the analysis reads it
-    for pid, spans in itertools.chain(_hooked_spans(rec.root, set(rec.events)), _sampled_spans(a)):
-        proc = next((e for e in itertools.chain(rec.events.get(pid, []), spans) if e.get("k") == "proc"), {})
+    stacks = load_stack_rows(rec.root)
+    sampled = sampled_records(stacks, skip_pids=set(rec.events))
+    procs = {pid: r.proc for pid, r in itertools.chain(sampled.items(), rec.events.items()) if r.proc is not None}
+    hooked = ((pid, read_spans(rec.root / "events" / f"{pid}.jsonl")) for pid in sorted(rec.events))
+    for pid, spans in itertools.chain(hooked, sorted(sampled_spans(stacks, skip_pids=set(rec.events)).items())):
+        proc = procs.get(pid, ProcEvent(k="proc"))
         rank, worker = ranks.get(pid, proc.get("rank")), proc.get("is_worker")
         for e in spans:
-            if e.get("k") != "span":
-                continue
             start = float(e["t0"]) - t0
             rows.append({"run": run, "pid": pid, "rank": rank if type(rank) is int else None,
                          "worker": worker if type(worker) is bool else None, "category": e["c"],
@@ -70,21 +71,6 @@ def event_rows(a: Analysis, run: str) -> Rows:
                          "duration_s": float(e["dt"])})
     rows.sort(key=lambda r: (r["start_s"], r["pid"]))
     return rows
-
-
-def _hooked_spans(root: Path, pids: set[int]) -> Iterator[tuple[int, Rows]]:
-    """Span events of each ``events/<pid>.jsonl`` the recording loaded, read again for their names
-    (the loader keeps spans as bare intervals); what validate refuses is left out, as there."""
-    for pid in sorted(pids):
-        spans = [e for e in iter_jsonl(root / "events" / f"{pid}.jsonl")
-                 if type(e) is dict and e.get("k") == "span" and (fast_span(e) or clean_event(e) is not None)]
-        yield pid, spans
-
-
-def _sampled_spans(a: Analysis) -> Iterator[tuple[int, Rows]]:
-    """Stand-in spans of processes seen only through stack samples (attach without hooks)."""
-    sampled = sampled_events(load_stack_rows(a.rec.root), skip_pids=set(a.rec.events))
-    yield from sorted(sampled.items())
 
 
 def step_rows(a: Analysis, run: str) -> Rows:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpudoctor.common.redact import redact_value
 from gpudoctor.common.termtext import say
+from gpudoctor.recording.events import TrackerEvent
 from gpudoctor.trackers import mlflow_sink, tensorboard_sink, wandb_sink
 from gpudoctor.trackers.figures import Figures
 
@@ -35,7 +36,7 @@ SINKS: dict[str, Callable[[TrackerRun, Figures, Path], Outcome]] = {
 NAMES = {"mlflow": "MLflow", "wandb": "W&B", "tensorboard": "TensorBoard"}
 
 
-def add_to_trackers(report: Report, folder: Path, events: dict[int, list[dict[str, Any]]],
+def add_to_trackers(report: Report, folder: Path, events: Mapping[int, Sequence[TrackerEvent]],
                     owners: dict[int, int] | None = None) -> bool:
     """Add to each tracker run the recording names; the report gains ``trackers`` and a note per
     run. Returns whether there was any (the caller then writes the report again).

@@ -6,9 +6,11 @@ here before the doctor acts on it: a kind it knows, short strings, nothing else.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpudoctor.recording.events import TrackerEvent
 from gpudoctor.report.schema import TrackerKind
 
 KINDS = ("mlflow", "wandb", "tensorboard")
@@ -33,7 +35,7 @@ class TrackerRun:
         return self.get("log_dir") if self.kind == "tensorboard" else self.get("run_id")  # type: ignore[return-value]
 
 
-def tracker_runs(events: dict[int, list[dict[str, Any]]]) -> list[TrackerRun]:
+def tracker_runs(events: Mapping[int, Sequence[TrackerEvent]]) -> list[TrackerRun]:
     """Each run once, in the order the training started them."""
     runs: dict[tuple[str, str], tuple[float, TrackerRun]] = {}
     for pid, evs in events.items():
@@ -46,7 +48,7 @@ def tracker_runs(events: dict[int, list[dict[str, Any]]]) -> list[TrackerRun]:
 
 
 def _run(pid: int, e: Any) -> TrackerRun | None:
-    if not isinstance(e, dict) or e.get("k") != "tracker" or e.get("kind") not in KINDS:
+    if not isinstance(e, dict) or e.get("kind") not in KINDS:  # kept as written, never checked on load
         return None
     fields = {k: e[k] for k in FIELDS if isinstance(e.get(k), str) and 0 < len(e[k]) <= MAX_FIELD
               and "\x00" not in e[k]}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpudoctor.recording.records import Records
 from gpudoctor.render.trial import speedups
 from gpudoctor.report.schema import Applied, NotApplied, Trial
 from gpudoctor.tryfix.plan import Plan
@@ -18,13 +19,11 @@ SIDE_EFFECTS = ("The trial ran the command itself, with its side effects (output
                 "stopped after its seconds of training.")
 
 
-def applied_events(events: dict[int, list[dict[str, Any]]]) -> list[Applied]:
+def applied_events(events: dict[int, Records]) -> list[Applied]:
     """Distinct ``applied`` events of a recording: which call got which values, in which process."""
     seen: list[Applied] = []
-    for pid_events in events.values():
-        for e in pid_events:
-            if e.get("k") != "applied":
-                continue
+    for records in events.values():
+        for e in records.applied:
             row: Applied = {"call": str(e.get("call")), "values": _dict(e.get("values")), "was": _dict(e.get("was")),
                    "skipped": _dict(e.get("skipped"))}
             if row not in seen:
