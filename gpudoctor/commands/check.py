@@ -77,11 +77,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from gpudoctor.commands.load import load_report, malformed_report_guard, report_source
 
+    if args.max_slowdown is not None and args.baseline is None:
+        raise UserError("--max-slowdown bounds the change from a baseline: add --baseline last|ID|NAME")
     if args.max_waste is None and args.baseline is None:
         raise UserError("nothing to gate on: give --max-waste FRACTION, --baseline last|ID|NAME, or both; "
                         "see 'gpudoctor check --help'")
-    if args.max_slowdown is not None and args.baseline is None:
-        raise UserError("--max-slowdown bounds the change from a baseline: add --baseline last|ID|NAME")
     where = flags.history_location(args)
     source = report_source(args.input, where)
     report = load_report(source)
