@@ -144,9 +144,8 @@ class History:
 
     def last_before(self, script: str | None, below_id: int | None, not_folder: str) -> Entry | None:
         """The newest entry of ``script`` older than ``below_id`` (any age when None), not in ``not_folder``."""
-        clauses, params = ["folder != ?"], [not_folder]
-        clauses.append("script IS ?")
-        params.append(script)
+        clauses = ["folder != ?", "script IS ?"]
+        params: list[Any] = [not_folder, script]
         if below_id is not None:
             clauses.append("id < ?")
             params.append(below_id)
