@@ -226,7 +226,11 @@ def _private_file(path: Path, create: bool) -> tuple[int, int]:
     if not create and not os.path.lexists(path):
         raise NoHistory(f"no history at {path} yet: runs are added to it as gpudoctor writes their reports "
                         "(or pass --history PATH)")
-    folder = safefs.open_private_folder(path.parent, "--history folder")
+    try:
+        folder = safefs.open_private_folder(path.parent, "--history folder")
+    except UserError as exc:  # its problem, with this database's way out rather than a run folder's
+        problem = str(exc).split("; ")[0].split(", who could")[0]
+        raise UserError(f"{problem}; pass --history PATH in a folder only you can write") from None
     try:
         flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_CREAT if create else 0)
         try:
