@@ -1,4 +1,4 @@
-"""Command line: ``gpudoctor run|try|attach|replay|sweep|report|diff|check|export``.
+"""Command line: ``gpudoctor run|try|attach|replay|sweep|report|diff|check|history|export``.
 
 Each command is a module of :mod:`gpudoctor.commands` that owns its flags (``add_arguments``)
 beside its work (``main``); :data:`COMMANDS` lists them, in the order ``--help`` shows. Building
@@ -17,7 +17,18 @@ from types import TracebackType
 from typing import Protocol
 
 from gpudoctor._version import __version__
-from gpudoctor.commands import attach, check, diff, export, replay, report, run, sweep, try_
+from gpudoctor.commands import (
+    attach,
+    check,
+    diff,
+    export,
+    history,
+    replay,
+    report,
+    run,
+    sweep,
+    try_,
+)
 from gpudoctor.common.errors import UserError
 from gpudoctor.common.termtext import say
 
@@ -35,7 +46,7 @@ class Command(Protocol):
 
 COMMANDS: dict[str, Command] = {
     "run": run, "try": try_, "attach": attach, "replay": replay, "sweep": sweep,
-    "report": report, "diff": diff, "check": check, "export": export,
+    "report": report, "diff": diff, "check": check, "history": history, "export": export,
 }
 WRAPPING = ("run", "try")  # the commands that run a command given after --
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +18,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBES = ROOT / "probes"
+# Every report the suite writes is indexed in a history of its own, never in the user's data folder
+# (docs/history.md). Set on import, before any test module copies os.environ into a child's env.
+_HISTORY_DIR = tempfile.mkdtemp(prefix="gpudoctor-test-history-")
+os.environ["GPUDOCTOR_HISTORY"] = os.path.join(_HISTORY_DIR, "history.sqlite3")
 
 
 @dataclass
@@ -143,6 +149,10 @@ def other_user_dir(other_user: OtherUser):
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gdb_inject: loads the hooks into a live process with gdb (skipped, with "
                             "gdb's reason, where gdb cannot call into a process: tests/gdb_probe.py)")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(_HISTORY_DIR, ignore_errors=True)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

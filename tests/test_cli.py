@@ -154,7 +154,7 @@ def test_every_commands_help_imports_none_of_the_work():
             "        main(argv)\n"
             f"print(len(COMMANDS), sorted(m for m in {HEAVY!r} if m in sys.modules))")
     out = __import__("subprocess").run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert out.stdout.strip() == "9 []", out.stderr
+    assert out.stdout.strip() == "10 []", out.stderr
 
 
 def test_module_entry_point_matches_console_script():

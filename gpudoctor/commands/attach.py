@@ -41,6 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-inject", action="store_true",
                    help="do not load the in-process hooks (no debugger); estimate from stack samples only")
     flags.add_no_trackers(p)
+    flags.add_history(p)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -90,6 +91,7 @@ def _report(folder: Path, shown: Path, args: argparse.Namespace, observed_s: flo
     report = finish(folder, ReportOptions(price_per_gpu_hour=args.price_per_gpu_hour, gpus=args.gpus),
                     trackers=not args.no_trackers, shown=shown)
     print_summary(report, shown, args.json)
+    flags.record_history(args, report, shown)
     if report["breakdown"].get("compute") is None:
         say(f"gpudoctor: no training activity seen in pid {args.pid} during {observed_s:.0f} s "
             "(no DataLoader batch, optimizer step or forward pass); the report has host figures only",

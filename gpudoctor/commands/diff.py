@@ -1,4 +1,8 @@
-"""``gpudoctor diff BEFORE AFTER [-o OUT]``: before/after for a pull request."""
+"""``gpudoctor diff BEFORE AFTER [-o OUT]``: before/after for a pull request.
+
+Each side is a run folder, a report.json, or a run from the history (its id or ``--name``;
+:func:`gpudoctor.commands.load.report_source`): a path that exists wins over an id.
+"""
 
 from __future__ import annotations
 
@@ -16,26 +20,29 @@ DESCRIPTION = ("Compare two runs for a pull request: breakdown, step time, waste
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("before", type=Path, help="the earlier run: run folder or report.json")
-    p.add_argument("after", type=Path, help="the later run: run folder or report.json")
+    p.add_argument("before", help="the earlier run: run folder or report.json, or a history id or --name")
+    p.add_argument("after", help="the later run: run folder or report.json, or a history id or --name")
     p.add_argument("-o", "--output", type=Path, default=None, metavar="OUT",
                    help="file to write, .md, .html or .json (default: Markdown on stdout)")
+    flags.add_history(p, writes=False)
     flags.add_debug(p)
 
 
 def main(args: argparse.Namespace) -> int:
-    from gpudoctor.commands.load import load_report, malformed_report_guard
+    from gpudoctor.commands.load import load_report, malformed_report_guard, report_source
     from gpudoctor.render.diff_page import render_diff_html, render_diff_markdown
     from gpudoctor.render.diff_words import diff_json
     from gpudoctor.render.output import write_output
     from gpudoctor.report.diff import diff_reports
 
-    before, after = load_report(args.before), load_report(args.after)
+    where = flags.history_location(args)
+    sources = report_source(args.before, where), report_source(args.after, where)
+    before, after = load_report(sources[0]), load_report(sources[1])
     out = args.output
     suffix = out.suffix.lower() if out is not None else ".md"
     if suffix not in (".md", ".html", ".htm", ".json"):
         raise UserError(f"cannot write a diff to {out}: use an output ending in .md, .html or .json")
-    with malformed_report_guard(args.before, args.after):
+    with malformed_report_guard(*sources):
         d = diff_reports(before, after)
         if suffix == ".md":
             text = render_diff_markdown(d)

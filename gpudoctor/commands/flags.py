@@ -11,6 +11,10 @@ import argparse
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpudoctor.report.schema import Report
 
 MIN_INTERVAL_S = 0.01  # 100 Hz: below it the samplers would spin a core, not measure better
 
@@ -100,3 +104,29 @@ def add_command(p: argparse.ArgumentParser) -> None:
     """The command to run, for ``run`` and ``try``: :func:`gpudoctor.cli.parse` gives it what follows ``--``."""
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...",
                    help="the command to profile, after -- (everything after -- is the command's)")
+
+
+def add_history(p: argparse.ArgumentParser, writes: bool = True) -> None:
+    """``--history PATH``; for the commands that write a report, also ``--no-history`` and ``--name``."""
+    p.add_argument("--history", type=Path, default=None, metavar="PATH",
+                   help="the run history database (else GPUDOCTOR_HISTORY, else "
+                   "$XDG_DATA_HOME/gpudoctor/history.sqlite3; docs/history.md)")
+    if writes:
+        p.add_argument("--no-history", action="store_true",
+                       help="do not add this report to the run history (GPUDOCTOR_HISTORY=off does the same)")
+        p.add_argument("--name", default=None, metavar="NAME",
+                       help="name this run in the history, for 'gpudoctor check --baseline NAME'")
+
+
+def history_location(args: argparse.Namespace) -> Path | None:
+    """The history database the command's flags and GPUDOCTOR_HISTORY name; None: skipped."""
+    from gpudoctor.history.store import location
+
+    return location(args.history, getattr(args, "no_history", False))
+
+
+def record_history(args: argparse.Namespace, report: Report, folder: Path, *, git: bool = True) -> int | None:
+    """Add a written report to the history (:func:`gpudoctor.history.index.record`): never raises."""
+    from gpudoctor.history.index import record
+
+    return record(report, folder, history_location(args), name=args.name, git=git, quiet=args.json)

@@ -7,6 +7,8 @@ report the same way; its names are re-exported here for the commands and their t
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,7 +17,31 @@ from gpudoctor.common.errors import UserError
 from gpudoctor.report.load import MAX_REPORT_BYTES, holds_recording, load_report, read_report_bytes
 from gpudoctor.report.schema import SCHEMA, Report
 
-__all__ = ["MAX_REPORT_BYTES", "load_job", "load_report", "malformed_report_guard", "read_report_bytes"]
+__all__ = ["MAX_REPORT_BYTES", "load_job", "load_report", "malformed_report_guard", "read_report_bytes",
+           "report_source"]
+
+
+def report_source(text: str, history: Path | None) -> Path:
+    """What ``diff`` and ``check`` read for ``text``: the file or folder of that name when one exists,
+    else the folder of the history entry with that id (``12`` or ``#12``) or ``--name``."""
+    path = Path(text)
+    if os.path.lexists(path) or history is None or os.sep in text:
+        return path  # a missing path is said by the loader, as before
+    from gpudoctor.common.termtext import terminal_safe
+    from gpudoctor.history.store import History, NoHistory
+
+    ref = text.strip().removeprefix("#")
+    try:
+        with History(history, create=False) as runs:
+            entry = runs.get(int(ref)) if re.fullmatch(r"\d{1,18}", ref) else runs.named(text)
+    except NoHistory:
+        return path
+    if entry is None:
+        raise UserError(f"no such file or folder: {terminal_safe(text)}, nor a run id or --name in the history "
+                        f"{history}; pass a run folder or report.json, or an id from 'gpudoctor history'")
+    if not os.path.isdir(entry.folder):
+        raise UserError(f"history run #{entry.id}'s folder {entry.folder} is gone; pass another run")
+    return Path(entry.folder)
 
 
 def load_job(paths: list[Path], price: float | None = None, gpus: int | None = None) -> Report:

@@ -58,13 +58,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="stop after S seconds of training (default: the config's replay.seconds, 30)")
     p.add_argument("--mfu", type=flags.bounded(0, 1), default=None,
                    help="assumed model FLOPs utilization for predictions (default hardware.mfu, 0.4)")
+    flags.add_history(p)
 
 
 def main(args: argparse.Namespace) -> int:
     # the config loader (yaml), the launcher and the preflight model load only when a replay runs
     from gpudoctor.launch import launcher as launch
     from gpudoctor.pipeline import finish
-    from gpudoctor.render.preflight import check_markdown, markdown
     from gpudoctor.replay.config import load_config
     from gpudoctor.replay.gpus import lookup
     from gpudoctor.replay.scratch import remove_all
@@ -96,20 +96,29 @@ def main(args: argparse.Namespace) -> int:
     if code != 0 or report is None:
         if args.json and report is not None:
             say(json.dumps(report, indent=2), file=sys.stdout)
+        if report is not None:
+            flags.record_history(args, report, folder)
         return code
     extra = _sections(args, config, folder, report, target, price, gpus, derived)
     if extra:  # the options are meta.json's (price, its source, GPUs): the first report's
         report = finish(folder, ReportOptions(), extra=extra)
     if args.json:
         say(json.dumps(report, indent=2), file=sys.stdout)
-        return 0
+    else:
+        _say_sections(extra, folder)
+    flags.record_history(args, report, folder)
+    return 0
+
+
+def _say_sections(extra: Added, folder: Path) -> None:
+    from gpudoctor.render.preflight import check_markdown, markdown
+
     if "prediction_check" in extra:
         say("\n" + check_markdown(extra["prediction_check"]), file=sys.stderr)
     if "preflight" in extra:
         say("\n" + markdown(extra["preflight"]), file=sys.stderr)
     if extra:
         say(f"  report: {folder / 'report.html'}", file=sys.stderr)
-    return 0
 
 
 def _sections(args: argparse.Namespace, config: ReplayConfig, folder: Path, report: Report,

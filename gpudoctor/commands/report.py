@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 HELP = "render a saved run (.html, .md or .json by OUT's extension)"
 DESCRIPTION = ("Re-render a saved run: a run folder is analysed again from its recording (with this gpudoctor's "
-               "rules); a report.json is rendered as it is. The format follows -o's extension.")
+               "rules); a report.json is rendered as it is. The format follows -o's extension. Written beside "
+               "the run (no -o), the report is indexed in the run history again (its entry updated).")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -29,6 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", type=Path, default=None, metavar="OUT",
                    help="file to write, .html, .md or .json (default: report.html, .md and .json beside IN)")
     flags.add_common(p, out=False)
+    flags.add_history(p)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -49,6 +51,9 @@ def main(args: argparse.Namespace) -> int:
             report = load_report(pinned[0], args.price_per_gpu_hour, args.gpus)
         with malformed_report_guard(*inputs):
             _write(report, inputs[0], pinned[0], args.output)
+        folder = inputs[0] if pinned[0].is_dir() else inputs[0].parent
+    if len(inputs) == 1 and args.output is None:  # written beside the run: indexed as that run, again
+        flags.record_history(args, report, folder, git=False)
     if len(inputs) > 1:
         say("\n".join(terminal_lines(report)), file=sys.stderr)
     if args.json:

@@ -19,6 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     flags.add_common(p)
     p.add_argument("--interval", type=flags.interval, default=0.1, help="sampling period in seconds (default 0.1)")
     flags.add_no_trackers(p)
+    flags.add_history(p)
     flags.add_command(p)
 
 
@@ -28,6 +29,8 @@ def main(args: argparse.Namespace) -> int:
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
-    code, _, folder = run(command, args.out, args.interval, args.price_per_gpu_hour, args.gpus, args.json,
-                          trackers=not args.no_trackers)
+    code, report, folder = run(command, args.out, args.interval, args.price_per_gpu_hour, args.gpus, args.json,
+                               trackers=not args.no_trackers)
+    if report is not None:
+        flags.record_history(args, report, folder)
     return code

@@ -48,6 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
                    help="try this value instead of (or besides) the fix's own, e.g. --set num_workers=2")
     p.add_argument("--interval", type=flags.interval, default=0.1, help="sampling period in seconds (default 0.1)")
+    flags.add_history(p)
     flags.add_command(p)
 
 
@@ -87,12 +88,14 @@ def main(args: argparse.Namespace) -> int:
     plan = planning.make_plan(report, a, args.fix, sets)
     if plan is None:
         say("gpudoctor try: the baseline has no finding: nothing to try", file=sys.stderr)
+        flags.record_history(args, report, folder)
         return 0
     if not plan.applicable:
         section = trial_section.build(plan, prediction=None, baseline=steady.steady_rate(a, None), trial=None,
                                       applied=None,
                                       seconds=seconds, trial_run=None, notes=_plan_notes(plan))
         _finish(report, section, folder, args.json)
+        flags.record_history(args, report, folder)
         return 0
 
     safefs.replace_file(folder / APPLY_FILE, json.dumps(plan.spec(), indent=2))
@@ -124,6 +127,7 @@ def main(args: argparse.Namespace) -> int:
         unmeasured=unmeasured,
     )
     _finish(report, section, folder, args.json)
+    flags.record_history(args, report, folder)
     return (trial_code or 1) if crash is not None else 0
 
 
