@@ -14,12 +14,13 @@ import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 from gpudoctor.common.termtext import terminal_line
 from gpudoctor.live.pace import PaceReader
 from gpudoctor.live.snapshot import Analyst
 from gpudoctor.render.live_panel import BottomPanel, PanelFigures, panel_lines
+from gpudoctor.render.progress import bar_line
 
 
 class _Bottom:
@@ -102,3 +103,40 @@ class ProgressView(_Bottom):
 
     def lines(self) -> list[str]:
         return [terminal_line(self.line(time.time() - self.started))]
+
+
+class Limited(Protocol):
+    """``try``'s :class:`~gpudoctor.tryfix.limit.TrainingLimit`: when training began (monotonic), for how long."""
+
+    training_from: float | None
+    seconds: float
+
+
+def try_progress(label: str, limit: Limited, stream: IO[str]) -> ProgressView:
+    """``try: baseline [███░░░] 12/30 s of training · 41 s · about 18 s left``."""
+    def line(elapsed_s: float) -> str:
+        done = time.monotonic() - limit.training_from if limit.training_from is not None else None
+        left = limit.seconds - done if done is not None else None
+        return bar_line(label, done, limit.seconds, "s of training", elapsed_s, max(0.0, left or 0.0))
+
+    return ProgressView(line, stream)
+
+
+def replay_progress(folder: Path, max_steps: int, max_seconds: float, stream: IO[str]) -> ProgressView:
+    """``replay [███░░░] 8/20 steps · 12 s · about 9 s left``: whichever bound comes first."""
+    pace = PaceReader(folder)
+    first: list[float] = []
+
+    def line(elapsed_s: float) -> str:
+        now = time.time()
+        p = pace.read(now)
+        if not p.steps:
+            return bar_line("replay", None, max_steps, "steps", elapsed_s, None)
+        if not first:
+            first.append(now)
+        left = [max_seconds - (now - first[0])]
+        if p.steps_per_s:
+            left.append((max_steps - p.steps) / p.steps_per_s)
+        return bar_line("replay", p.steps, max_steps, "steps", elapsed_s, max(0.0, min(left)))
+
+    return ProgressView(line, stream)

@@ -23,12 +23,13 @@ def live_output(stream: IO[str], *, quiet: bool = False, as_json: bool = False) 
     return bool(isatty and isatty())
 
 
-def bar_line(label: str, done_s: float | None, total_s: float, elapsed_s: float, width: int = 24) -> str:
-    """``try: baseline  [████████░░░░] 12/30 s of training · 41 s · about 18 s left``; before the
-    training's first step (``done_s`` None) no time left is guessed."""
-    if done_s is None:
+def bar_line(label: str, done: float | None, total: float, unit: str, elapsed_s: float, left_s: float | None,
+             width: int = 24) -> str:
+    """``try: baseline [████████░░░░] 12/30 s of training · 41 s · about 18 s left``; before the
+    training's first step (``done`` None) no time left is guessed, nor when ``left_s`` is None."""
+    if done is None:
         return f"{label} · {elapsed_s:.0f} s · starting: waiting for the first training step"
-    done = min(max(done_s, 0.0), total_s)
-    filled = round(width * done / total_s) if total_s > 0 else width
-    return (f"{label} [{'█' * filled}{'░' * (width - filled)}] {done:.0f}/{total_s:.0f} s of training · "
-            f"{elapsed_s:.0f} s · about {total_s - done:.0f} s left")
+    done = min(max(done, 0.0), total)
+    filled = round(width * done / total) if total > 0 else width
+    left = f" · about {left_s:.0f} s left" if left_s is not None else ""
+    return f"{label} [{'█' * filled}{'░' * (width - filled)}] {done:.0f}/{total:.0f} {unit} · {elapsed_s:.0f} s{left}"
