@@ -248,7 +248,7 @@ def run_mode(args: argparse.Namespace, tmp: Path, pargs: list[str]) -> dict[str,
     start_s, report_s = one_time_costs(args, tmp, pargs)
     cmds, logs, until, out = commands(tmp, pargs, "long", args.refork)
     t_launch = time.time()
-    proc = subprocess.Popen(cmds["profiled"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(cmds["profiled"], stdout=subprocess.DEVNULL, stderr=_doctor_stderr(args.live),
                             env=doctor_env(), cwd=ROOT)
     wait_lines(logs["profiled"], 10)
     time.sleep(args.settle)
@@ -311,6 +311,28 @@ def run_mode(args: argparse.Namespace, tmp: Path, pargs: list[str]) -> dict[str,
     per["patient_hooks_main"] = extra / awake if extra is not None else float("nan")
     res["cpu_per_min"].append(per)
     return res
+
+
+def _doctor_stderr(live: bool) -> int:
+    """A pipe, or with ``--live`` a pseudo-terminal (drained by a thread): then run draws its live panel."""
+    if not live:
+        return subprocess.PIPE
+    import fcntl
+    import pty
+    import struct
+    import termios
+    import threading
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))  # a panel needs rows
+
+    def drain() -> None:
+        with contextlib.suppress(OSError):
+            while os.read(master, 65536):
+                pass
+
+    threading.Thread(target=drain, daemon=True).start()
+    return slave
 
 
 def commands(tmp: Path, pargs: list[str], tag: str, refork: bool = False) -> tuple[
@@ -450,6 +472,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="run: seconds at the start of each slot left out (caches refill after a stop)")
     p.add_argument("--settle-hooked", type=float, default=1.0,
                    help="attach: seconds after the install still counted as one-time (default 1)")
+    p.add_argument("--live", action="store_true",
+                   help="run: the doctor's stderr on a pseudo-terminal, so its live panel is drawn (issue 36); "
+                        "compare COST_PCT with and without")
     p.add_argument("--keep", action="store_true", help="keep the step logs and run folders (printed: where)")
     p.add_argument("doctor_args", nargs="*", help="extra 'gpudoctor attach' options, after --")
     args = p.parse_args(argv)

@@ -1,6 +1,8 @@
 """What the terminal shows while attached: elapsed time and the breakdown so far.
 
-The figures come from the run folder itself (the same analysis as the final
+Steps/s and the GPU's busy share now come from the lines added since the last tick
+(:mod:`gpudoctor.live.pace`); the breakdown and the top finding so far from the light analysis
+(:func:`gpudoctor.live.snapshot.take`). The figures come from the run folder itself (the same analysis as the final
 report), so what the user watches is what the report will say. Analysing a
 long recording gets slower as it grows, and this runs on the patient's
 machine: the breakdown is recomputed at most every ~200x its own cost (0.5% of
@@ -22,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.analysis import analyze
-from gpudoctor.analysis.sampled import load_stack_rows
 from gpudoctor.common.termtext import say, terminal_text
-from gpudoctor.recording.records import Records
-from gpudoctor.recording.store import load_recording
+from gpudoctor.live.pace import Pace, PaceReader
+from gpudoctor.live.snapshot import take
+from gpudoctor.render.live_panel import PanelFigures, panel_lines
+from gpudoctor.render.progress import live_output
 from gpudoctor.report.schema import BREAKDOWN_KEYS
 
 PLAIN_EVERY_S = 10.0
@@ -48,37 +50,25 @@ class LiveState:
     sampled: bool = False
     notes: list[str] = field(default_factory=list)
     analysed_s: float | None = None  # seconds attached when the figures shown were computed
+    top_rule: str | None = None  # the top finding of the last analysis, and its share
+    top_share: float | None = None
+    gpus: int | None = None
+    pace: Pace = field(default_factory=Pace)  # steps/s and the GPU now, read each tick
 
     @property
     def elapsed_s(self) -> float:
         return time.time() - self.started
 
 
-def current_figures(folder: Path) -> tuple[dict[str, float | None] | None, int, bool]:
-    """(breakdown, steps, from samples only) of the recording so far."""
-    rec = load_recording(folder)
-    rec.meta["end_time"] = _last_data_time(rec.events, folder)
-    a = analyze(rec)
-    if not a.procs:
-        return None, 0, False
-    sampled = all(p.proc.get("sampled") for p in a.procs)
-    return a.breakdown(), len(a.primary.step_times) if a.primary else 0, sampled
-
-
-def _last_data_time(events: dict[int, Records], folder: Path) -> float:
-    """Up to the last line flushed, not "now": the unwritten tail would read as idle time."""
-    last = [extent[1] for records in events.values() if (extent := records.extent()) is not None]
-    if not last:
-        last = [r["t1"] for r in load_stack_rows(folder)[-8:] if isinstance(r.get("t1"), float)]
-    return max(last) if last else time.time()
-
-
 class LiveView:
-    def __init__(self, folder: Path, state: LiveState, stream: Any = None) -> None:
+    def __init__(self, folder: Path, state: LiveState, stream: Any = None, quiet: bool = False,
+                 as_json: bool = False) -> None:
         self.folder = folder
         self.state = state
         self.stream = stream or sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        # --quiet, --json, CI: what a log gets (the plain line every 10 s), as before the panel
+        self.tty = live_output(self.stream, quiet=quiet, as_json=as_json)
+        self.pace = PaceReader(folder)
         self._live: Any = None
         self._next_analysis = 0.0
         self._next_plain = time.time() + PLAIN_EVERY_S
@@ -99,6 +89,7 @@ class LiveView:
         """Call about once a second."""
         now = time.time()
         if self._live is not None:
+            self.state.pace = self.pace.read(now)
             if now >= self._next_analysis:
                 self._analyse(now)
             self._live.update(self._render(), refresh=True)
@@ -111,8 +102,10 @@ class LiveView:
     def _analyse(self, now: float) -> None:
         t0 = time.perf_counter()
         try:
-            self.state.breakdown, self.state.steps, self.state.sampled = current_figures(self.folder)
-            self.state.analysed_s = self.state.elapsed_s
+            snap = take(self.folder)
+            s = self.state
+            s.breakdown, s.steps, s.sampled, s.gpus = snap.breakdown, snap.steps, snap.sampled, snap.gpus
+            s.top_rule, s.top_share, s.analysed_s = snap.top_rule, snap.top_share, s.elapsed_s
         except Exception as exc:  # a half-written folder must not end the session; shown, not hidden
             self.state.notes = [f"live figures unavailable: {exc}"]
         self._next_analysis = now + analysis_period_s(time.perf_counter() - t0, self.state)
@@ -133,6 +126,7 @@ class LiveView:
         table.add_column(width=11)
         table.add_column(width=30)
         table.add_column(justify="right", width=7)
+        table.add_row("", f"[dim]{escape(pace_line(s))}[/dim]", "")
         if s.breakdown is None:
             table.add_row("", "waiting for the first training step…", "")
         else:
@@ -146,6 +140,15 @@ class LiveView:
         for note in s.notes[-2:]:  # exception text may quote the patient's strings: no escape, no markup
             table.add_row("", f"[dim]{escape(terminal_text(note))}[/dim]", "")
         return table
+
+
+def pace_line(s: LiveState) -> str:
+    """steps/s, the GPU and the top finding: the first line of ``run``'s panel, less its title."""
+    p = s.pace
+    f = PanelFigures("", s.elapsed_s, p.steps or s.steps, p.steps_per_s, p.last_step_age_s,
+                     gpus=p.gpus or s.gpus, gpu_busy=p.gpu_busy_now, top_rule=s.top_rule, top_share=s.top_share,
+                     analysed_age_s=None if s.analysed_s is None else s.elapsed_s - s.analysed_s)
+    return panel_lines(f)[0].split(" · ", 2)[-1]
 
 
 def analysis_period_s(cost_s: float, state: LiveState) -> float:

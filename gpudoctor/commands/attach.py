@@ -40,6 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="py-spy stack samples per second (default 20)")
     p.add_argument("--no-inject", action="store_true",
                    help="do not load the in-process hooks (no debugger); estimate from stack samples only")
+    flags.add_quiet(p)
     flags.add_no_trackers(p)
     flags.add_history(p)
 
@@ -67,7 +68,8 @@ def main(args: argparse.Namespace) -> int:
     try:
         with AttachLock(args.pid):
             session = open_session(options)
-            view = LiveView(session.folder.at, LiveState(args.pid, session.record.source(), options.duration_s))
+            view = LiveView(session.folder.at, LiveState(args.pid, session.record.source(), options.duration_s),
+                            quiet=args.quiet, as_json=args.json)
             view.start()
             try:
                 record = session.run(view)

@@ -94,6 +94,13 @@ def add_debug(p: argparse.ArgumentParser) -> None:
     p.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
+def add_quiet(p: argparse.ArgumentParser) -> None:
+    """``--quiet``: the commands that show a live panel or progress bar on a terminal."""
+    p.add_argument("--quiet", action="store_true",
+                   help="no live panel or progress bar on the terminal (none is shown either without a terminal, "
+                        "with --json or with CI set); the summary at the end is printed as usual")
+
+
 def add_no_trackers(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-trackers", action="store_true",
                    help="do not add the report's figures to the MLflow / W&B / TensorBoard runs the training "

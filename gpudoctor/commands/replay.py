@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,7 @@ from gpudoctor.common.errors import UserError
 from gpudoctor.common.termtext import say
 
 if TYPE_CHECKING:
+    from gpudoctor.launch.launcher import View
     from gpudoctor.replay.config import ReplayConfig
     from gpudoctor.replay.derive import Derived
     from gpudoctor.report.schema import Added, Report
@@ -59,6 +61,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mfu", type=flags.bounded(0, 1), default=None,
                    help="assumed model FLOPs utilization for predictions (default hardware.mfu, 0.4)")
     flags.add_history(p)
+    flags.add_quiet(p)
+
+
+def _progress(args: argparse.Namespace, config: ReplayConfig) -> Callable[[Path], View] | None:
+    """The progress line at the bottom of a terminal (gpudoctor/live/view.py), or None (no terminal, --quiet, ...)."""
+    from gpudoctor.live.view import replay_progress
+    from gpudoctor.render.progress import live_output
+    from gpudoctor.replay.bounds import replay_bounds
+
+    if not live_output(sys.stderr, quiet=args.quiet, as_json=args.json):
+        return None
+    b = replay_bounds(config, args.max_steps, args.max_seconds)
+    return lambda folder: replay_progress(folder, b.max_steps, b.max_seconds, sys.stderr)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -91,7 +106,8 @@ def main(args: argparse.Namespace) -> int:
     gpus = args.gpus if args.gpus is not None else (config.hardware.gpus if price is not None else None)
     code, report, folder = launch.run([*worker, *bounds], args.out, 0.1, price, gpus, as_json=False,
                                        mode="replay", shown_command=user_command(args),
-                                       price_source=price_source, extra_env={"PATH": childpy.SYSTEM_PATH})
+                                       price_source=price_source, extra_env={"PATH": childpy.SYSTEM_PATH},
+                                       view=_progress(args, config))
     remove_all(folder)  # a killed worker skipped its own cleanup: its checkpoints go now
     if code != 0 or report is None:
         if args.json and report is not None:

@@ -6,8 +6,15 @@ The work is :func:`gpudoctor.launch.launcher.run`'s, shared with ``try`` and ``r
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpudoctor.commands import flags
+
+if TYPE_CHECKING:
+    from gpudoctor.launch.launcher import View
 
 HELP = "profile a training command until it exits"
 DESCRIPTION = ("Profile CMD (e.g. python train.py) with no code changes, until it exits; exit with CMD's exit "
@@ -18,6 +25,7 @@ DESCRIPTION = ("Profile CMD (e.g. python train.py) with no code changes, until i
 def add_arguments(p: argparse.ArgumentParser) -> None:
     flags.add_common(p)
     p.add_argument("--interval", type=flags.interval, default=0.1, help="sampling period in seconds (default 0.1)")
+    flags.add_quiet(p)
     flags.add_no_trackers(p)
     flags.add_history(p)
     flags.add_command(p)
@@ -25,12 +33,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from gpudoctor.launch.launcher import run
+    from gpudoctor.render.progress import live_output
 
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
     code, report, folder = run(command, args.out, args.interval, args.price_per_gpu_hour, args.gpus, args.json,
-                               trackers=not args.no_trackers)
+                               trackers=not args.no_trackers,
+                               view=_panel() if live_output(sys.stderr, quiet=args.quiet, as_json=args.json)
+                               else None)
     if report is not None:
         flags.record_history(args, report, folder)
     return code
+
+
+def _panel() -> Callable[[Path], View]:
+    """The live panel (gpudoctor/live/view.py), made once the run folder exists."""
+    from gpudoctor.live.view import LiveView
+
+    return lambda folder: LiveView(folder, "gpudoctor run", sys.stderr)

@@ -47,6 +47,7 @@ def _float(text: str) -> float:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", type=Path, nargs="?", help="replay config YAML (see sample_configs/README.md)")
     flags.add_common(p)
+    flags.add_quiet(p)
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                    help="an axis: any config key, dotted (training.dataloader_num_workers) or a bare "
                    "TrainingArguments name (dataloader_num_workers); repeat for more axes")

@@ -14,6 +14,7 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,8 @@ from gpudoctor.common.errors import UserError
 from gpudoctor.common.termtext import say
 
 if TYPE_CHECKING:
+    from gpudoctor.launch.launcher import View
+    from gpudoctor.live.view import Limited
     from gpudoctor.report.schema import Report, Trial
     from gpudoctor.tryfix.plan import Plan
 
@@ -49,6 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="try this value instead of (or besides) the fix's own, e.g. --set num_workers=2")
     p.add_argument("--interval", type=flags.interval, default=0.1, help="sampling period in seconds (default 0.1)")
     flags.add_history(p)
+    flags.add_quiet(p)
     flags.add_command(p)
 
 
@@ -78,7 +82,7 @@ def main(args: argparse.Namespace) -> int:
     say(f"gpudoctor try: baseline: profiling {seconds:g} s of training", file=sys.stderr)
     base_limit = TrainingLimit(Path(out) / "events", seconds, math.inf)  # its startup is what it is
     code, report, folder = run(command, out, args.interval, args.price_per_gpu_hour, args.gpus, False,
-                               mode="try", limit=base_limit)
+                               mode="try", limit=base_limit, view=_progress(args, "try: baseline", base_limit))
     if report is None:
         return code or 1
     if report["run"].get("status") == "interrupted" and not base_limit.stopped:
@@ -106,7 +110,8 @@ def main(args: argparse.Namespace) -> int:
     say(f"gpudoctor try: trial: {plan.rule} with {values}, {seconds:g} s of training", file=sys.stderr)
     trial_code, trial_report, trial_dir = run(
         command, folder / TRIAL_DIR, args.interval, args.price_per_gpu_hour, args.gpus, False, mode="try",
-        extra_env={ENV: str((folder / APPLY_FILE).resolve())}, limit=limit, summary=False)
+        extra_env={ENV: str((folder / APPLY_FILE).resolve())}, limit=limit, summary=False,
+        view=_progress(args, f"try: trial of {plan.rule}", limit))
     a_trial = analyze(load_recording(trial_dir))
     notes = _plan_notes(plan)
     if limit.note:
@@ -129,6 +134,16 @@ def main(args: argparse.Namespace) -> int:
     _finish(report, section, folder, args.json)
     flags.record_history(args, report, folder)
     return (trial_code or 1) if crash is not None else 0
+
+
+def _progress(args: argparse.Namespace, label: str, limit: Limited) -> Callable[[Path], View] | None:
+    """The progress line at the bottom of a terminal (gpudoctor/live/view.py), or None (no terminal, --quiet, ...)."""
+    from gpudoctor.live.view import try_progress
+    from gpudoctor.render.progress import live_output
+
+    if not live_output(sys.stderr, quiet=args.quiet, as_json=args.json):
+        return None
+    return lambda folder: try_progress(label, limit, sys.stderr)
 
 
 def _crash(code: int, stopped: bool, a_trial: Any) -> dict[str, Any] | None:

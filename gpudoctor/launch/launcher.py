@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -66,6 +67,16 @@ def _signal(proc: subprocess.Popen[bytes], sig: int, group: bool) -> None:
         pass
 
 
+class View(Protocol):
+    """What the terminal shows while the child runs (``run``'s panel, ``try``'s progress line)."""
+
+    def start(self) -> None: ...
+
+    def tick(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 class Limit(Protocol):
     """Stops a child that leads its own process group when its time is up (``gpudoctor try``)."""
 
@@ -78,7 +89,8 @@ def run(command: list[str], out: Path | None, interval_s: float, price: float | 
         as_json: bool, nvml_binding: Any = None, mode: str = "run",
         extra_env: dict[str, str] | None = None, limit: Limit | None = None,
         summary: bool = True, shown_command: list[str] | None = None,
-        price_source: str | None = None, trackers: bool = False) -> tuple[int, Report | None, Path]:
+        price_source: str | None = None, trackers: bool = False,
+        view: Callable[[Path], View] | None = None) -> tuple[int, Report | None, Path]:
     """Run ``command`` under the doctor; returns its exit code (never the doctor's trouble: a
     recording or report that failed is said on stderr), the report (None if none) and the folder.
 
@@ -86,7 +98,9 @@ def run(command: list[str], out: Path | None, interval_s: float, price: float | 
     then reach the group, DataLoader workers included); ``summary=False``: no summary printed.
     ``shown_command``: what the report shows as the command (``replay`` runs an internal worker);
     ``price_source``: where ``price`` came from, when not ``--price-per-gpu-hour``;
-    ``trackers``: add the figures to the training's tracker runs (docs/trackers.md)."""
+    ``trackers``: add the figures to the training's tracker runs (docs/trackers.md);
+    ``view``: made from the run folder once the child runs, ticked about once a second from the
+    wait, stopped before the report is said (None: nothing shown while it runs)."""
     if not command:
         raise UserError("no command to run; usage: gpudoctor run [OPTIONS] -- python train.py")
     _startable(command[0], (extra_env or {}).get("PATH", os.environ.get("PATH", os.defpath)))
@@ -119,9 +133,14 @@ def run(command: list[str], out: Path | None, interval_s: float, price: float | 
     # The child is spawned at normal priority; from here the doctor takes only idle cycles.
     recorder.options.doctor_priority = priority.lower_doctor()
     recorder.start(proc.pid, start)
+    shown = view(folder.at) if view is not None else None
     try:
-        code = _wait(proc, handler, limit)
+        if shown is not None:
+            shown.start()
+        code = _wait(proc, handler, limit, shown.tick if shown is not None else None)
     finally:
+        if shown is not None:
+            shown.stop()
         _restore(old)
         priority.restore_doctor()  # where allowed (root): a process that goes on is not left idle
     stopped = handler.count or (limit is not None and limit.stopped)
@@ -196,9 +215,10 @@ def _discard(folder: RunFolder, existed: bool) -> None:
 WAIT_TICK_S = 1.0  # the doctor's main thread wakes this often while the training runs (0.5 s with a limit)
 
 
-def _wait(proc: subprocess.Popen[bytes], handler: _Interrupts, limit: Limit | None = None) -> int:
+def _wait(proc: subprocess.Popen[bytes], handler: _Interrupts, limit: Limit | None = None,
+          tick: Callable[[], None] | None = None) -> int:
     """Wait for the child (asleep in the kernel: :class:`ExitWaiter`); a second interrupt gives
-    it 5 s before it is killed."""
+    it 5 s before it is killed. ``tick``: called at each wake (the live view)."""
     exited = ExitWaiter(proc)
     deadline = None
     try:
@@ -208,6 +228,8 @@ def _wait(proc: subprocess.Popen[bytes], handler: _Interrupts, limit: Limit | No
             code = exited.wait(0.5 if limit is not None else WAIT_TICK_S)
             if code is not None:
                 return _exit_code(code)
+            if tick is not None:
+                tick()
             if handler.count >= 2 and deadline is None:
                 deadline = time.monotonic() + 5.0
             if deadline is not None and time.monotonic() > deadline:

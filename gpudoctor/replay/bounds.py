@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpudoctor.replay.config import ReplayConfig
 
 
 @dataclass
@@ -35,3 +38,16 @@ class LoopResult:
             "loss_first": self.losses[0] if self.losses else None,
             "loss_last": self.losses[-1] if self.losses else None,
         }
+
+
+def replay_bounds(cfg: ReplayConfig, max_steps: int | None, max_seconds: float | None) -> Bounds:
+    """Steps/seconds from the CLI or ``replay:``; saving scaled so the replay sees a checkpoint."""
+    steps = max_steps or cfg.replay.steps
+    if cfg.training.max_steps > 0:
+        steps = min(steps, cfg.training.max_steps)
+    save = cfg.replay.save_steps
+    if save is None and cfg.training.save_steps is not None:
+        save = (
+            cfg.training.save_steps if cfg.training.save_steps <= steps // 2 else max(1, steps // 2)
+        )
+    return Bounds(steps, max_seconds or cfg.replay.seconds, save)

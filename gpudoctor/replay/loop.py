@@ -13,24 +13,11 @@ from typing import Any
 
 import torch
 
-from gpudoctor.replay.bounds import Bounds, LoopResult
+from gpudoctor.replay.bounds import Bounds, LoopResult, replay_bounds  # noqa: F401 - replay_bounds re-exported
 from gpudoctor.replay.build import Pipeline, build_loader
 from gpudoctor.replay.config import ReplayConfig
 from gpudoctor.replay.measure import checkpoint_once
 from gpudoctor.replay.scratch import scratch_dir
-
-
-def replay_bounds(cfg: ReplayConfig, max_steps: int | None, max_seconds: float | None) -> Bounds:
-    """Steps/seconds from the CLI or ``replay:``; saving scaled so the replay sees a checkpoint."""
-    steps = max_steps or cfg.replay.steps
-    if cfg.training.max_steps > 0:
-        steps = min(steps, cfg.training.max_steps)
-    save = cfg.replay.save_steps
-    if save is None and cfg.training.save_steps is not None:
-        save = (
-            cfg.training.save_steps if cfg.training.save_steps <= steps // 2 else max(1, steps // 2)
-        )
-    return Bounds(steps, max_seconds or cfg.replay.seconds, save)
 
 
 def pick_device(cfg: ReplayConfig) -> torch.device:

@@ -37,6 +37,7 @@ class SweepOptions:
     price_per_gpu_hour: float | None = None
     gpus: int | None = None
     as_json: bool = False
+    quiet: bool = False  # no progress bar (nor without a terminal, with --json or CI set)
     argv: list[str] = field(default_factory=list)
     backend: str = "local"
     ray_address: str | None = None
@@ -68,6 +69,7 @@ class SweepOptions:
             price_per_gpu_hour=price,
             gpus=args.gpus,
             as_json=args.json,
+            quiet=getattr(args, "quiet", False),
             backend=args.backend,
             ray_address=args.ray_address,
             study_storage=args.study_storage,

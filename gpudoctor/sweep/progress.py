@@ -6,16 +6,19 @@ where rich would read it as markup): a trial's crash text is the training's.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from gpudoctor.common.termtext import terminal_text
+from gpudoctor.render.progress import live_output
 from gpudoctor.render.sweep_cells import cells, columns, line, visible
 
 
 class Display:
-    """Rich progress on stderr; silent where stderr is not a terminal except for the lines."""
+    """Rich progress on stderr; no bar where :func:`~gpudoctor.render.progress.live_output` says
+    none (no terminal, ``--quiet``, ``--json``, ``CI``), the lines and the table all the same."""
 
-    def __init__(self, total: int, title: str) -> None:
+    def __init__(self, total: int, title: str, live: bool = True) -> None:
         from rich.console import Console
         from rich.progress import (
             BarColumn,
@@ -39,6 +42,7 @@ class Display:
             TimeRemainingColumn(),
             console=self.console,
             transient=True,
+            disable=not live_output(sys.stderr, quiet=not live),
         )
         self.task = self.progress.add_task(title, total=max(total, 0))
 

@@ -55,7 +55,7 @@ def _run(opts: SweepOptions, backend: Backend) -> tuple[dict[str, Any], Path]:
     if not opts.adaptive:
         check_limit(len(todo), opts.max_trials, opts.yes)
     doc, runner = setup.doc, setup.runner
-    with Display(len(todo), "sweep") as display:
+    with Display(len(todo), "sweep", live=not opts.quiet and not opts.as_json) as display:
         runner.display = display
         backend.on_start = lambda job: display.running(job.label, job.attempt)
         try:
