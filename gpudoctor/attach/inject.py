@@ -43,9 +43,9 @@ import psutil
 
 import gpudoctor
 from gpudoctor.attach import gdbcheck, scratch, symbols
-from gpudoctor.common import childpy, safefs
+from gpudoctor.common import safefs
 from gpudoctor.common.errors import UserError
-from gpudoctor.launch import priority
+from gpudoctor.processes import childpy, priority
 
 PKG_PARENT = str(Path(gpudoctor.__file__).resolve().parent.parent)
 GDB_TIMEOUT_S = 20.0

@@ -19,7 +19,7 @@ import psutil
 from gpudoctor.attach import symbols
 from gpudoctor.attach.inject import permission_hint
 from gpudoctor.common.errors import UserError
-from gpudoctor.launch.proctree import ProcTree
+from gpudoctor.processes.proctree import ProcTree
 
 LAUNCHER_SCRIPTS = {"torchrun", "accelerate", "deepspeed"}
 LAUNCHER_MODULES = {"torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch"}

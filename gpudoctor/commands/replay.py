@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpudoctor.commands import flags
-from gpudoctor.common import childpy, safefs
+from gpudoctor.common import safefs
 from gpudoctor.common.errors import UserError
 from gpudoctor.common.termtext import say
+from gpudoctor.processes import childpy
 
 if TYPE_CHECKING:
     from gpudoctor.replay.config import ReplayConfig

@@ -301,7 +301,7 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), default=_as_text)
 def name_thread(name: bytes) -> None:
     """Name the calling thread for the kernel (``/proc/<pid>/task/*/comm``): its CPU can be told apart.
 
-    Not :func:`gpudoctor.launch.priority.name_thread`: this runs in the patient, where importing that
+    Not :func:`gpudoctor.processes.priority.name_thread`: this runs in the patient, where importing that
     module would run ``ctypes.util.find_library`` (a subprocess) in the training process.
     """
     with contextlib.suppress(Exception):

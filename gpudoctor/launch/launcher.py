@@ -19,10 +19,10 @@ from typing import Any, Protocol
 
 from gpudoctor.common.errors import UserError
 from gpudoctor.common.termtext import say
-from gpudoctor.launch import priority
-from gpudoctor.launch.pids import ExitWaiter
 from gpudoctor.launch.recorder import Recorder, RecorderOptions, child_env, default_out
 from gpudoctor.pipeline import finish
+from gpudoctor.processes import priority
+from gpudoctor.processes.pids import ExitWaiter
 from gpudoctor.recording.store import RunFolder
 from gpudoctor.render.terminal import print_summary
 from gpudoctor.report.build import ReportOptions

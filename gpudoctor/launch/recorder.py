@@ -49,7 +49,7 @@ class RecorderOptions:
     gpus: int | None = None
     nvml_binding: Any = None  # tests inject a fake pynvml here
     adaptive: bool = True  # sampler intervals follow the step time (samplers.pace)
-    doctor_priority: dict[str, str] | None = None  # what gpudoctor.launch.priority gave the doctor, for meta.json
+    doctor_priority: dict[str, str] | None = None  # what gpudoctor.processes.priority gave the doctor, for meta.json
     events_owner: int | None = None  # the uid that writes events/ (attach beside another user)
 
 
