@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpudoctor.core.schema import Added, Report
 from gpudoctor.recording.store import load_recording
 from gpudoctor.render import write_all
 from gpudoctor.report.build import ReportOptions, build_report
-from gpudoctor.report.schema import Added, Report
 from gpudoctor.trackers import add_to_trackers
 
 

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpudoctor.analysis import workload
 from gpudoctor.common import hardware
+from gpudoctor.core import schema
 from gpudoctor.replay import costmodel
-from gpudoctor.report import schema
 
 if TYPE_CHECKING:
     from gpudoctor.analysis.model import Analysis

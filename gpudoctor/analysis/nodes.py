@@ -21,8 +21,8 @@ from typing import Any
 
 from gpudoctor.analysis.model import Analysis, GpuStats, HostStats
 from gpudoctor.analysis.process import ProcessView, quantiles
+from gpudoctor.core.schema import BREAKDOWN_KEYS
 from gpudoctor.recording.store import Recording
-from gpudoctor.report.schema import BREAKDOWN_KEYS
 
 # Beyond this share of a step, step ends that should coincide do not: not one job, or not aligned.
 MAX_RESIDUAL_STEP_SHARE = 0.5

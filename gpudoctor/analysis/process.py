@@ -12,9 +12,9 @@ from typing import Any, TypeVar
 from gpudoctor.analysis import gpu_clock
 from gpudoctor.analysis import timeline as tl
 from gpudoctor.common import batchlengths
-from gpudoctor.recording.events import COMMUNICATION, NO_BATCH_WAIT
+from gpudoctor.core.events import COMMUNICATION, NO_BATCH_WAIT
+from gpudoctor.core.schema import BREAKDOWN_KEYS
 from gpudoctor.recording.read import LoopData
-from gpudoctor.report.schema import BREAKDOWN_KEYS
 
 N = TypeVar("N", int, float)
 

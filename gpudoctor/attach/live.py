@@ -25,8 +25,8 @@ from typing import Any
 from gpudoctor.analysis import analyze
 from gpudoctor.analysis.sampled import load_stack_rows
 from gpudoctor.common.termtext import say, terminal_text
+from gpudoctor.core.schema import BREAKDOWN_KEYS
 from gpudoctor.recording.store import load_recording
-from gpudoctor.report.schema import BREAKDOWN_KEYS
 
 PLAIN_EVERY_S = 10.0
 REFRESH_HZ = 1.0

@@ -19,7 +19,7 @@ from gpudoctor.common.termtext import say, terminal_safe
 from gpudoctor.common.wording import doctor_fault_words
 
 if TYPE_CHECKING:
-    from gpudoctor.report.schema import Report
+    from gpudoctor.core.schema import Report
 
 HELP = "exit 1 when more than a given share of wall time is wasted (a CI gate)"
 DESCRIPTION = ("A CI gate: exit 1 when the report's wasted share of wall time is above --max-waste, 0 when it "

@@ -28,9 +28,9 @@ from gpudoctor.common.termtext import say
 from gpudoctor.processes import childpy
 
 if TYPE_CHECKING:
+    from gpudoctor.core.schema import Added, Report
     from gpudoctor.replay.config import ReplayConfig
     from gpudoctor.replay.derive import Derived
-    from gpudoctor.report.schema import Added, Report
 
 HELP = "run a training config for a bounded time and diagnose it"
 DESCRIPTION = ("Rebuild a training config's pipeline (dataset, tokenizer, collator, DataLoader, model) here, "

@@ -22,7 +22,7 @@ from gpudoctor.common.errors import UserError
 from gpudoctor.common.termtext import say
 
 if TYPE_CHECKING:
-    from gpudoctor.report.schema import Report, Trial
+    from gpudoctor.core.schema import Report, Trial
     from gpudoctor.tryfix.plan import Plan
 
 HELP = "measure a finding's fix on the command itself, before editing code"

@@ -27,10 +27,10 @@ from gpudoctor.common.redact import (
     redact_mapping,
     redact_value,
 )
+from gpudoctor.core.events import CliEvent, CliOption
 from gpudoctor.hooks import patch
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.writer import EventWriter
-from gpudoctor.recording.events import CliEvent, CliOption
 
 MAX_OPTIONS = 1000
 MAX_TEXT = 300

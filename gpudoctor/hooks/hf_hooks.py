@@ -9,11 +9,11 @@ from types import ModuleType
 from typing import Any
 
 from gpudoctor.common.redact import redact_mapping, redact_value
+from gpudoctor.core.events import TrainerEvent
 from gpudoctor.hooks import accelerate_hooks, apply, patch
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.torch_hooks import TorchHooks, safe_attr
 from gpudoctor.hooks.writer import EventWriter
-from gpudoctor.recording.events import TrainerEvent
 
 
 def install_tokenizers(writer: EventWriter, torch_hooks: TorchHooks, mod: ModuleType) -> None:

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, cast
 
+from gpudoctor.core.events import PlanEvent
 from gpudoctor.hooks import patch
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.writer import EventWriter
-from gpudoctor.recording.events import PlanEvent
 
 WriterFn = Callable[[], EventWriter | None]
 

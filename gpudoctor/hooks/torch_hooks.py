@@ -15,12 +15,7 @@ from typing import Any, cast
 
 from gpudoctor.common import batchlengths
 from gpudoctor.common.redact import redact_mapping, redact_value
-from gpudoctor.hooks import apply, dataset_items, patch
-from gpudoctor.hooks.device_clock import DeviceClock, GpuMarks
-from gpudoctor.hooks.guard import guarded, hooks_but_ours, untraced
-from gpudoctor.hooks.profiler_windows import ProfilerWindows
-from gpudoctor.hooks.writer import EventWriter
-from gpudoctor.recording.events import (
+from gpudoctor.core.events import (
     NO_BATCH_WAIT,
     SIDE_FILE,
     BatchEvent,
@@ -29,6 +24,11 @@ from gpudoctor.recording.events import (
     ModelEvent,
     TorchCfgEvent,
 )
+from gpudoctor.hooks import apply, dataset_items, patch
+from gpudoctor.hooks.device_clock import DeviceClock, GpuMarks
+from gpudoctor.hooks.guard import guarded, hooks_but_ours, untraced
+from gpudoctor.hooks.profiler_windows import ProfilerWindows
+from gpudoctor.hooks.writer import EventWriter
 
 # Padding is counted on every batch up to this many, then on every 10th.
 _PAD_EVERY_BATCH_UNTIL = 5000

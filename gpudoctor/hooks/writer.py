@@ -36,8 +36,8 @@ from typing import Any
 
 from gpudoctor.common import safefs
 from gpudoctor.common.redact import redact_argv, redact_mapping
+from gpudoctor.core.events import Event
 from gpudoctor.hooks.guard import guarded
-from gpudoctor.recording.events import Event
 
 COUNTER_MAX_PERIOD_S = 10.0
 

@@ -15,11 +15,11 @@ from typing import Any
 
 from gpudoctor.analysis.workload import infer_shape
 from gpudoctor.common.errors import UserError
+from gpudoctor.core.schema import Preflight, PreflightTarget
 from gpudoctor.replay import costmodel, gpus
 from gpudoctor.replay.config import ReplayConfig
 from gpudoctor.replay.costmodel import Plan, Workload, simulate
 from gpudoctor.replay.fixes import apply_fixes
-from gpudoctor.report.schema import Preflight, PreflightTarget
 from gpudoctor.rules import values
 
 __all__ = ["predict", "workload", "plan_from_config", "apply_fixes"]

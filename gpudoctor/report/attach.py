@@ -14,7 +14,7 @@ import datetime as dt
 from typing import Any
 
 from gpudoctor.attach.window import UNAVAILABLE_WITHOUT_HOOKS
-from gpudoctor.report import schema
+from gpudoctor.core import schema
 
 
 def _num(v: Any) -> float | None:

@@ -25,9 +25,9 @@ from typing import Any
 
 from gpudoctor.analysis import analyze
 from gpudoctor.common.safefs import pinned_folder
+from gpudoctor.core.schema import Report
 from gpudoctor.recording.store import load_recording
 from gpudoctor.report.load import holds_recording, read_report, report_of_recording
-from gpudoctor.report.schema import Report
 from gpudoctor.tables import rows as R
 from gpudoctor.tables.columns import COLUMNS, TABLES
 from gpudoctor.tables.frames import frame, pandas

@@ -23,7 +23,7 @@ from gpudoctor.trackers import mlflow_sink, tensorboard_sink, wandb_sink
 from gpudoctor.trackers.figures import Figures
 
 if TYPE_CHECKING:
-    from gpudoctor.report.schema import Report, TrackerEntry
+    from gpudoctor.core.schema import Report, TrackerEntry
 from gpudoctor.trackers.found import TrackerRun, tracker_runs
 from gpudoctor.trackers.outcome import Outcome
 

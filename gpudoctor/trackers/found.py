@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpudoctor.report.schema import TrackerKind
+from gpudoctor.core.schema import TrackerKind
 
 KINDS = ("mlflow", "wandb", "tensorboard")
 MAX_FIELD = 4096  # a path or URI longer than this is not one the hooks wrote
