@@ -41,13 +41,12 @@ from typing import Any
 
 import psutil
 
-import gpudoctor
 from gpudoctor.attach import gdbcheck, scratch, symbols
 from gpudoctor.common import safefs
 from gpudoctor.common.errors import UserError
 from gpudoctor.processes import childpy, priority
 
-PKG_PARENT = str(Path(gpudoctor.__file__).resolve().parent.parent)
+PKG_PARENT = str(childpy.PKG_PARENT)  # the folder holding this gpudoctor, appended to the patient's path
 GDB_TIMEOUT_S = 20.0
 _STATUS_LIMIT = 64 * 1024
 _PAGE = 4096
