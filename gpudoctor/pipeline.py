@@ -31,7 +31,7 @@ def finish(folder: Path, options: ReportOptions, *, extra: Added | None = None,
     recording = load_recording(folder)
     report = build_report(recording, options)
     if extra:
-        report.update(extra)
+        report.update(extra)  # type: ignore[typeddict-item]  # strict's extra_checks: Added's keys are the report's own
     write_all(report, folder)
     if trackers and add_to_trackers(report, shown or folder, recording.events, recording.event_owners):
         write_all(report, folder)  # now saying where its figures went

@@ -314,7 +314,8 @@ def _status(ended_by: str | None) -> str:
 
 def _cmdline(proc: psutil.Process) -> list[str]:
     try:
-        return proc.cmdline()
+        cmdline: list[str] = proc.cmdline()  # psutil: no stubs
+        return cmdline
     except psutil.Error:
         return []
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -124,7 +125,11 @@ def install_datasets(writer: EventWriter, mod: ModuleType) -> None:
             if method in cls.__dict__:
                 span = patch.span(writer, "format", f"datasets.{cls_name}.{method}")
                 if cls_name == "Dataset" and method == "map":
-                    patch.replace(cls, method, lambda fn, span=span: span(_watch_map_cache(writer, fn)))
+                    def watched(fn: Callable[..., Any],
+                                span: Callable[[Callable[..., Any]], Callable[..., Any]] = span) -> Callable[..., Any]:
+                        return span(_watch_map_cache(writer, fn))
+
+                    patch.replace(cls, method, watched)
                 else:
                     patch.replace(cls, method, span)
     for fn_name in ("load_dataset", "load_from_disk"):

@@ -58,8 +58,8 @@ class Recorder:
         self.folder = folder
         self.options = options
         self.meta: dict[str, Any] = {}
-        self._host: Any = None
-        self._gpu: Any = None
+        self._host: HostSampler | None = None
+        self._gpu: GpuSampler | None = None
         self._gpus_desc: list[dict[str, Any]] = []
         self._problems: list[str] = []
         self._nvml: Any = None

@@ -13,6 +13,8 @@ import typing
 from functools import lru_cache
 from typing import Any
 
+from typing_extensions import NotRequired
+
 from gpudoctor.core import schema as rs
 
 _KINDS = {
@@ -107,7 +109,7 @@ def _plain(tp: Any) -> Any:
             return tp
         tp = arms[0]
         origin = typing.get_origin(tp)
-        if origin is typing.Annotated or origin is rs.NotRequired:
+        if origin is typing.Annotated or origin is NotRequired:
             tp = typing.get_args(tp)[0]
         elif hasattr(tp, "__metadata__"):
             tp = tp.__origin__

@@ -302,11 +302,13 @@ def _round(value: float | None) -> float | None:
 
 def _total(t: Any) -> float:
     """Total CPU time; guest time is already inside user time on Linux."""
-    return sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+    total: float = sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)  # psutil: no stubs
+    return total
 
 
 def _idle(t: Any) -> float:
-    return t.idle + getattr(t, "iowait", 0.0)
+    idle: float = t.idle + getattr(t, "iowait", 0.0)  # psutil: no stubs
+    return idle
 
 
 def _busy_pct(prev: Any, cur: Any) -> float:
