@@ -3,7 +3,7 @@
 The sampler runs at 10 Hz beside training on boxes with few cores (once a second when
 every core is busy), and refreshes its process tree every second. A tick without a
 refresh reads a few ``/proc`` files per tree process; a refresh reads only processes new
-since the last one (:mod:`gpudoctor.launch.proctree`), where ``psutil``'s
+since the last one (:mod:`gpudoctor.processes.proctree`), where ``psutil``'s
 ``children(recursive=True)`` reads every process on the machine. Printed: the median
 tick without a refresh, with one (every tick), and that full scan alone, with the ratio
 of the last two measured in this run (it grows with the machine's process count). A

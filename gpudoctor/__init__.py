@@ -7,12 +7,14 @@ torch, pandas or matplotlib at module load.
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpudoctor._version import __version__
 
 __all__ = ["__version__", "profile", "step", "load", "RunTables", "GpuDoctorCallback", "GpuDoctorLightningCallback"]
 
 
-def __getattr__(name: str):  # PEP 562: lazy public API
+def __getattr__(name: str) -> Any:  # PEP 562: lazy public API
     if name in ("profile", "step"):
         from gpudoctor.integrations import loop
 

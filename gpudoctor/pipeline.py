@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpudoctor.core.schema import Added, Report
 from gpudoctor.recording.store import load_recording
 from gpudoctor.render import write_all
 from gpudoctor.report.build import ReportOptions, build_report
-from gpudoctor.report.schema import Added, Report
 from gpudoctor.trackers import add_to_trackers
 
 
@@ -31,7 +31,7 @@ def finish(folder: Path, options: ReportOptions, *, extra: Added | None = None,
     recording = load_recording(folder)
     report = build_report(recording, options)
     if extra:
-        report.update(extra)
+        report.update(extra)  # type: ignore[typeddict-item]  # strict's extra_checks: Added's keys are the report's own
     write_all(report, folder)
     if trackers and add_to_trackers(report, shown or folder, {pid: r.trackers for pid, r in recording.events.items()},
                                    recording.event_owners):

@@ -153,7 +153,7 @@ def test_the_no_sync_fix_is_a_plan_try_can_carry_out_whole() -> None:
     DDP's switch: the plan hands the hooks the accumulation the baseline measured, nothing else."""
     from typing import cast
 
-    from gpudoctor.report.schema import Finding
+    from gpudoctor.core.schema import Finding
     from gpudoctor.rules.names import Names
     from gpudoctor.tryfix.plan import _plan
 

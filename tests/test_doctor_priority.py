@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.analysis.model import time_mean
-from gpudoctor.launch import priority
+from gpudoctor.processes import priority
 from gpudoctor.samplers.host import HostSampler
 from gpudoctor.samplers.pace import (
     MAX_INTERVAL_S,
@@ -33,7 +33,7 @@ IDLE = 3  # IOPRIO_CLASS_IDLE
 # The training child: its own priority, then its parent's (the doctor's) threads once the samplers run.
 CHILD = textwrap.dedent("""
     import json, os, sys, time
-    from gpudoctor.launch import priority
+    from gpudoctor.processes import priority
     me, doctor = os.getpid(), os.getppid()
     def threads(pid):
         out = {}
@@ -74,7 +74,7 @@ def test_run_child_keeps_normal_priority_and_the_doctor_is_idle(tmp_path: Path) 
 # gdb's spawn, through the real _run_gdb, and py-spy's preexec, in a doctor lowered the real way.
 SPAWNS = textwrap.dedent("""
     import json, subprocess, sys
-    from gpudoctor.launch import priority
+    from gpudoctor.processes import priority
     from gpudoctor.attach import inject, stacks
     priority.start_normal_spawner()
     priority.lower_doctor()
@@ -99,7 +99,7 @@ def test_gdb_runs_normal_and_pyspy_nice_under_an_idle_doctor() -> None:
 
 SWITCH = textwrap.dedent("""
     import sys
-    from gpudoctor.launch import priority
+    from gpudoctor.processes import priority
     before = sys.getswitchinterval()
     priority.lower_doctor()
     lowered = sys.getswitchinterval()

@@ -1,9 +1,9 @@
-"""The events file's format is declared once, as types (gpudoctor/recording/events.py): the loader's
+"""The events file's format is declared once, as types (gpudoctor/core/events.py): the loader's
 checks follow them, so a line the types call malformed is dropped and one they allow is kept."""
 
 from __future__ import annotations
 
-from gpudoctor.recording import events
+from gpudoctor.core import events
 from gpudoctor.recording.validate import EVENT_FIELDS, clean_event
 
 T = 1_700_000_000.0

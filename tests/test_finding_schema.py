@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from gpudoctor.report import schema
+from gpudoctor.core import schema
 from gpudoctor.report.check import problem
 from gpudoctor.rules import account, base
 from gpudoctor.rules.account import Claim

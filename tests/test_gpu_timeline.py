@@ -344,7 +344,7 @@ def test_the_wait_that_ends_each_epoch_is_no_batch(tmp_path: Path) -> None:
     from torch.utils.data import DataLoader, TensorDataset
 
     from gpudoctor.analysis.process import build_process_view
-    from gpudoctor.recording.events import NO_BATCH_WAIT
+    from gpudoctor.core.events import NO_BATCH_WAIT
     from gpudoctor.recording.read import read_events
     from gpudoctor.recording.records import Records
 

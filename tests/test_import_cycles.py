@@ -131,14 +131,15 @@ def test_nothing_imports_the_command_line():
 
 def test_injected_hooks_know_no_mode_and_import_the_stdlib_only_beside_the_package():
     """The hooks run inside the patient's interpreter: they import no mode, no analysis, no render,
-    and of the recording only its event vocabulary (stdlib-only ``recording/events.py``)."""
+    and of the recording nothing: the event vocabulary they write is stdlib-only ``core/events.py``."""
     graph = _graph()
     banned = (*MODES, "gpudoctor.analysis", "gpudoctor.rules", "gpudoctor.render", "gpudoctor.report",
               "gpudoctor.samplers", "gpudoctor.commands", "gpudoctor.cli")
     assert _edges(graph, ("gpudoctor.hooks",), banned) == []
-    recording = {t for t in _edges(graph, ("gpudoctor.hooks",), ("gpudoctor.recording",))}
-    assert {e.split(" -> ")[1] for e in recording} <= {"gpudoctor.recording.events"}
-    events = ast.parse((PACKAGE / "recording" / "events.py").read_text())
+    assert _edges(graph, ("gpudoctor.hooks",), ("gpudoctor.recording",)) == []
+    core = {t for t in _edges(graph, ("gpudoctor.hooks",), ("gpudoctor.core",))}
+    assert {e.split(" -> ")[1] for e in core} <= {"gpudoctor.core.events"}
+    events = ast.parse((PACKAGE / "core" / "events.py").read_text())
     assert [n for n in _imports(events) if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("gpudoctor")] == []
 
 
@@ -152,10 +153,10 @@ def test_the_finder_sees_a_cycle():
 
 
 def test_the_hooks_load_only_the_event_vocabulary_of_the_recording():
-    """Importing the hooks (as the patient does) loads ``recording/events.py`` alone: not the
-    store, the reader or orjson (``gpudoctor.recording`` loads its store lazily)."""
+    """Importing the hooks (as the patient does) loads ``core/events.py`` alone: not the report
+    schema, the recording's store, its reader or orjson."""
     code = ("import sys, gpudoctor.hooks, gpudoctor.hooks.torch_hooks, gpudoctor.hooks.eval_regions; "
-            "print(sorted(m for m in sys.modules if m.startswith(('gpudoctor.recording', 'orjson'))))")
+            "print(sorted(m for m in sys.modules if m.startswith(('gpudoctor.recording', 'gpudoctor.core', 'orjson'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=PACKAGE.parent, env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})
-    assert out.stdout.split("\n")[0] == "['gpudoctor.recording', 'gpudoctor.recording.events']"
+    assert out.stdout.split("\n")[0] == "['gpudoctor.core', 'gpudoctor.core.events']"

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from gpudoctor.launch import launcher as launch
-from gpudoctor.launch.pids import ExitWaiter
+from gpudoctor.processes.pids import ExitWaiter
 from gpudoctor.sweep import trial
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpudoctor.report.schema import BREAKDOWN_KEYS
+from gpudoctor.core.schema import BREAKDOWN_KEYS
 from tests.conftest import within
 
 # probe -> (planted rule, report figure, truth field)

@@ -7,7 +7,7 @@ import sys
 
 import psutil
 
-from gpudoctor.launch.proctree import ProcTree
+from gpudoctor.processes.proctree import ProcTree
 
 # The parent prints, waits for a line, starts a child that starts a grandchild, prints their pids, waits.
 PARENT = """

@@ -14,6 +14,7 @@ import pytest
 
 from gpudoctor.commands.load import load_report
 from gpudoctor.common.errors import UserError
+from gpudoctor.core.schema import KEPT_ON_RERENDER, SECTIONS, Report, Sections
 from gpudoctor.recording.store import load_recording
 from gpudoctor.render import sections
 from gpudoctor.render.base import fmt_pct
@@ -24,7 +25,6 @@ from gpudoctor.replay.preflight import predict
 from gpudoctor.report.build import build_report
 from gpudoctor.report.check import problem
 from gpudoctor.report.diff import diff_reports
-from gpudoctor.report.schema import KEPT_ON_RERENDER, SECTIONS, Report, Sections
 from tests.recording_builder import T0, RecordingBuilder
 from tests.report_fixtures import nogpu_report, sample_report
 from tests.test_preflight import config as preflight_config

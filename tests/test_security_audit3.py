@@ -294,12 +294,12 @@ def test_no_string_of_a_report_becomes_live_markdown_or_html():
     payload of raw HTML, links, images, escaped brackets and quotes; the Markdown of ``report`` and
     ``diff`` rendered by CommonMark, and the HTML, hold no tag that names the payload's host."""
     pytest.importorskip("markdown_it")
+    from gpudoctor.core.schema import SECTIONS, Report
     from gpudoctor.render.diff_page import render_diff_html, render_diff_markdown
     from gpudoctor.render.html import HtmlRenderer
     from gpudoctor.render.markdown import MarkdownRenderer
     from gpudoctor.report.check import problem
     from gpudoctor.report.diff import diff_reports
-    from gpudoctor.report.schema import SECTIONS, Report
 
     report = _full_report()
     assert problem(report) is None and all(s.key in report for s in SECTIONS)
@@ -515,8 +515,8 @@ def test_a_traceback_that_escapes_the_cli_is_printed_through_the_sanitiser(tmp_p
 
 def test_a_report_json_of_tiny_values_is_refused_before_it_is_parsed(tmp_path):
     """8 MiB is under the byte cap, but 2.8 M empty lists parsed would take ~200 MB."""
+    from gpudoctor.core.schema import SCHEMA
     from gpudoctor.report.load import read_report
-    from gpudoctor.report.schema import SCHEMA
 
     data = Path(__file__).parent / "data" / "report_sample.json"
     path = tmp_path / "report.json"

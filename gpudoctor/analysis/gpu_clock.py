@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpudoctor.analysis import timeline as tl
-from gpudoctor.recording.events import GpuStepEvent
+from gpudoctor.core.events import GpuStepEvent
 from gpudoctor.recording.records import Records
 
 # A gpu_step's seconds the training stream sat idle: loader waits, after host syncs, checkpoint

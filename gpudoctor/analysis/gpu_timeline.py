@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpudoctor.analysis import workload
 from gpudoctor.common import hardware
-from gpudoctor.replay import costmodel
-from gpudoctor.report import schema
+from gpudoctor.core import schema
 
 if TYPE_CHECKING:
     from gpudoctor.analysis.model import Analysis
@@ -35,14 +34,14 @@ REACHABLE_MFU = {"bf16": 0.45, "fp16": 0.45, "tf32": 0.40, "fp32": 0.60}
 # AdamW's memory traffic per parameter (fp32 p, g, m, v), as the replay's cost model streams it:
 # fused (one kernel: read p, g, m, v; write p, m, v) and torch's default on CUDA, foreach (one pass
 # per op: weight decay 8, lerp of m 12, v *= b2 8, v += g*g 12, sqrt 8, / bias 8, + eps 8, p -= m/d 16).
-ADAMW_FUSED_BYTES_PER_PARAM = costmodel.ADAMW_BYTES_PER_PARAM
+ADAMW_FUSED_BYTES_PER_PARAM = workload.ADAMW_BYTES_PER_PARAM
 ADAMW_FOREACH_BYTES_PER_PARAM = 80
 
 
 def optimizer_step_s(params: float, bandwidth_gb_s: float,
                      bytes_per_param: float = ADAMW_FUSED_BYTES_PER_PARAM) -> float:
     """An AdamW step: bytes streamed per parameter at the cost model's share of the bandwidth."""
-    return float(params * bytes_per_param / (bandwidth_gb_s * 1e9 * costmodel.BANDWIDTH_EFFICIENCY))
+    return float(params * bytes_per_param / (bandwidth_gb_s * 1e9 * workload.BANDWIDTH_EFFICIENCY))
 
 
 def shape_of(model: Mapping[str, Any]) -> workload.Shape:

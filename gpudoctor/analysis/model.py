@@ -11,9 +11,9 @@ from typing import Any
 from gpudoctor.analysis import trainings as tr
 from gpudoctor.analysis.process import ProcessView, build_process_view, padding_summary, quantiles
 from gpudoctor.analysis.sampled import load_stack_rows, sampled_records
+from gpudoctor.core.schema import BREAKDOWN_KEYS
 from gpudoctor.recording.records import Records
 from gpudoctor.recording.store import Recording
-from gpudoctor.report.schema import BREAKDOWN_KEYS
 from gpudoctor.samplers.pace import MAX_INTERVAL_S
 
 

@@ -21,10 +21,10 @@ from typing import Any
 
 from gpudoctor.analysis.model import Analysis, GpuStats, HostStats
 from gpudoctor.analysis.process import ProcessView, quantiles
-from gpudoctor.recording.events import ProcEvent
+from gpudoctor.core.events import ProcEvent
+from gpudoctor.core.schema import BREAKDOWN_KEYS
 from gpudoctor.recording.records import Records
 from gpudoctor.recording.store import Recording
-from gpudoctor.report.schema import BREAKDOWN_KEYS
 
 # Beyond this share of a step, step ends that should coincide do not: not one job, or not aligned.
 MAX_RESIDUAL_STEP_SHARE = 0.5

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from gpudoctor.analysis import gpu_clock
 from gpudoctor.analysis import timeline as tl
 from gpudoctor.common import batchlengths
-from gpudoctor.recording.events import (
+from gpudoctor.core.events import (
     COMMUNICATION,
     AcceleratorEvent,
     BatchEvent,
@@ -27,8 +27,8 @@ from gpudoctor.recording.events import (
     TorchCfgEvent,
     TrainerEvent,
 )
+from gpudoctor.core.schema import BREAKDOWN_KEYS
 from gpudoctor.recording.records import CounterSum, Records
-from gpudoctor.report.schema import BREAKDOWN_KEYS
 
 N = TypeVar("N", int, float)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, cast
 
-from gpudoctor.recording.events import SpanEvent
+from gpudoctor.core.events import SpanEvent
 from gpudoctor.recording.read import read_samples
 from gpudoctor.recording.records import Records
 from gpudoctor.recording.validate import is_time

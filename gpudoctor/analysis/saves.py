@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from gpudoctor.analysis import timeline as tl
 from gpudoctor.analysis.process import ProcessView
-from gpudoctor.recording.events import SIDE_FILE  # the span category of a save without tensors
-from gpudoctor.report import schema
+from gpudoctor.core import schema
+from gpudoctor.core.events import SIDE_FILE  # the span category of a save without tensors
 
 
 @dataclass

@@ -29,6 +29,12 @@ from typing import Any, TypeGuard
 
 Rows = tuple[int, int]  # (rows in a batch, the width they are padded to)
 
+# The optimizer step, for the analysis (gpu_timeline) and the replay's cost model alike: fp32 AdamW
+# streams 28 bytes per trainable parameter (read p, g, m, v; write p, m, v) at this share of the
+# datasheet memory bandwidth.
+ADAMW_BYTES_PER_PARAM = 28
+BANDWIDTH_EFFICIENCY = 0.7
+
 # Config names of the sizes, in the order HF model families spell them.
 _LAYERS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
 _HIDDEN = ("hidden_size", "n_embd", "d_model", "dim")

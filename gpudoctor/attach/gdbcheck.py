@@ -21,7 +21,7 @@ import sys
 import time
 
 from gpudoctor.attach import symbols
-from gpudoctor.common import childpy
+from gpudoctor.processes import childpy
 
 PROBE_TIMEOUT_S = 20.0
 _CALL_FAILED = ("Couldn't write", "Couldn't read", "Cannot access memory", "The program being debugged was signaled")

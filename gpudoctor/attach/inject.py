@@ -41,13 +41,12 @@ from typing import Any
 
 import psutil
 
-import gpudoctor
 from gpudoctor.attach import gdbcheck, scratch, symbols
-from gpudoctor.common import childpy, safefs
+from gpudoctor.common import safefs
 from gpudoctor.common.errors import UserError
-from gpudoctor.launch import priority
+from gpudoctor.processes import childpy, priority
 
-PKG_PARENT = str(Path(gpudoctor.__file__).resolve().parent.parent)
+PKG_PARENT = str(childpy.PKG_PARENT)  # the folder holding this gpudoctor, appended to the patient's path
 GDB_TIMEOUT_S = 20.0
 _STATUS_LIMIT = 64 * 1024
 _PAGE = 4096
@@ -213,7 +212,7 @@ def _remote_exec(pid: int, bootstrap: Path, timeout_s: float) -> Injection:
     bootstrap = bootstrap.resolve()
     if hasattr(sys, "remote_exec"):
         try:
-            sys.remote_exec(pid, str(bootstrap))  # type: ignore[attr-defined]
+            sys.remote_exec(pid, str(bootstrap))  # type: ignore[attr-defined, unused-ignore]  # Python 3.14+
             return Injection(pid, "remote_exec", 0.0)
         except Exception:  # another minor version, or refused: the patient's own interpreter may do
             pass
@@ -344,7 +343,7 @@ def _run_gdb(argv: list[str], timeout_s: float) -> str:
     proc = priority.popen_normal(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                  start_new_session=True, env=childpy.doctor_env())
     try:
-        out, _ = proc.communicate(timeout=timeout_s)
+        out: str = proc.communicate(timeout=timeout_s)[0]  # text=True: a str
         return out
     except subprocess.TimeoutExpired:
         # SIGTERM, not SIGKILL: gdb then detaches (removing its breakpoints) before it exits.

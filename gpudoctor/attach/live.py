@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.common.termtext import say, terminal_text
+from gpudoctor.core.schema import BREAKDOWN_KEYS
 from gpudoctor.live.pace import Pace, PaceReader
 from gpudoctor.live.snapshot import take
 from gpudoctor.render.live_panel import PanelFigures, panel_lines
 from gpudoctor.render.progress import live_output
-from gpudoctor.report.schema import BREAKDOWN_KEYS
 
 PLAIN_EVERY_S = 10.0
 REFRESH_HZ = 1.0

@@ -21,7 +21,7 @@ from pathlib import Path
 from gpudoctor.attach import scratch
 from gpudoctor.common import safefs
 from gpudoctor.common.errors import UserError
-from gpudoctor.launch.pids import pid_alive as pid_alive  # its users import it from here too
+from gpudoctor.processes.pids import pid_alive as pid_alive  # its users import it from here too
 
 
 def lock_path(pid: int) -> Path:

@@ -114,7 +114,7 @@ def _on_main_thread(fn: Any, on_error: Any) -> bool:
 
     thunk = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(run)
     _callbacks.append(thunk)
-    return ctypes.pythonapi.Py_AddPendingCall(thunk, None) == 0
+    return bool(ctypes.pythonapi.Py_AddPendingCall(thunk, None) == 0)
 
 
 def _call_again_after_imports(fn: Any) -> None:

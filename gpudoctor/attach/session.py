@@ -27,9 +27,9 @@ from gpudoctor.attach.lock import pid_alive
 from gpudoctor.attach.stacks import StackSampler
 from gpudoctor.attach.window import AttachRecord, TargetRecord
 from gpudoctor.common.errors import UserError
-from gpudoctor.launch import priority
-from gpudoctor.launch.proctree import ProcTree
 from gpudoctor.launch.recorder import Recorder, RecorderOptions, default_out, doctor_cpu
+from gpudoctor.processes import priority
+from gpudoctor.processes.proctree import ProcTree
 from gpudoctor.recording.store import RunFolder
 
 POLL_S = 0.2
@@ -52,7 +52,7 @@ class AttachOptions:
     sample_rate_hz: float = 20.0
     window_s: float = 4.0
     nvml_binding: Any = None
-    doctor_priority: dict[str, str] | None = None  # what gpudoctor.launch.priority gave this doctor
+    doctor_priority: dict[str, str] | None = None  # what gpudoctor.processes.priority gave this doctor
     stacks_when_hooked: bool = False  # keep sampling a hooked process's stacks (no figure needs them)
 
 
@@ -314,7 +314,8 @@ def _status(ended_by: str | None) -> str:
 
 def _cmdline(proc: psutil.Process) -> list[str]:
     try:
-        return proc.cmdline()
+        cmdline: list[str] = proc.cmdline()  # psutil: no stubs
+        return cmdline
     except psutil.Error:
         return []
 

@@ -11,7 +11,7 @@ pausing mode cost ~17% of step throughput at 100 Hz, see issue 3).
 
 A hooked process and its workers are left out (the analysis reads only the
 hooks' events for them), so once every process is hooked no py-spy runs.
-py-spy runs at nice 19 with idle I/O, never ``SCHED_IDLE`` (:func:`gpudoctor.launch.priority.sampler_nice`:
+py-spy runs at nice 19 with idle I/O, never ``SCHED_IDLE`` (:func:`gpudoctor.processes.priority.sampler_nice`:
 an idle-class sampler would only see the patient when a core idles, a biased sample); its CPU
 seconds are counted from ``wait4`` (``cpu_s``) for meta.json.
 
@@ -43,10 +43,9 @@ from gpudoctor.analysis.sampled import Code
 from gpudoctor.attach import scratch, targets
 from gpudoctor.attach.classify import Frame, classify
 from gpudoctor.attach.lock import pid_alive
-from gpudoctor.common import childpy
 from gpudoctor.common.errors import UserError
-from gpudoctor.launch import priority
-from gpudoctor.launch.proctree import ProcTree
+from gpudoctor.processes import childpy, priority
+from gpudoctor.processes.proctree import ProcTree
 from gpudoctor.samplers.base import RowWriter
 
 # "Process 12 Thread 12 ..." with --subprocesses, "Thread 12 ..." without

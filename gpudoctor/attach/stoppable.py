@@ -43,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpudoctor.attach.stacks import pyspy_path
-from gpudoctor.common import childpy
+from gpudoctor.processes import childpy
 
 # Socket system calls that fail with EINTR after a stop when the socket has a timeout.
 # Their first argument is the file descriptor.

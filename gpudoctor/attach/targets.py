@@ -19,7 +19,7 @@ import psutil
 from gpudoctor.attach import symbols
 from gpudoctor.attach.inject import permission_hint
 from gpudoctor.common.errors import UserError
-from gpudoctor.launch.proctree import ProcTree
+from gpudoctor.processes.proctree import ProcTree
 
 LAUNCHER_SCRIPTS = {"torchrun", "accelerate", "deepspeed"}
 LAUNCHER_MODULES = {"torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch"}
@@ -73,7 +73,8 @@ def is_python(pid: int) -> bool:
 def environ(pid: int) -> dict[str, str]:
     """``pid``'s environment, or {} where it cannot be read."""
     try:
-        return psutil.Process(pid).environ()
+        env: dict[str, str] = psutil.Process(pid).environ()  # psutil: no stubs
+        return env
     except (psutil.Error, OSError):
         return {}
 
@@ -141,14 +142,16 @@ def _topmost_python(root: psutil.Process) -> list[Target]:
 
 def _children(proc: psutil.Process) -> list[psutil.Process]:
     try:
-        return proc.children()
+        children: list[psutil.Process] = proc.children()
+        return children
     except psutil.NoSuchProcess:
         return []
 
 
 def _ppid(proc: psutil.Process) -> int | None:
     try:
-        return proc.ppid()
+        ppid: int = proc.ppid()
+        return ppid
     except psutil.NoSuchProcess:
         return None
 
@@ -170,7 +173,8 @@ def start_time(proc: psutil.Process) -> float:
         return time.time() - age_s
     except (OSError, ValueError, IndexError, AttributeError):
         try:
-            return proc.create_time()
+            created: float = proc.create_time()
+            return created
         except psutil.Error:
             return 0.0
 

@@ -20,10 +20,7 @@ from typing import Any
 
 from gpudoctor.analysis.sampled import LOOP, Code, load_stack_rows
 from gpudoctor.common.wording import plural
-
-UNAVAILABLE_WITHOUT_HOOKS = (
-    "step count and step times, padding, DataLoader settings and the exact data wait are unavailable"
-)
+from gpudoctor.report.attach import UNAVAILABLE_WITHOUT_HOOKS
 
 
 @dataclass

@@ -51,7 +51,7 @@ def main(args: argparse.Namespace) -> int:
     from gpudoctor.attach.live import LiveState, LiveView
     from gpudoctor.attach.lock import AttachLock
     from gpudoctor.attach.session import AttachOptions, open_session
-    from gpudoctor.launch import priority
+    from gpudoctor.processes import priority
 
     # Until the hooks are in, the doctor's timing is the figure (the stop must be short, stack samples
     # must come on time): nice 10, as before. Once hooked, it takes only idle cycles (session.py).

@@ -23,9 +23,9 @@ from gpudoctor.common.termtext import say, terminal_safe
 from gpudoctor.common.wording import doctor_fault_words
 
 if TYPE_CHECKING:
+    from gpudoctor.core.schema import Report
     from gpudoctor.history.baseline import Comparison
     from gpudoctor.history.entry import Entry
-    from gpudoctor.report.schema import Report
 
 HELP = "exit 1 when too much wall time is wasted, or the run is slower than a baseline (a CI gate)"
 DESCRIPTION = ("A CI gate: exit 1 when the report's wasted share of wall time is above --max-waste, or when, "

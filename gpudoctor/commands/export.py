@@ -25,8 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     # pandas loads only when a run is exported
-    from gpudoctor.report.export import write_tables
     from gpudoctor.tables import load
+    from gpudoctor.tables.export import write_tables
 
     run = load(args.input)
     for path in write_tables(run, args.output, args.format):

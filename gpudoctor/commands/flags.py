@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpudoctor.report.schema import Report
+    from gpudoctor.core.schema import Report
 
 MIN_INTERVAL_S = 0.01  # 100 Hz: below it the samplers would spin a core, not measure better
 

@@ -14,8 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from gpudoctor.common.errors import UserError
+from gpudoctor.core.schema import SCHEMA, Report
 from gpudoctor.report.load import MAX_REPORT_BYTES, holds_recording, load_report, read_report_bytes
-from gpudoctor.report.schema import SCHEMA, Report
 
 __all__ = ["MAX_REPORT_BYTES", "load_job", "load_report", "malformed_report_guard", "read_report_bytes",
            "report_source"]

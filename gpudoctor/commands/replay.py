@@ -23,15 +23,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpudoctor.commands import flags
-from gpudoctor.common import childpy, safefs
+from gpudoctor.common import safefs
 from gpudoctor.common.errors import UserError
 from gpudoctor.common.termtext import say
+from gpudoctor.processes import childpy
 
 if TYPE_CHECKING:
+    from gpudoctor.core.schema import Added, Report
     from gpudoctor.launch.launcher import View
     from gpudoctor.replay.config import ReplayConfig
     from gpudoctor.replay.derive import Derived
-    from gpudoctor.report.schema import Added, Report
 
 HELP = "run a training config for a bounded time and diagnose it"
 DESCRIPTION = ("Rebuild a training config's pipeline (dataset, tokenizer, collator, DataLoader, model) here, "

@@ -15,7 +15,7 @@ from gpudoctor.common.safefs import pinned_folder
 from gpudoctor.common.termtext import say
 
 if TYPE_CHECKING:
-    from gpudoctor.report.schema import Report
+    from gpudoctor.core.schema import Report
 
 HELP = "render a saved run (.html, .md or .json by OUT's extension)"
 DESCRIPTION = ("Re-render a saved run: a run folder is analysed again from its recording (with this gpudoctor's "

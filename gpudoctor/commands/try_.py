@@ -23,9 +23,9 @@ from gpudoctor.common.errors import UserError
 from gpudoctor.common.termtext import say
 
 if TYPE_CHECKING:
+    from gpudoctor.core.schema import Report, Trial
     from gpudoctor.launch.launcher import View
     from gpudoctor.live.view import Limited
-    from gpudoctor.report.schema import Report, Trial
     from gpudoctor.tryfix.plan import Plan
 
 HELP = "measure a finding's fix on the command itself, before editing code"

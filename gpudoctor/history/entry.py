@@ -15,8 +15,8 @@ from typing import Any
 
 from gpudoctor.common.numbers import num
 from gpudoctor.common.wording import command_text, gpus_text
+from gpudoctor.core.schema import Report, breakdown_items
 from gpudoctor.history.git import commit_of
-from gpudoctor.report.schema import Report, breakdown_items
 
 SCRIPT_SUFFIXES = (".py", ".yaml", ".yml", ".sh")
 

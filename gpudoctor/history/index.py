@@ -12,9 +12,9 @@ from pathlib import Path
 
 from gpudoctor.common.errors import UserError
 from gpudoctor.common.termtext import say
+from gpudoctor.core.schema import Report
 from gpudoctor.history.entry import from_report
 from gpudoctor.history.store import History
-from gpudoctor.report.schema import Report
 
 
 def record(report: Report, folder: Path, where: Path | None, *, name: str | None = None,

@@ -109,5 +109,5 @@ def uninstall() -> None:
     _eval_regions = None
 
 
-def active_torch_hooks():  # type: ignore[no-untyped-def]
+def active_torch_hooks() -> TorchHooks | None:
     return _torch_hooks

@@ -13,10 +13,10 @@ import sys
 import time
 from typing import Any
 
+from gpudoctor.core.events import AcceleratorEvent
 from gpudoctor.hooks import patch
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.writer import EventWriter
-from gpudoctor.recording.events import AcceleratorEvent
 
 
 def install(writer: EventWriter, accelerator_cls: Any) -> None:

@@ -27,10 +27,10 @@ from gpudoctor.common.redact import (
     redact_mapping,
     redact_value,
 )
+from gpudoctor.core.events import CliEvent, CliOption
 from gpudoctor.hooks import patch
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.writer import EventWriter
-from gpudoctor.recording.events import CliEvent, CliOption
 
 MAX_OPTIONS = 1000
 MAX_TEXT = 300
@@ -236,8 +236,8 @@ def globals_event(argv: list[str]) -> CliEvent | None:
         if arg.startswith("--") and key in values:
             if eq or i + 1 < len(args):
                 values[key] = _literal(text if eq else args[i + 1])
-        elif not arg.startswith("-") and (text := _read_source(arg)) is not None:
-            values.update({k: v for k, v in _assignments(text) if k in values})
+        elif not arg.startswith("-") and (source_text := _read_source(arg)) is not None:
+            values.update({k: v for k, v in _assignments(source_text) if k in values})
     options: list[CliOption] = []
     for name, default in list(settings.items())[:MAX_OPTIONS]:
         secret = is_secret_name(name)

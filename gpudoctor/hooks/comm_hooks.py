@@ -51,10 +51,10 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from gpudoctor.core.events import COMMUNICATION, CommEvent, DdpEvent, SpanEvent
 from gpudoctor.hooks import apply, patch
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.writer import EventWriter
-from gpudoctor.recording.events import COMMUNICATION, CommEvent, DdpEvent, SpanEvent
 
 if TYPE_CHECKING:
     from gpudoctor.hooks.device_clock import GpuMarks

@@ -25,10 +25,10 @@ from typing import Any
 
 from gpudoctor.common.redact import redact_value
 from gpudoctor.common.wording import doctor_fault_words
+from gpudoctor.core.events import UncaughtEvent
 from gpudoctor.hooks import patch
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.writer import EventWriter
-from gpudoctor.recording.events import UncaughtEvent
 
 LAST_FRAMES = 3
 MAX_MESSAGE = 300

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from gpudoctor.recording.events import CudaMemEvent
+from gpudoctor.core.events import CudaMemEvent
 
 EVERY_STEP_UNTIL = 5  # the first steps each: where the allocator warms up
 EVERY_S = 0.5  # then at most this often

@@ -47,11 +47,11 @@ import weakref
 from types import ModuleType
 from typing import Any
 
+from gpudoctor.core.events import EVAL_FORWARDS, EVAL_LOOP
 from gpudoctor.hooks import patch
 from gpudoctor.hooks.guard import guarded, untraced
 from gpudoctor.hooks.torch_hooks import TorchHooks, safe_attr
 from gpudoctor.hooks.writer import EventWriter
-from gpudoctor.recording.events import EVAL_FORWARDS, EVAL_LOOP
 
 SPAN = EVAL_LOOP
 FORWARDS = EVAL_FORWARDS  # counter: forward passes inside eval regions

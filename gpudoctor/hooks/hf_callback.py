@@ -13,9 +13,9 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from gpudoctor.core.events import Event
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.writer import EventWriter
-from gpudoctor.recording.events import Event
 
 # Every method runs inside the user's training: one guard, see gpudoctor.hooks.guard.
 _guard = guarded("Trainer callback")

@@ -5,15 +5,16 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 from gpudoctor.common.redact import redact_mapping, redact_value
+from gpudoctor.core.events import TrainerEvent
 from gpudoctor.hooks import accelerate_hooks, apply, patch
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.torch_hooks import TorchHooks, safe_attr
 from gpudoctor.hooks.writer import EventWriter
-from gpudoctor.recording.events import TrainerEvent
 
 
 def install_tokenizers(writer: EventWriter, torch_hooks: TorchHooks, mod: ModuleType) -> None:
@@ -124,7 +125,11 @@ def install_datasets(writer: EventWriter, mod: ModuleType) -> None:
             if method in cls.__dict__:
                 span = patch.span(writer, "format", f"datasets.{cls_name}.{method}")
                 if cls_name == "Dataset" and method == "map":
-                    patch.replace(cls, method, lambda fn, span=span: span(_watch_map_cache(writer, fn)))
+                    def watched(fn: Callable[..., Any],
+                                span: Callable[[Callable[..., Any]], Callable[..., Any]] = span) -> Callable[..., Any]:
+                        return span(_watch_map_cache(writer, fn))
+
+                    patch.replace(cls, method, watched)
                 else:
                     patch.replace(cls, method, span)
     for fn_name in ("load_dataset", "load_from_disk"):

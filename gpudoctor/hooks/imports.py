@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 Hook = Callable[[ModuleType], None]
 
@@ -123,5 +124,5 @@ class _HookedLoader(importlib.abc.Loader):
         for hook in hooks:
             _run(hook, module)
 
-    def __getattr__(self, name: str):  # get_resource_reader, is_package, get_code...
+    def __getattr__(self, name: str) -> Any:  # get_resource_reader, is_package, get_code...
         return getattr(self._inner, name)

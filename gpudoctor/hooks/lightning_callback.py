@@ -13,10 +13,10 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, cast
 
+from gpudoctor.core.events import PlanEvent
 from gpudoctor.hooks import patch
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.writer import EventWriter
-from gpudoctor.recording.events import PlanEvent
 
 WriterFn = Callable[[], EventWriter | None]
 
@@ -32,7 +32,7 @@ def _callback_base() -> type:
     try:
         from lightning.pytorch import Callback
     except ImportError:
-        from pytorch_lightning import Callback  # type: ignore[no-redef]
+        from pytorch_lightning import Callback  # type: ignore[assignment, no-redef, unused-ignore]  # the same class in the old package's name
     return Callback
 
 
@@ -48,7 +48,7 @@ def events_class(writer: WriterFn) -> type:
 
 
 def _make_class(base: type, writer: WriterFn) -> type:
-    class LightningEvents(base):  # type: ignore[misc, valid-type]
+    class LightningEvents(base):  # type: ignore[misc, valid-type, unused-ignore]  # a base known at run time
         def __init__(self) -> None:
             super().__init__()
             self._val_t0: tuple[float, float] | None = None

@@ -101,7 +101,7 @@ class ProfilerWindows:
         self._start_step = step
         self._end_step = step + length
         with _quiet_kineto():
-            prof.__enter__()
+            prof.__enter__()  # type: ignore[no-untyped-call]  # torch.profiler.profile: unannotated
         self._prof = prof  # only once it runs: a failed start leaves nothing to close
 
     def _finish(self, step: int) -> None:

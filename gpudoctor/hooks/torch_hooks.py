@@ -15,13 +15,7 @@ from typing import Any, cast
 
 from gpudoctor.common import batchlengths
 from gpudoctor.common.redact import redact_mapping, redact_value
-from gpudoctor.hooks import apply, dataset_items, patch
-from gpudoctor.hooks.cuda_memory import AllocatorLines, CudaMemory, DeviceMemory
-from gpudoctor.hooks.device_clock import DeviceClock, GpuMarks
-from gpudoctor.hooks.guard import guarded, hooks_but_ours, untraced
-from gpudoctor.hooks.profiler_windows import ProfilerWindows
-from gpudoctor.hooks.writer import EventWriter
-from gpudoctor.recording.events import (
+from gpudoctor.core.events import (
     NO_BATCH_WAIT,
     SIDE_FILE,
     BatchEvent,
@@ -30,6 +24,12 @@ from gpudoctor.recording.events import (
     ModelEvent,
     TorchCfgEvent,
 )
+from gpudoctor.hooks import apply, dataset_items, patch
+from gpudoctor.hooks.cuda_memory import AllocatorLines, CudaMemory, DeviceMemory
+from gpudoctor.hooks.device_clock import DeviceClock, GpuMarks
+from gpudoctor.hooks.guard import guarded, hooks_but_ours, untraced
+from gpudoctor.hooks.profiler_windows import ProfilerWindows
+from gpudoctor.hooks.writer import EventWriter
 
 # Padding is counted on every batch up to this many, then on every 10th.
 _PAD_EVERY_BATCH_UNTIL = 5000
@@ -533,8 +533,8 @@ def padding_event(batch: Any, pad_token_id: int | None) -> BatchEvent | None:
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(batch, Mapping):
         return None
-    mask = batch.get("attention_mask")
-    ids = batch.get("input_ids")
+    mask: Any = batch.get("attention_mask")  # the user's batch: whatever its collate made
+    ids: Any = batch.get("input_ids")
     if _countable(torch, mask):
         lengths = mask.count_nonzero(dim=1).tolist()  # one kernel, no temporary mask: ~20 -> ~13 us a batch
     elif _countable(torch, ids) and pad_token_id is not None:

@@ -22,11 +22,11 @@ from types import ModuleType
 from typing import Any, cast
 
 from gpudoctor.common.redact import redact_value
+from gpudoctor.core.events import TrackerEvent
 from gpudoctor.hooks import imports, patch
 from gpudoctor.hooks.guard import guarded
 from gpudoctor.hooks.torch_hooks import safe_attr
 from gpudoctor.hooks.writer import EventWriter
-from gpudoctor.recording.events import TrackerEvent
 
 _writer: EventWriter | None = None
 _seen: set[tuple[str, str]] = set()

@@ -36,8 +36,8 @@ from typing import Any
 
 from gpudoctor.common import safefs
 from gpudoctor.common.redact import redact_argv, redact_mapping
+from gpudoctor.core.events import Event
 from gpudoctor.hooks.guard import guarded
-from gpudoctor.recording.events import Event
 
 COUNTER_MAX_PERIOD_S = 10.0
 
@@ -301,7 +301,7 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), default=_as_text)
 def name_thread(name: bytes) -> None:
     """Name the calling thread for the kernel (``/proc/<pid>/task/*/comm``): its CPU can be told apart.
 
-    Not :func:`gpudoctor.launch.priority.name_thread`: this runs in the patient, where importing that
+    Not :func:`gpudoctor.processes.priority.name_thread`: this runs in the patient, where importing that
     module would run ``ctypes.util.find_library`` (a subprocess) in the training process.
     """
     with contextlib.suppress(Exception):

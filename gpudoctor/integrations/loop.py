@@ -36,7 +36,7 @@ from gpudoctor.launch.recorder import Recorder, RecorderOptions, default_out
 from gpudoctor.recording.store import RunFolder
 
 if TYPE_CHECKING:
-    from gpudoctor.report.schema import Report
+    from gpudoctor.core.schema import Report
 
 
 class profile:  # noqa: N801 - reads as a function at the call site, like torch.profiler.profile

@@ -1,5 +1,5 @@
-"""Starting and following the patient: launch a command, record it, keep the doctor's priority low.
+"""Starting the patient: launch a command under the recorder and build its report.
 
-``launcher`` is ``run``'s engine; ``recorder`` owns the samplers of one run; ``priority``, ``pids`` and
-``proctree`` answer questions about processes (ours and the patient's).
+``launcher`` is ``run``'s engine; ``recorder`` owns the samplers of one run. What they ask about
+processes (alive, the tree, the doctor's priority) is :mod:`gpudoctor.processes`, a floor below.
 """

@@ -20,14 +20,15 @@ from typing import Any, Protocol
 
 from gpudoctor.common.errors import UserError
 from gpudoctor.common.termtext import say
-from gpudoctor.launch import length_cost, priority
-from gpudoctor.launch.pids import ExitWaiter
+from gpudoctor.core.schema import Report
+from gpudoctor.launch import length_cost
 from gpudoctor.launch.recorder import Recorder, RecorderOptions, child_env, default_out
 from gpudoctor.pipeline import finish
+from gpudoctor.processes import priority
+from gpudoctor.processes.pids import ExitWaiter
 from gpudoctor.recording.store import RunFolder
 from gpudoctor.render.terminal import print_summary
 from gpudoctor.report.build import ReportOptions
-from gpudoctor.report.schema import Report
 
 
 class _Interrupts:

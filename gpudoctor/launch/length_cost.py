@@ -26,8 +26,8 @@ from typing import Any
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.workload import MIN_WIDTH_SPREAD
-from gpudoctor.common import batchlengths, childpy
-from gpudoctor.launch import priority
+from gpudoctor.common import batchlengths
+from gpudoctor.processes import childpy, priority
 from gpudoctor.recording import length_cost
 from gpudoctor.recording.length_cost import LengthCost, LengthPoint
 

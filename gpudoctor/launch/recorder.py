@@ -49,7 +49,7 @@ class RecorderOptions:
     gpus: int | None = None
     nvml_binding: Any = None  # tests inject a fake pynvml here
     adaptive: bool = True  # sampler intervals follow the step time (samplers.pace)
-    doctor_priority: dict[str, str] | None = None  # what gpudoctor.launch.priority gave the doctor, for meta.json
+    doctor_priority: dict[str, str] | None = None  # what gpudoctor.processes.priority gave the doctor, for meta.json
     events_owner: int | None = None  # the uid that writes events/ (attach beside another user)
 
 
@@ -58,8 +58,8 @@ class Recorder:
         self.folder = folder
         self.options = options
         self.meta: dict[str, Any] = {}
-        self._host: Any = None
-        self._gpu: Any = None
+        self._host: HostSampler | None = None
+        self._gpu: GpuSampler | None = None
         self._gpus_desc: list[dict[str, Any]] = []
         self._problems: list[str] = []
         self._nvml: Any = None

@@ -8,7 +8,7 @@ Folder layout (all appended as they come, so a crash loses at most ~1 s)::
     <run>/events/<pid>.jsonl   in-process events from each hooked process
     <run>/report.{json,html,md}
 
-See :mod:`gpudoctor.recording.events` for the event kinds.
+See :mod:`gpudoctor.core.events` for the event kinds.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["JsonlAppender", "Recording", "RunFolder", "load_recording"]
 
 
-def __getattr__(name: str) -> Any:  # PEP 562: the injected hooks import recording.events, stdlib only
+def __getattr__(name: str) -> Any:  # PEP 562: importing one module here never loads the store (orjson)
     if name in __all__:
         from gpudoctor.recording import store
 

@@ -52,7 +52,7 @@ from typing import IO, Any
 from gpudoctor.common import batchlengths
 from gpudoctor.common.safefs import is_holey, is_pinned, open_read
 from gpudoctor.common.wording import plural
-from gpudoctor.recording.events import NO_BATCH_WAIT, SpanEvent
+from gpudoctor.core.events import NO_BATCH_WAIT, SpanEvent
 from gpudoctor.recording.records import LoopData, Records
 from gpudoctor.recording.validate import (
     KNOWN_KINDS,

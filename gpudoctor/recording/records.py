@@ -3,7 +3,7 @@
 :func:`gpudoctor.recording.read.read_events` checks each line and hands it to :meth:`Records.add`,
 the only place that looks at an event's ``k``; every reader after it (the process view, the GPU
 clock, replay's facts, sweep's windows, the tables, the notes) takes these fields, never a list of
-dicts to filter again. The records are the :mod:`gpudoctor.recording.events` TypedDicts themselves,
+dicts to filter again. The records are the :mod:`gpudoctor.core.events` TypedDicts themselves,
 as parsed: the format is declared once there (the hooks write it, validate derives its checks from
 it), and a record costs no copy, so the memory budget charged on the parsed line stays true.
 
@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from gpudoctor.recording.events import (
+from gpudoctor.core.events import (
     NO_BATCH_WAIT,
     AcceleratorEvent,
     AppliedEvent,

@@ -2,7 +2,7 @@
 
 A recording comes from disk: a killed writer, a full disk, another version or
 a hand-edited file can leave anything in it. Lines here are checked against the
-kinds in :mod:`gpudoctor.recording.events`: an event missing a field the
+kinds in :mod:`gpudoctor.core.events`: an event missing a field the
 analysis needs, or with a value of the wrong type, NaN, a negative duration or
 an absurd number, is dropped (and counted, for a note in the report) rather
 than allowed to crash or skew the analysis. Extra fields are kept, so newer
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from types import UnionType
 from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
 
-from gpudoctor.recording import events
+from gpudoctor.core import events
 
 Check = Callable[[Any], bool]
 
@@ -79,7 +79,7 @@ def is_options(v: Any) -> bool:
     return type(v) is list and all(type(o) is dict and is_str(o.get("dest")) for o in v)
 
 
-# What each mark of gpudoctor/recording/events.py's types means on load.
+# What each mark of gpudoctor/core/events.py's types means on load.
 _MARKS: dict[str, Check] = {
     "time": is_time,
     "duration": is_duration,
@@ -125,7 +125,7 @@ KNOWN_KINDS: frozenset[str] = frozenset(
 )
 
 # kind -> (required fields, optional fields); a present optional field must pass too. Derived from
-# the event types, so the format is declared once (gpudoctor/recording/events.py).
+# the event types, so the format is declared once (gpudoctor/core/events.py).
 EVENT_FIELDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
     kind: _fields(cls) for kind, cls in events.CHECKED.items()
 }

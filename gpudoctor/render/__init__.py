@@ -1,4 +1,4 @@
-"""Renderers: :class:`~gpudoctor.report.schema.Report` -> ``report.json`` / ``report.html`` / ``report.md``.
+"""Renderers: :class:`~gpudoctor.core.schema.Report` -> ``report.json`` / ``report.html`` / ``report.md``.
 
 Each renderer is a pure function of the typed report (built by ``build_report``, or a saved
 ``report.json`` validated on load), so a live run and a saved one render the same. Renderer modules are imported on demand to
@@ -17,7 +17,7 @@ from gpudoctor.common.errors import UserError
 from gpudoctor.render.base import Renderer
 
 if TYPE_CHECKING:
-    from gpudoctor.report.schema import Report
+    from gpudoctor.core.schema import Report
 
 __all__ = ["Renderer", "renderer_for", "write_all", "SUPPORTED_EXTENSIONS"]
 

@@ -1,7 +1,7 @@
 """The renderer base class and the formatting every renderer shares.
 
 A renderer is a pure function of a report dict (see
-:mod:`gpudoctor.report.schema`): ``render(report) -> str``. The helpers here
+:mod:`gpudoctor.core.schema`): ``render(report) -> str``. The helpers here
 turn figures into the words users read, the same way in HTML, Markdown and the
 diff: a missing figure prints as "unavailable", never as 0.
 """
@@ -28,7 +28,7 @@ from gpudoctor.common.wording import (  # noqa: F401
     gpus_text,
     plural,
 )
-from gpudoctor.report.schema import Fix, FixTable, Report, Run, breakdown_items  # noqa: F401
+from gpudoctor.core.schema import Fix, FixTable, Report, Run, breakdown_items  # noqa: F401
 
 # One colour per slice / span kind, used by the bar, the timeline and the legend
 # (Okabe-Ito based, readable for colour-blind users).
@@ -48,7 +48,7 @@ SEVERITY_COLORS = {"high": "#C62828", "medium": "#E65100", "low": "#B28704", "in
 
 
 class Renderer:
-    """Turns a :class:`~gpudoctor.report.schema.Report` into one output file's text."""
+    """Turns a :class:`~gpudoctor.core.schema.Report` into one output file's text."""
 
     output_file_extension: str = ""
 

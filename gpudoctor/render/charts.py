@@ -16,6 +16,7 @@ from html import escape
 from typing import Any
 
 from gpudoctor.common.wording import SPAN_LABELS
+from gpudoctor.core.schema import Breakdown, Timeline
 from gpudoctor.render.base import (
     SLICE_COLORS,
     breakdown_items,
@@ -23,7 +24,6 @@ from gpudoctor.render.base import (
     fmt_pct,
     num,
 )
-from gpudoctor.report.schema import Breakdown, Timeline
 
 WIDTH = 1000
 LEFT, RIGHT = 92, 12

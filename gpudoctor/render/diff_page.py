@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpudoctor.common.wording import bucket_text, fmt_seconds
+from gpudoctor.core.schema import DIFF_STATUSES as STATUSES
+from gpudoctor.core.schema import Change, Diff
 from gpudoctor.render import charts
 from gpudoctor.render.base import (
     SEVERITY_COLORS,
@@ -36,8 +38,6 @@ from gpudoctor.render.markdown import (
     md_text,
     table,
 )
-from gpudoctor.report.schema import DIFF_STATUSES as STATUSES
-from gpudoctor.report.schema import Change, Diff
 
 FINDINGS_SHOWN = 8  # more findings fold their list into <details>
 

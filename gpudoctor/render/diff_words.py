@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from gpudoctor.common.wording import SPAN_LABELS, bucket_text, fmt_seconds, fmt_usd
-from gpudoctor.report.schema import SECTIONS, Diff
+from gpudoctor.core.schema import SECTIONS, Diff
 
 
 def diff_json(d: Diff) -> str:

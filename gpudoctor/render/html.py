@@ -13,6 +13,18 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpudoctor.core.schema import (
+    Breakdown,
+    Cost,
+    Finding,
+    Padding,
+    RankEntry,
+    Report,
+    Run,
+    Shares,
+    Steps,
+    Timeline,
+)
 from gpudoctor.render import charts, sections
 from gpudoctor.render.base import (
     NO_PRICE,
@@ -43,18 +55,6 @@ from gpudoctor.render.base import (
     outcome_text,
     plural,
     startup_text,
-)
-from gpudoctor.report.schema import (
-    Breakdown,
-    Cost,
-    Finding,
-    Padding,
-    RankEntry,
-    Report,
-    Run,
-    Shares,
-    Steps,
-    Timeline,
 )
 
 if TYPE_CHECKING:

@@ -12,8 +12,8 @@ import math
 import numbers
 from typing import Any
 
+from gpudoctor.core.schema import Report
 from gpudoctor.render.base import Renderer
-from gpudoctor.report.schema import Report
 
 
 def sanitize(obj: Any) -> Any:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from gpudoctor.common.termtext import terminal_line
-from gpudoctor.report.schema import BREAKDOWN_KEYS
+from gpudoctor.core.schema import BREAKDOWN_KEYS
 
 ROWS = 2  # the panel's height
 MIN_ROWS, MIN_COLS = 8, 40  # a smaller terminal gets no panel: it would hide most of the training's lines

@@ -19,6 +19,16 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from gpudoctor.core.schema import (
+    BREAKDOWN_KEYS,
+    SECTIONS,
+    Cost,
+    Finding,
+    Padding,
+    RankEntry,
+    Report,
+    Run,
+)
 from gpudoctor.render import sections
 from gpudoctor.render.base import (
     NO_PRICE,
@@ -46,16 +56,6 @@ from gpudoctor.render.base import (
     startup_text,
 )
 from gpudoctor.render.charts import SPAN_LABELS
-from gpudoctor.report.schema import (
-    BREAKDOWN_KEYS,
-    SECTIONS,
-    Cost,
-    Finding,
-    Padding,
-    RankEntry,
-    Report,
-    Run,
-)
 
 SEVERITY_MARKS = {"high": "🔴", "medium": "🟠", "low": "🟡", "info": "⚪"}
 COMMENT_LIMIT = 65_536  # GitHub's most characters in an issue or pull-request comment

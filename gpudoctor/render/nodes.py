@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpudoctor.common.wording import plural
+from gpudoctor.core.schema import NodeEntry, Nodes, Report
 from gpudoctor.render.base import fmt_duration, fmt_pct, fmt_step_time, num
-from gpudoctor.report.schema import NodeEntry, Nodes, Report
 
 MAX_NODE_ROWS = 64
 MAX_RANK_ROWS = 32

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoctor.report.schema import PredictionCheck, Preflight
+from gpudoctor.core.schema import PredictionCheck, Preflight
 
 ROWS: tuple[tuple[str, str, str], ...] = (
     ("wall time", "wall_h", "{:.2f} h"),

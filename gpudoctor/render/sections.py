@@ -1,4 +1,4 @@
-"""The optional report sections (:data:`gpudoctor.report.schema.SECTIONS`) as display strings.
+"""The optional report sections (:data:`gpudoctor.core.schema.SECTIONS`) as display strings.
 
 One view function per registered section, format-free: the HTML template prints the views and
 :mod:`gpudoctor.render.markdown` formats the same ones, so adding a section is one entry here
@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from gpudoctor.core.schema import SECTIONS, ProfilerWindow, Report, Saves
 from gpudoctor.render import nodes, preflight, trial
 from gpudoctor.render.base import fmt_duration, fmt_pct, num, plural
-from gpudoctor.report.schema import SECTIONS, ProfilerWindow, Report, Saves
 
 T = TypeVar("T")
 

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from gpudoctor.common.termtext import say
+from gpudoctor.core.schema import Breakdown, Finding, Report
 from gpudoctor.render.base import NO_GPU, cpu_text, fmt_pct, has_gpu, mfu_text, num, outcome_text
-from gpudoctor.report.schema import Breakdown, Finding, Report
 
 
 def summary_lines(report: Report, folder: Path) -> list[str]:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpudoctor.core.schema import Trial
 from gpudoctor.render.base import num
-from gpudoctor.report.schema import Trial
 
 
 def view(section: Trial | None) -> dict[str, Any] | None:

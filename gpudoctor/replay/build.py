@@ -85,7 +85,7 @@ def _tokenize_batch(ops: TextOps, padding: str) -> Callable[[Batch], Batch]:
     return run
 
 
-def build_loader(cfg: ReplayConfig, pipe: Pipeline, pin_memory: bool) -> DataLoader:
+def build_loader(cfg: ReplayConfig, pipe: Pipeline, pin_memory: bool) -> DataLoader[Any]:
     """A DataLoader with the config's batch, worker, pin, prefetch and persistence settings."""
     tr = cfg.training
     workers = tr.dataloader_num_workers
@@ -148,7 +148,7 @@ def build_model(cfg: ReplayConfig, tokenizer: Any) -> Any:
     torch.manual_seed(cfg.training.seed)
     auto = AutoModelForCausalLM if is_causal(cfg) else AutoModelForMaskedLM
     try:
-        model = auto.from_config(config)
+        model = auto.from_config(config)  # type: ignore[no-untyped-call]  # transformers: unannotated
     except ValueError as exc:
         raise cfg.error("model.arch", f"cannot build a {auto.__name__} from it: {exc}") from None
     if cfg.training.gradient_checkpointing:

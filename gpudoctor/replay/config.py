@@ -55,7 +55,7 @@ def load_config_text(text: str, source: str = "<config>", base_dir: str = ".") -
     if data is None:
         raise UserError(f"{source}: the config is empty; it needs at least a dataset: section")
     ctx = Ctx(source=source, lines={}, elsewhere=_owners())
-    cfg = build(ReplayConfig, data, ctx)
+    cfg: ReplayConfig = build(ReplayConfig, data, ctx)
     cfg.source, cfg.base_dir, cfg.lines = source, base_dir, ctx.lines
     if "dataset" not in ctx.lines:
         raise UserError(

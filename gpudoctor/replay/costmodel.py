@@ -4,7 +4,8 @@ Model FLOPs per token: :mod:`gpudoctor.analysis.workload` (PaLM 6N + attention, 
 gradient checkpointing), the one workload model of rules, ``try``, ``replay`` and ``sweep``. Seconds are
 FLOPs / (datasheet peak for the precision x assumed MFU). The optimizer step
 streams 28 bytes per trainable parameter (fp32 AdamW: read p, g, m, v; write p,
-m, v) at ``BANDWIDTH_EFFICIENCY`` of the datasheet memory bandwidth.
+m, v) at ``BANDWIDTH_EFFICIENCY`` of the datasheet memory bandwidth (both figures live in
+:mod:`gpudoctor.analysis.workload`, which the analysis shares).
 
 The input pipeline is the worker's measured seconds per sample on one process
 (divided by ``cpu_speed_factor``), spread over ``min(workers, cores per GPU)``
@@ -22,8 +23,6 @@ from typing import Any
 from gpudoctor.analysis import workload
 from gpudoctor.common.hardware import GpuSpec
 
-BANDWIDTH_EFFICIENCY = 0.7
-ADAMW_BYTES_PER_PARAM = 28
 STATE_BYTES_PER_PARAM = 16  # weights + grads + AdamW moments, mixed precision or fp32
 
 
@@ -155,8 +154,8 @@ def simulate(plan: Plan, w: Workload) -> dict[str, Any]:
     micro_wall, micro_wait = micro_step(plan, w, compute_micro)
     optimizer_s = (
         w.trainable_params
-        * ADAMW_BYTES_PER_PARAM
-        / (w.gpu.bandwidth_gb_s * 1e9 * BANDWIDTH_EFFICIENCY)
+        * workload.ADAMW_BYTES_PER_PARAM
+        / (w.gpu.bandwidth_gb_s * 1e9 * workload.BANDWIDTH_EFFICIENCY)
     )
     total_samples = tok["samples_per_epoch"] * w.epochs
     steps = w.max_steps or math.ceil(total_samples / (w.batch_size * w.accumulation * w.gpus))

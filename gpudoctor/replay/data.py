@@ -63,7 +63,8 @@ class TextOps:
             return [
                 self.tokenizer(texts[0], truncation=True, max_length=self.max_length)["input_ids"]
             ]
-        return self.tokenizer(texts, truncation=True, max_length=self.max_length)["input_ids"]
+        ids: list[list[int]] = self.tokenizer(texts, truncation=True, max_length=self.max_length)["input_ids"]
+        return ids
 
     def pad(self, ids: list[list[int]]) -> dict[str, torch.Tensor]:
         width = self.max_length if self.padding == "max_length" else max(len(x) for x in ids)
@@ -86,7 +87,7 @@ def apply_stage(ops: TextOps, stages: Stages, stage: str, rows: list[Row]) -> li
     return rows
 
 
-class ReplayDataset(Dataset):
+class ReplayDataset(Dataset[Row]):
     """Map-style dataset over the prepared Arrow data; ``getitem`` stages run here.
 
     ``read_latency_s`` sleeps per example, standing in for slow storage (network

@@ -12,10 +12,10 @@ import dataclasses
 from typing import Any
 
 from gpudoctor.common.wording import plural
+from gpudoctor.core.schema import PreflightFix
 from gpudoctor.replay import costmodel
 from gpudoctor.replay.config import ReplayConfig
 from gpudoctor.replay.costmodel import Plan, Workload, simulate
-from gpudoctor.report.schema import PreflightFix
 from gpudoctor.rules import values
 
 STALL_TOLERANCE = 0.02

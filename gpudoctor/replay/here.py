@@ -18,11 +18,11 @@ import dataclasses
 import statistics
 from typing import Any
 
+from gpudoctor.core.schema import CheckRow, PredictionCheck, Report
 from gpudoctor.replay import gpus
 from gpudoctor.replay.config import ReplayConfig
 from gpudoctor.replay.costmodel import simulate
 from gpudoctor.replay.preflight import plan_from_config, workload
-from gpudoctor.report.schema import CheckRow, PredictionCheck, Report
 
 ON_CPU_NOTE = ("the replay ran on the CPU, so there is no GPU measurement to set beside the prediction; "
                "run it on a machine with a GPU to check the model there")

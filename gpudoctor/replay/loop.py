@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from gpudoctor.replay.bounds import Bounds, LoopResult, replay_bounds  # noqa: F401 - replay_bounds re-exported
+from gpudoctor.replay.bounds import Bounds, LoopResult
 from gpudoctor.replay.build import Pipeline, build_loader
 from gpudoctor.replay.config import ReplayConfig
 from gpudoctor.replay.measure import checkpoint_once

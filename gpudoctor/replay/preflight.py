@@ -13,13 +13,13 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from gpudoctor.analysis.workload import infer_shape
+from gpudoctor.analysis.workload import ADAMW_BYTES_PER_PARAM, BANDWIDTH_EFFICIENCY, infer_shape
 from gpudoctor.common.errors import UserError
+from gpudoctor.core.schema import Preflight, PreflightTarget
 from gpudoctor.replay import costmodel, gpus
 from gpudoctor.replay.config import ReplayConfig
 from gpudoctor.replay.costmodel import Plan, Workload, simulate
 from gpudoctor.replay.fixes import apply_fixes
-from gpudoctor.report.schema import Preflight, PreflightTarget
 from gpudoctor.rules import values
 
 __all__ = ["predict", "workload", "plan_from_config", "apply_fixes"]
@@ -271,8 +271,8 @@ def _assumptions(w: Workload) -> dict[str, Any]:
         "cpu_speed_factor": w.cpu_speed_factor,
         "input_pipeline": "measured seconds/sample on one process here / cpu_speed_factor, "
         "over min(workers, cores per GPU) processes; serial with the step when workers=0",
-        "optimizer": f"{costmodel.ADAMW_BYTES_PER_PARAM} bytes/trainable param at "
-        f"{costmodel.BANDWIDTH_EFFICIENCY:.0%} of datasheet bandwidth",
+        "optimizer": f"{ADAMW_BYTES_PER_PARAM} bytes/trainable param at "
+        f"{BANDWIDTH_EFFICIENCY:.0%} of datasheet bandwidth",
         "checkpoint": f"{w.checkpoint_bytes_per_param:.1f} bytes/trainable param (measured on the replay) "
         f"at {w.checkpoint_write_gb_s:g} GB/s",
         "memory": "weights+grads+AdamW ~16 bytes/trainable param, 2 bytes/frozen param, activations excluded",

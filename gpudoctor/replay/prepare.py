@@ -236,7 +236,7 @@ def load_or_train_tokenizer(cfg: ReplayConfig, texts: list[str]) -> Any:
         return tok
     bpe = _bpe(cfg)
     core = synthetic.train_bpe(texts[: bpe.train_examples], bpe.vocab_size, SPECIALS)
-    return PreTrainedTokenizerFast(
+    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # transformers: unannotated
         tokenizer_object=core, eos_token=SPECIALS[0], pad_token=SPECIALS[1]
     )
 

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from gpudoctor.common import safefs
-from gpudoctor.launch.pids import pid_alive
+from gpudoctor.processes.pids import pid_alive
 
 SCRATCH = "scratch"
 

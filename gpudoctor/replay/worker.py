@@ -96,6 +96,7 @@ def _train(
 ) -> int:
     # timed as the replay's startup (see _run)
     from gpudoctor.replay import build, loop, measure, prepare
+    from gpudoctor.replay.bounds import replay_bounds
 
     t0 = time.perf_counter()
     data, tokenizer = prepare.load_prepared(folder)
@@ -105,7 +106,7 @@ def _train(
     pipe = build.build_pipeline(cfg, data, tokenizer)
     t_pipe = time.perf_counter()
     device = loop.pick_device(cfg)
-    bounds = loop.replay_bounds(cfg, args.max_steps, args.max_seconds)
+    bounds = replay_bounds(cfg, args.max_steps, args.max_seconds)
     runner = loop.run_trainer if cfg.loop == "trainer" else loop.run_plain
     result = runner(cfg, pipe, model, bounds, device)
     # Timed after training, so the profiled startup and loop are the config's own.

@@ -22,7 +22,7 @@ from gpudoctor.common.errors import UserError
 MAX_EXPANDED_NODES = 100_000
 
 
-class LinedDict(dict):
+class LinedDict(dict[Any, Any]):
     """A mapping from YAML with the 1-based line of itself and of each key."""
 
     line: int = 0
@@ -33,7 +33,7 @@ class LinedDict(dict):
         self.key_lines = {}
 
 
-class _LineLoader(yaml.SafeLoader):
+class _LineLoader(yaml.SafeLoader):  # type: ignore[misc]  # yaml: no stubs installed, its classes are Any
     """SafeLoader whose mappings are ``LinedDict`` and refuse duplicate keys."""
 
     source_name = "<config>"

@@ -13,8 +13,12 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from gpudoctor.attach.window import UNAVAILABLE_WITHOUT_HOOKS
-from gpudoctor.report import schema
+from gpudoctor.core import schema
+
+# What stack samples alone cannot tell (said by the report and by the attach session's notes).
+UNAVAILABLE_WITHOUT_HOOKS = (
+    "step count and step times, padding, DataLoader settings and the exact data wait are unavailable"
+)
 
 
 def _num(v: Any) -> float | None:

@@ -18,11 +18,11 @@ from gpudoctor.analysis import Analysis, analyze, gpu_timeline, memory
 from gpudoctor.analysis.process import quantiles
 from gpudoctor.analysis.saves import split_saves
 from gpudoctor.common.wording import doctor_fault_words, hours_text, in_sentence
+from gpudoctor.core import schema
+from gpudoctor.core.schema import SCHEMA, Report
 from gpudoctor.recording.store import Recording
-from gpudoctor.report import schema
 from gpudoctor.report.attach import attach_section, attach_time, summary_lines, timeline_caption
 from gpudoctor.report.cost import Price, cost_section, resolve_price
-from gpudoctor.report.schema import SCHEMA, Report
 from gpudoctor.rules import Finding, Fix, account, run_rules
 
 MAX_POINTS = 2000

@@ -1,4 +1,4 @@
-"""Validate a report dict against :class:`gpudoctor.report.schema.Report`, in one line.
+"""Validate a report dict against :class:`gpudoctor.core.schema.Report`, in one line.
 
 pydantic v2 validates the TypedDicts directly (strict, finite, constraints from the types), so
 the schema module is the only statement of what a report holds; this module only turns pydantic's
@@ -13,7 +13,9 @@ import typing
 from functools import lru_cache
 from typing import Any
 
-from gpudoctor.report import schema as rs
+from typing_extensions import NotRequired
+
+from gpudoctor.core import schema as rs
 
 _KINDS = {
     "dict_type": "an object", "typed_dict_type": "an object", "list_type": "a list",
@@ -30,8 +32,8 @@ def _adapter(tp: Any) -> Any:
 
 
 def problem(report: Any, schema: Any = rs.Report) -> str | None:
-    """What is wrong with ``report`` as a :class:`~gpudoctor.report.schema.Report` (or as
-    ``schema``: :class:`~gpudoctor.report.schema.Sections` for optional sections alone), or None.
+    """What is wrong with ``report`` as a :class:`~gpudoctor.core.schema.Report` (or as
+    ``schema``: :class:`~gpudoctor.core.schema.Sections` for optional sections alone), or None.
 
     One line: ``cost.wasted_fraction is not a fraction from 0 to 1``, the first error only.
     """
@@ -75,7 +77,7 @@ def field_path(loc: tuple[Any, ...]) -> str:
 
 
 def _says(loc: tuple[Any, ...], schema: Any) -> str | None:
-    """The :class:`~gpudoctor.report.schema.Says` text of the type at ``loc``, if it has one."""
+    """The :class:`~gpudoctor.core.schema.Says` text of the type at ``loc``, if it has one."""
     tp: Any = schema
     for part in loc:
         tp = _child(_plain(tp), part)
@@ -107,7 +109,7 @@ def _plain(tp: Any) -> Any:
             return tp
         tp = arms[0]
         origin = typing.get_origin(tp)
-        if origin is typing.Annotated or origin is rs.NotRequired:
+        if origin is typing.Annotated or origin is NotRequired:
             tp = typing.get_args(tp)[0]
         elif hasattr(tp, "__metadata__"):
             tp = tp.__origin__

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from gpudoctor.common.errors import UserError
 from gpudoctor.common.hardware import PRICE_DATE, price_per_gpu_hour
-from gpudoctor.report.schema import Cost
+from gpudoctor.core.schema import Cost
 
 PRICE_TABLE_DATE = PRICE_DATE
 PRICE_TABLE_SOURCE = f"gpudoctor built-in table ({PRICE_TABLE_DATE}, approximate on-demand prices)"

@@ -28,7 +28,7 @@ JSON (``schema`` ``gpudoctor.diff/2``), besides ``before``/``after``/``notes``/`
   before p50) and ``threshold_s_per_launch`` (startup); null: unobservable.
 * ``steps``: ``{"before", "after", "delta"}`` step counts.
 * ``sections``: ``{"before", "after"}``, the optional sections each report holds (trial,
-  preflight, ...; :data:`gpudoctor.report.schema.SECTIONS`); one only one side has is noted.
+  preflight, ...; :data:`gpudoctor.core.schema.SECTIONS`); one only one side has is noted.
 * ``step_time_p50_s`` and ``throughput_steps_per_s``: ``{"before", "after",
   "delta", "verdict"}`` (throughput adds ``ratio`` = after/before steps/s).
   ``verdict`` is ``"better"``, ``"worse"``, ``"within_noise"`` or ``"unavailable"``.
@@ -54,7 +54,7 @@ from typing import Any
 from gpudoctor.analysis import step_noise
 from gpudoctor.common.numbers import num
 from gpudoctor.common.wording import command_text, gpus_text
-from gpudoctor.report.schema import (
+from gpudoctor.core.schema import (
     DIFF_STATUSES,
     SECTIONS,
     Change,
@@ -377,5 +377,5 @@ def diff_reports(before: Report, after: Report) -> Diff:
 
 
 def present_sections(report: Report) -> list[str]:
-    """The registered optional sections (:data:`~gpudoctor.report.schema.SECTIONS`) a report holds."""
+    """The registered optional sections (:data:`~gpudoctor.core.schema.SECTIONS`) a report holds."""
     return [s.key for s in SECTIONS if report.get(s.key) not in (None, [], {})]

@@ -6,7 +6,7 @@ artifact, a pull request): it is opened through :mod:`gpudoctor.common.safefs` (
 refused past :data:`MAX_REPORT_BYTES` or :data:`MAX_REPORT_VALUES` before it is parsed (a real one is
 well under 1 MiB and 100,000 values: bytes alone do not bound memory, as ``[],`` is 3 bytes on disk
 and ~64 parsed, so 32 MiB of them would take 700 MB), and its figures are range-checked, so the renderers and the CI gate get bounded, sane input or one
-clear line. The check is :class:`gpudoctor.report.schema.Report` itself
+clear line. The check is :class:`gpudoctor.core.schema.Report` itself
 (:func:`gpudoctor.report.check.problem`), so what is checked and what the schema says are one.
 """
 
@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, cast
 
 from gpudoctor.common import safefs
 from gpudoctor.common.errors import UserError
+from gpudoctor.core.schema import KEPT_ON_RERENDER, REQUIRED, SCHEMA, Report, Sections
 from gpudoctor.recording.read import folder_owner
 from gpudoctor.report.check import problem
-from gpudoctor.report.schema import KEPT_ON_RERENDER, REQUIRED, SCHEMA, Report, Sections
 
 if TYPE_CHECKING:
     from gpudoctor.recording.store import Recording
@@ -86,7 +86,8 @@ def report_of_recording(rec: Recording, price: float | None = None, gpus: int | 
     report = build_report(rec, ReportOptions(price_per_gpu_hour=price, gpus=gpus))
     saved = rec.root / "report.json"
     if saved.exists():
-        report.update(_kept_sections(saved))
+        # strict's extra_checks: a Sections value might carry other keys; this one holds only KEPT_ON_RERENDER
+        report.update(_kept_sections(saved))  # type: ignore[typeddict-item]
     return report
 
 
@@ -121,7 +122,7 @@ def read_report(path: Path) -> Report:
 
 
 def _kept_sections(saved: Path) -> Sections:
-    """The sections a mode added beside the analysis (:data:`~gpudoctor.report.schema.SECTIONS`
+    """The sections a mode added beside the analysis (:data:`~gpudoctor.core.schema.SECTIONS`
     marked ``kept``: replay's preflight and prediction_check, try's trial), from the folder's
     report.json, each only when it still matches the schema; the recording rebuilds the rest."""
     try:

@@ -24,10 +24,7 @@ from gpudoctor.analysis import analyze
 from gpudoctor.analysis.nodes import NodeSummary, align, job_analysis, summarize
 from gpudoctor.common.errors import UserError
 from gpudoctor.common.wording import plural
-from gpudoctor.recording.store import load_recording
-from gpudoctor.report.build import ReportOptions, breakdown_section, step_times
-from gpudoctor.report.cost import cost_section, resolve_price
-from gpudoctor.report.schema import (
+from gpudoctor.core.schema import (
     SCHEMA,
     NodeEntry,
     Nodes,
@@ -35,6 +32,9 @@ from gpudoctor.report.schema import (
     Report,
     Run,
 )
+from gpudoctor.recording.store import load_recording
+from gpudoctor.report.build import ReportOptions, breakdown_section, step_times
+from gpudoctor.report.cost import cost_section, resolve_price
 from gpudoctor.rules import Finding, Fix, account, run_rules
 from gpudoctor.rules.base import settle_findings
 from gpudoctor.rules.nodes import StragglerNode

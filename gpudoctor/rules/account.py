@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import get_args
 
-from gpudoctor.report import schema
+from gpudoctor.core import schema
 
 BUCKETS: tuple[schema.Bucket, ...] = get_args(schema.Bucket)  # one list: the schema's
 WHOLE = ""  # the part name of a claim on the whole bucket
@@ -42,7 +42,7 @@ class Claim:
     different parts add, claims on one part compound. A claim on the whole bucket
     (``part=""``) compounds with whatever the parts left.
 
-    The report's claim (:class:`gpudoctor.report.schema.Claim`) has the same fields, less
+    The report's claim (:class:`gpudoctor.core.schema.Claim`) has the same fields, less
     :data:`SETTLED_ONLY` (``up_to`` settles the finding's optimistic speedup; it is not written).
     """
 
@@ -53,7 +53,7 @@ class Claim:
     up_to: float | None = None  # the optimistic figure, when the gain depends on what was not measured
 
     def to_dict(self) -> schema.Claim:
-        """The report's claim (:class:`gpudoctor.report.schema.Claim`), rounded."""
+        """The report's claim (:class:`gpudoctor.core.schema.Claim`), rounded."""
         return {"bucket": self.bucket, "part": self.part or None,
                 "part_share": round(self.part_share, 4), "fraction": round(self.fraction, 4)}
 

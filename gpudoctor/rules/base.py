@@ -9,7 +9,7 @@ on the breakdown's buckets; its ``waste_fraction``, ``severity`` and
 ``predicted_speedup`` are settled from them (:func:`settle_findings`), the same way
 for every rule.
 
-One definition: the report's TypedDicts (:mod:`gpudoctor.report.schema`: ``FixTable``, ``Fix``,
+One definition: the report's TypedDicts (:mod:`gpudoctor.core.schema`: ``FixTable``, ``Fix``,
 ``Finding``, ``Claim``) say what a finding is. The dataclasses here are the rules' working values of
 the same fields (mutable: the claims are settled, and :mod:`gpudoctor.rules.script_flags` adds the
 script's flags after every rule ran), each with one ``to_dict`` that writes every schema key (mypy
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.report import schema
+from gpudoctor.core import schema
 from gpudoctor.rules import account
 from gpudoctor.rules.account import Claim
 
@@ -32,7 +32,7 @@ from gpudoctor.rules.account import Claim
 @dataclass
 class Table:
     """The arguments a fix changes in one call of one library, as literals that paste into it
-    (:class:`gpudoctor.report.schema.FixTable`, field for field)."""
+    (:class:`gpudoctor.core.schema.FixTable`, field for field)."""
 
     library: str  # what the names belong to, e.g. "transformers 5.23.0 TrainingArguments"
     call: str | None  # how that call is spelled in code ("TrainingArguments", "ds.map"); None: plain settings
@@ -53,7 +53,7 @@ class Table:
 
 @dataclass
 class Fix:
-    """A finding's fix: :class:`gpudoctor.report.schema.Fix`, field for field."""
+    """A finding's fix: :class:`gpudoctor.core.schema.Fix`, field for field."""
 
     summary: str
     config: dict[str, Any] = field(default_factory=dict)  # arguments of ``library``'s ``call``
@@ -64,7 +64,7 @@ class Fix:
     memory: schema.FixMemory | None = None  # the predicted peak, on fixes that change the work per step
 
     def to_dict(self) -> schema.Fix:
-        """The report's ``fix`` (:class:`gpudoctor.report.schema.Fix`)."""
+        """The report's ``fix`` (:class:`gpudoctor.core.schema.Fix`)."""
         out: schema.Fix = {
             "summary": self.summary,
             "config": self.config,
@@ -86,7 +86,7 @@ REPORT_ONLY = frozenset({"waste_usd_per_hour", "predicted_speedup_range"})
 
 @dataclass
 class Finding:
-    """A rule's finding: :class:`gpudoctor.report.schema.Finding`'s fields, less :data:`REPORT_ONLY`,
+    """A rule's finding: :class:`gpudoctor.core.schema.Finding`'s fields, less :data:`REPORT_ONLY`,
     plus :data:`SETTLED_ONLY`."""
 
     rule: str
@@ -104,7 +104,7 @@ class Finding:
     risk: bool = False  # a risk, not a waste (memory that runs out): its rule sets the severity, no claims
 
     def to_dict(self, usd_per_hour: float | None) -> schema.Finding:
-        """The report's finding (:class:`gpudoctor.report.schema.Finding`): the figures settled, rounded."""
+        """The report's finding (:class:`gpudoctor.core.schema.Finding`): the figures settled, rounded."""
         waste_usd = usd_per_hour * self.waste_fraction if usd_per_hour is not None else None
         return {
             "rule": self.rule,

@@ -10,8 +10,8 @@ from gpudoctor.analysis import Analysis, workload
 from gpudoctor.analysis.memory import step_memory
 from gpudoctor.analysis.process import ProcessView, dynamic_padding_tokens
 from gpudoctor.common import batchlengths
+from gpudoctor.core import schema
 from gpudoctor.recording.length_cost import LengthCost
-from gpudoctor.report import schema
 from gpudoctor.rules.account import Claim
 from gpudoctor.rules.base import Finding, Fix, Rule, Table, pct
 from gpudoctor.rules.memory import fix_memory

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.buildcost import BuildCost, LoopModel, crowd_of, share, worker_cap
 from gpudoctor.common.wording import plural
-from gpudoctor.recording.events import LoaderEvent
+from gpudoctor.core.events import LoaderEvent
 from gpudoctor.rules import values, vocabulary
 from gpudoctor.rules.account import Claim, claim
 from gpudoctor.rules.base import Finding, Fix, Rule, Table, pct

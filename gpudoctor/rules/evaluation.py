@@ -17,7 +17,7 @@ from gpudoctor.analysis import Analysis
 from gpudoctor.analysis import timeline as tl
 from gpudoctor.analysis.process import ProcessView, eval_spans
 from gpudoctor.common.wording import plural
-from gpudoctor.recording.events import EVAL_FORWARDS as FORWARDS
+from gpudoctor.core.events import EVAL_FORWARDS as FORWARDS
 from gpudoctor.rules import vocabulary
 from gpudoctor.rules.account import claim
 from gpudoctor.rules.base import Finding, Fix, Rule, pct

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.analysis import Analysis, gpu_timeline
-from gpudoctor.report import schema
+from gpudoctor.core import schema
 from gpudoctor.rules import vocabulary
 from gpudoctor.rules.account import Claim
 from gpudoctor.rules.base import Finding, Fix, Rule, pct

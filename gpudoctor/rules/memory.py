@@ -24,7 +24,7 @@ from gpudoctor.analysis.memory import (
     trends,
 )
 from gpudoctor.common.wording import hours_text
-from gpudoctor.report import schema
+from gpudoctor.core import schema
 from gpudoctor.rules.base import Finding, Fix, Rule
 
 HIGH_WITHIN_H = 24.0  # running out within a day of training is high severity

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.analysis.process import ProcessView
-from gpudoctor.recording.events import LoaderEvent
+from gpudoctor.core.events import LoaderEvent
 
 
 @dataclass

@@ -10,7 +10,7 @@ from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.nodes import slow_node
 from gpudoctor.analysis.process import ProcessView
 from gpudoctor.common.wording import plural
-from gpudoctor.report import schema
+from gpudoctor.core import schema
 from gpudoctor.rules.account import Claim
 from gpudoctor.rules.base import Finding, Fix, Rule
 

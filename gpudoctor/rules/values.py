@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 
+from gpudoctor.analysis.buildcost import WORKER_HEADROOM
 from gpudoctor.analysis.process import (
     percentile as percentile,  # the one percentile, for replay and sweep
 )
 
 CHECKPOINT_TARGET = 0.02  # saving at most this share of wall time
-WORKER_HEADROOM = 1.25  # workers build batches 25% faster than the loop eats them
 PAD_MULTIPLES = (64, 32, 16, 8)  # tensor-core friendly; the largest that fits the lengths
 
 

@@ -12,7 +12,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gpudoctor.launch.priority import name_thread
+from gpudoctor.processes.priority import name_thread
 
 if TYPE_CHECKING:
     from gpudoctor.samplers.pace import Pace

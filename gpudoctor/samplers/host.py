@@ -4,7 +4,7 @@ It runs at ~10 Hz beside training on boxes with few cores, so a tick reads only
 a few ``/proc`` files per process and computes every rate from deltas it keeps
 itself (psutil's ``cpu_percent`` keeps module-global state that another caller
 would disturb). The tree is refreshed every ``tree_refresh_s`` by
-:class:`gpudoctor.launch.proctree.ProcTree` (only processes new since the last
+:class:`gpudoctor.processes.proctree.ProcTree` (only processes new since the last
 refresh are read, not every process on the machine); a process that appears
 after sampling began is counted from its creation (CPU and I/O counters start
 at zero), so workers found late lose nothing. A process that exits loses only
@@ -40,7 +40,7 @@ from typing import Any
 
 import psutil
 
-from gpudoctor.launch.proctree import ProcTree
+from gpudoctor.processes.proctree import ProcTree
 from gpudoctor.samplers.base import RowWriter, Sampler
 
 _MIB = 1024 * 1024
@@ -302,11 +302,13 @@ def _round(value: float | None) -> float | None:
 
 def _total(t: Any) -> float:
     """Total CPU time; guest time is already inside user time on Linux."""
-    return sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+    total: float = sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)  # psutil: no stubs
+    return total
 
 
 def _idle(t: Any) -> float:
-    return t.idle + getattr(t, "iowait", 0.0)
+    idle: float = t.idle + getattr(t, "iowait", 0.0)  # psutil: no stubs
+    return idle
 
 
 def _busy_pct(prev: Any, cur: Any) -> float:

@@ -274,14 +274,17 @@ class Nvml:
         return self.query(func_name, self._handles[index], *args, gpu=index)
 
     def name(self, index: int) -> str | None:
-        return self._info[index]["name"]
+        name: str | None = self._info[index]["name"]
+        return name
 
     def uuid(self, index: int) -> str | None:
-        return self._info[index]["uuid"]
+        uuid: str | None = self._info[index]["uuid"]
+        return uuid
 
     def memory_total_mib(self, index: int) -> float | None:
         """Read once at init: the total does not change during a run."""
-        return self._info[index]["memory_total_mib"]
+        total: float | None = self._info[index]["memory_total_mib"]
+        return total
 
     def utilization_pct(self, index: int) -> float | None:
         util = self._device(index, "nvmlDeviceGetUtilizationRates")
@@ -347,7 +350,7 @@ class Nvml:
         if not procs:
             return 0.0
         used = [p.usedGpuMemory for p in procs if p.pid in pids]
-        known = [u for u in used if u is not None]
+        known: list[float] = [u for u in used if u is not None]  # pynvml: no stubs
         if not known:
             return None
         return round(sum(known) / _MIB, 1)

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from gpudoctor.common import safefs
-from gpudoctor.launch.pids import pid_alive
+from gpudoctor.processes.pids import pid_alive
 
 SAMPLES_PER_STEP = 5.0  # at least this many samples per step, whatever the interval
 MAX_INTERVAL_S = 2.0  # and never slower than this (a stall shorter than ~2 samples would vanish)

@@ -22,7 +22,7 @@ from typing import Any
 
 import psutil
 
-from gpudoctor.launch.proctree import ProcTree
+from gpudoctor.processes.proctree import ProcTree
 from gpudoctor.samplers.base import RowWriter, Sampler
 from gpudoctor.samplers.nvml import Nvml
 

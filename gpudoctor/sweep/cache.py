@@ -80,6 +80,7 @@ class TrialCache:
         if not name:
             return None
         try:
-            return json.loads((self.folder(record["key"]) / name).read_text())
+            measured: dict[str, Any] = json.loads((self.folder(record["key"]) / name).read_text())
+            return measured
         except (OSError, ValueError):
             return None

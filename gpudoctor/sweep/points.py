@@ -52,7 +52,8 @@ def apply(raw: dict[str, Any], params: dict[str, Any], base_dir: Path) -> dict[s
 
 
 def dump(data: dict[str, Any]) -> str:
-    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+    text: str = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)  # yaml: no stubs
+    return text
 
 
 def validate(text: str, label: str, base_dir: Path) -> ReplayConfig:

@@ -89,7 +89,8 @@ def point_entry(
 def score(point: dict[str, Any]) -> float | None:
     if point["status"] != "ok" or not point.get("metrics"):
         return None
-    return point["metrics"].get(OBJECTIVE)
+    value: float | None = point["metrics"].get(OBJECTIVE)
+    return value
 
 
 def best_point(points: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -9,7 +9,7 @@ a failed task leaves its point missing, named in the merged notes, not the whole
 Every path in the scripts is absolute, so they run from anywhere. Every value in them is quoted
 with :func:`shlex.quote` (a ``$(...)`` in DIR stays text), a value holding a control character
 (a newline would start a new ``#SBATCH`` line or command) is refused in one line, and each task's
-Python runs isolated (:mod:`gpudoctor.common.childpy`): the job's folder is never on its path.
+Python runs isolated (:mod:`gpudoctor.processes.childpy`): the job's folder is never on its path.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ import shlex
 import unicodedata
 from pathlib import Path
 
-from gpudoctor.common import childpy, safefs
+from gpudoctor.common import safefs
 from gpudoctor.common.errors import UserError
+from gpudoctor.processes import childpy
 from gpudoctor.sweep.axes import WORKERS
 from gpudoctor.sweep.options import SweepOptions
 from gpudoctor.sweep.plan import Plan

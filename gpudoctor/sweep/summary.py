@@ -36,7 +36,8 @@ def _flag(value: Any) -> str:
 
 
 def _scalar(value: Any) -> str:
-    return yaml.safe_dump(value, default_flow_style=True).removesuffix("\n...\n").strip()
+    text: str = yaml.safe_dump(value, default_flow_style=True)  # yaml has no type information here
+    return text.removesuffix("\n...\n").strip()
 
 
 def yaml_diff(moved: dict[str, tuple[Any, Any]]) -> str:

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.common import childpy
 from gpudoctor.common.wording import plural
-from gpudoctor.launch.pids import ExitWaiter
 from gpudoctor.launch.recorder import child_env
+from gpudoctor.processes import childpy
+from gpudoctor.processes.pids import ExitWaiter
 from gpudoctor.samplers.nvml import Nvml
 from gpudoctor.samplers.tree import TreeSampler
 from gpudoctor.sweep.protocol import Protocol

@@ -2,7 +2,7 @@
 
 The hooks write one ``data_wait`` span per ``DataLoader.__next__`` and a
 ``batch`` event with each training batch's non-pad lengths (see
-:mod:`gpudoctor.recording.events`). A batch's arrival is when the loop consumed
+:mod:`gpudoctor.core.events`). A batch's arrival is when the loop consumed
 it, so arrivals per second after the warm-up is the training rate. Worker start,
 model build and the first batches fall in the warm-up and are dropped; the rest
 is cut into equal time windows whose boundaries sit on arrivals, so no window
@@ -20,7 +20,7 @@ from typing import Any
 
 from gpudoctor.analysis import step_noise
 from gpudoctor.common import batchlengths
-from gpudoctor.recording.events import BatchEvent
+from gpudoctor.core.events import BatchEvent
 from gpudoctor.recording.read import EventLoad, read_events
 from gpudoctor.sweep.protocol import Protocol
 

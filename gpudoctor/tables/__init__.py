@@ -15,6 +15,7 @@ The step and breakdown tables come from the analysis the report itself runs
 (:mod:`gpudoctor.tables.rows`), so ``steps`` sums to ``breakdown`` over the time the steps cover.
 Given only a report.json, the tables that need the recording are empty (same columns) and
 :attr:`RunTables.notes` says why: nothing is invented from the report's summary figures.
+:mod:`gpudoctor.tables.export` writes them as parquet or CSV (``gpudoctor export``).
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from typing import Any
 
 from gpudoctor.analysis import analyze
 from gpudoctor.common.safefs import pinned_folder
+from gpudoctor.core.schema import Report
 from gpudoctor.recording.store import load_recording
 from gpudoctor.report.load import holds_recording, read_report, report_of_recording
-from gpudoctor.report.schema import Report
 from gpudoctor.tables import rows as R
 from gpudoctor.tables.columns import COLUMNS, TABLES
 from gpudoctor.tables.frames import frame, pandas

@@ -8,7 +8,7 @@ value may be missing (``Int64``, ``boolean``, ``string``), so a missing figure r
 
 from __future__ import annotations
 
-from gpudoctor.report.schema import BREAKDOWN_KEYS
+from gpudoctor.core.schema import BREAKDOWN_KEYS
 
 # What the samplers write (gpudoctor/samplers/host.py, nvml.py); validate.py nulls a bad one.
 HOST_FIGURES = ("cpu_proc_pct", "cpu_main_pct", "cpu_total_pct", "iowait_pct", "rss_mib", "mem_available_mib",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from html import escape
 
+from gpudoctor.core.schema import Report
 from gpudoctor.render.base import (
     breakdown_items,
     command_text,
@@ -17,7 +18,6 @@ from gpudoctor.render.base import (
     fmt_usd,
 )
 from gpudoctor.render.charts import SPAN_LABELS, breakdown_bar_svg
-from gpudoctor.report.schema import Report
 
 
 def summary_html(report: Report, sizes: dict[str, int], notes: list[str]) -> str:

@@ -19,9 +19,9 @@ from gpudoctor.analysis import Analysis
 from gpudoctor.analysis import timeline as tl
 from gpudoctor.analysis.process import ProcessView
 from gpudoctor.analysis.sampled import load_stack_rows, sampled_records, sampled_spans
-from gpudoctor.recording.events import ProcEvent
+from gpudoctor.core.events import ProcEvent
+from gpudoctor.core.schema import BREAKDOWN_KEYS
 from gpudoctor.recording.read import FULL_READ_BYTES, MAX_SAMPLE_ROWS, read_spans
-from gpudoctor.report.schema import BREAKDOWN_KEYS
 from gpudoctor.tables.columns import COLUMNS, GPU_FIGURES, HOST_FIGURES, STEP_PARTS
 
 Rows = list[dict[str, Any]]

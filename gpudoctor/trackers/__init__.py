@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING
 
 from gpudoctor.common.redact import redact_value
 from gpudoctor.common.termtext import say
-from gpudoctor.recording.events import TrackerEvent
+from gpudoctor.core.events import TrackerEvent
 from gpudoctor.trackers import mlflow_sink, tensorboard_sink, wandb_sink
 from gpudoctor.trackers.figures import Figures
 
 if TYPE_CHECKING:
-    from gpudoctor.report.schema import Report, TrackerEntry
+    from gpudoctor.core.schema import Report, TrackerEntry
 from gpudoctor.trackers.found import TrackerRun, tracker_runs
 from gpudoctor.trackers.outcome import Outcome
 

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudoctor.report.schema import BREAKDOWN_KEYS, Report
+from gpudoctor.core.schema import BREAKDOWN_KEYS, Report
 
 PREFIX = "gpudoctor"
 TOP_FINDINGS = 10

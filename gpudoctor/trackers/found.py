@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpudoctor.recording.events import TrackerEvent
-from gpudoctor.report.schema import TrackerKind
+from gpudoctor.core.events import TrackerEvent
+from gpudoctor.core.schema import TrackerKind
 
 KINDS = ("mlflow", "wandb", "tensorboard")
 MAX_FIELD = 4096  # a path or URI longer than this is not one the hooks wrote

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpudoctor.report.schema import TrackerStatus
+from gpudoctor.core.schema import TrackerStatus
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import Any
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.common.errors import UserError
+from gpudoctor.core.schema import Finding, FixTable, NotApplied, Report
 from gpudoctor.hooks.apply import (
     DDP_KEYS,
     DDP_SYNC_KEYS,
@@ -26,7 +27,6 @@ from gpudoctor.hooks.apply import (
     SCHEMA,
     TOKENIZER_KEYS,
 )
-from gpudoctor.report.schema import Finding, FixTable, NotApplied, Report
 from gpudoctor.rules.names import Names, names_for
 
 TARGETS = {"TrainingArguments": "training_arguments", "DataLoader": "dataloader", "tokenizer": "tokenizer",

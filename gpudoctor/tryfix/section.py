@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpudoctor.core.schema import Applied, NotApplied, Trial
 from gpudoctor.recording.records import Records
 from gpudoctor.render.trial import speedups
-from gpudoctor.report.schema import Applied, NotApplied, Trial
 from gpudoctor.tryfix.plan import Plan
 from gpudoctor.tryfix.steady import Prediction, Rate
 

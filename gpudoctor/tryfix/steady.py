@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.common.wording import plural
-from gpudoctor.report.schema import Rate as RateSection
+from gpudoctor.core.schema import Rate as RateSection
 from gpudoctor.rules import account, data, run_rules
 
 MIN_WARMUP_STEPS = 3

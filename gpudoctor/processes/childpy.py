@@ -45,7 +45,7 @@ BOOT = "; ".join([
     "sys.modules[\"gpudoctor\"] = mod",
     "spec.loader.exec_module(mod)",
     "sys.path.append(root)",
-    "from gpudoctor.common.childpy import boot_hooks",
+    "from gpudoctor.processes.childpy import boot_hooks",
     "boot_hooks()",
     "runpy.run_module(module, run_name=\"__main__\", alter_sys=True)",
 ])
