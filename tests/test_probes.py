@@ -47,10 +47,15 @@ def test_tokenization_probe_data_wait_and_startup_match_truth(probe_run):
     run = probe_run("tokenize_in_getitem")
     assert within(run.report["breakdown"]["data_wait"], run.truth["data_wait_share"])
     assert within(run.report["breakdown"]["startup"], run.truth["startup_share"])
-    # The fix is computed for this machine: a CPU-bound build gets no more workers than cores (an idle
-    # training process's core counts: #24), and never the 0 that ran.
-    fix = run.finding("tokenization_in_loop")["fix"]
-    assert 1 <= fix["config"].get("num_workers", 0) <= (run.report["run"]["host"]["cpu_count"] or 2)
+    # One knob, one prediction (#40): the fix is pre-tokenizing, through the probe's own --pretokenize;
+    # the interim workers are the alternative, computed for this machine: a CPU-bound build gets no
+    # more workers than cores (an idle training process's core counts: #24), and never the 0 that ran.
+    finding = run.finding("tokenization_in_loop")
+    fix, data = finding["fix"], finding["data"]
+    assert fix["call"] == "ds.map" and "num_workers" not in fix["config"]
+    assert data["command_argv"][-1] == "--pretokenize" and data["flags_cover_fix"] is True
+    assert fix["summary"].startswith("Run with `--pretokenize` instead of its default (False)")
+    assert 1 <= data["alternative"].get("num_workers", 0) <= (run.report["run"]["host"]["cpu_count"] or 2)
 
 
 def test_checkpoint_fix_is_not_add_workers(probe_run):

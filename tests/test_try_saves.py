@@ -6,17 +6,41 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from gpudoctor.analysis import analyze
 from gpudoctor.analysis.saves import split_saves
 from gpudoctor.recording.store import load_recording
-from tests.conftest import PROBES, run_cli
+from tests.conftest import PROBES, ROOT, run_cli
+
+
+def test_try_sets_a_save_interval_through_the_scripts_own_flag(tmp_path: Path) -> None:
+    """A loop whose interval is a flag (--save-every): the trial runs the command with the finding's
+    value, as ``run`` prescribes it (one knob, one value: #40), and saves that often."""
+    out = tmp_path / "try"
+    proc = run_cli("try", "--out", str(out), "--seconds", "12", "--fix", "checkpoint_overhead", "--",
+                   "python", str(PROBES / "fsync_checkpoints.py"), "--steps", "300", "--n-embd", "128",
+                   timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    finding = next(f for f in report["findings"] if f["rule"] == "checkpoint_overhead")
+    save_steps = finding["fix"]["config"]["save_steps"]
+    assert finding["data"]["current_save_steps"] == 1
+    trial = report["trial"]
+    assert trial["values"] == {"command_line": {"--save-every": save_steps}} and trial["complete"] is True
+    assert trial["predicted_speedup"] == pytest.approx(finding["predicted_speedup"], abs=1e-3)
+    assert trial["achieved_speedup"] is not None
+    assert f"--save-every {save_steps}" in proc.stderr  # the trial's command, said before it runs
+    a = analyze(load_recording(out / "trial"))
+    p = a.primary
+    assert p is not None and len(p.step_times) >= 3
+    assert len(split_saves(p).checkpoints) <= len(p.step_times) // save_steps + 1
 
 
 def test_try_thins_a_loops_saves_and_says_so(tmp_path: Path) -> None:
     out = tmp_path / "try"
     proc = run_cli("try", "--out", str(out), "--seconds", "12", "--fix", "checkpoint_overhead", "--",
-                   "python", str(PROBES / "fsync_checkpoints.py"), "--steps", "300", "--n-embd", "128",
-                   timeout=600)
+                   "python", str(ROOT / "tests" / "scripts" / "save_each_step.py"), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     finding = next(f for f in report["findings"] if f["rule"] == "checkpoint_overhead")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -105,11 +106,14 @@ def main(args: argparse.Namespace) -> int:
     safefs.replace_file(folder / APPLY_FILE, json.dumps(plan.spec(), indent=2))
     startup = report["steps"].get("first_step_at_s") or 0.0
     limit = TrainingLimit(folder / TRIAL_DIR / "events", seconds, max(STARTUP_CAP_MIN_S, 3 * startup))
+    edited = plan.command(command)
     values = "; ".join(f"{p.call}({', '.join(f'{k}={v!r}' for k, v in p.apply.items())})"
-                       for p in plan.parts if p.apply)
+                       for p in plan.parts if p.apply and p.target != planning.COMMAND_LINE)
+    if edited is not None:
+        values = "; ".join(x for x in (shlex.join(edited), values) if x)
     say(f"gpudoctor try: trial: {plan.rule} with {values}, {seconds:g} s of training", file=sys.stderr)
     trial_code, trial_report, trial_dir = run(
-        command, folder / TRIAL_DIR, args.interval, args.price_per_gpu_hour, args.gpus, False, mode="try",
+        edited or command, folder / TRIAL_DIR, args.interval, args.price_per_gpu_hour, args.gpus, False, mode="try",
         extra_env={ENV: str((folder / APPLY_FILE).resolve())}, limit=limit, summary=False,
         view=_progress(args, f"try: trial of {plan.rule}", limit))
     a_trial = analyze(load_recording(trial_dir))
@@ -126,6 +130,7 @@ def main(args: argparse.Namespace) -> int:
         applied=trial_section.applied_events(a_trial.rec.events),
         seconds=seconds,
         trial_run={"folder": TRIAL_DIR, "exit_code": trial_code, "stopped": limit.stopped,
+                   "command_edited": edited is not None,
                    "status": trial_report["run"].get("status") if trial_report else None, "window_s": length,
                    "crash": crash},
         notes=notes,

@@ -319,7 +319,8 @@ def saved(f: Any) -> None:
 @guarded("apply torch.save thinning")
 def stand_in(f: Any) -> None:
     """A skipped save leaves what the script expects at the path it asked for: the last checkpoint
-    really written, hard-linked there (no bytes written: the trial measures the thinned interval),
+    really written, hard-linked there from its newest name (a loop that keeps the last two has
+    removed the first by then) (no bytes written: the trial measures the thinned interval),
     so the script's ``os.fsync``, rename, rotation or upload of that path still works. A save to an
     open file or buffer is left empty; a file system without hard links gets nothing either."""
     o = _overrides
@@ -337,7 +338,7 @@ def stand_in(f: Any) -> None:
             os.unlink(tmp)
         return
     o.stand_ins += 1
-
+    o.last_saved = dest  # the same checkpoint under its newest name: the loop's rotation may remove the older
 
 # -- Lightning's ModelCheckpoint(...) ---------------------------------------------------
 def model_checkpoint_kwargs(fn: Any, self: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -22,22 +22,30 @@ def view(section: Trial | None) -> dict[str, Any] | None:
         return None
 
 
+def ran(s: Trial) -> bool:
+    """Did the trial set anything: through the hooks (``applied``) or the script's own flags?"""
+    return bool(s.get("applied")) or bool((s.get("values") or {}).get("command_line"))
+
+
 def _view(s: Trial) -> dict[str, Any]:
     base, trial = s.get("baseline") or {}, s.get("trial") or {}
     applied = [f"{row['call']}: " + ", ".join(f"{k}={_show(v)} (was {_show((row.get('was') or {}).get(k))})"
                                               for k, v in (row.get("values") or {}).items())
                for row in s.get("applied") or [] if row.get("values")]
+    flags = (s.get("values") or {}).get("command_line")
+    if isinstance(flags, dict) and flags:
+        applied.append("your command line: " + " ".join(k if v is True else f"{k} {_show(v)}" for k, v in flags.items()))
     missing = [f"{row.get('call') or 'script'}: {row.get('key')}: {row.get('reason')}"
                for row in s.get("not_applied") or []]
     rows = [("steady-state steps/s", _fmt(s.get("baseline_steps_per_s")), _fmt(s.get("trial_steps_per_s"))),
             ("steps measured (after warm-up)", _int(base.get("steps")), _int(trial.get("steps"))),
             ("window (s of training)", _fmt(base.get("window_s"), 1), _fmt(trial.get("window_s"), 1))]
     return {
-        "title": f"{s.get('rule')}: " + (speedups(s) if s.get("applied") else "nothing applied, no trial run"),
+        "title": f"{s.get('rule')}: " + (speedups(s) if ran(s) else "nothing applied, no trial run"),
         "predicted": _x(s.get("predicted_speedup"), s.get("predicted_speedup_range")),
         "achieved": _x(s.get("achieved_speedup"), None),
         "basis": str(s.get("prediction_basis") or ""),
-        "rows": rows if s.get("applied") else [],
+        "rows": rows if ran(s) else [],
         "applied": applied,
         "not_applied": missing,
         "notes": [str(n) for n in s.get("notes") or []],

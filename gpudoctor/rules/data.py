@@ -21,10 +21,13 @@ from gpudoctor.common.wording import plural
 from gpudoctor.core.events import LoaderEvent
 from gpudoctor.rules import values, vocabulary
 from gpudoctor.rules.account import Claim, claim
-from gpudoctor.rules.base import Finding, Fix, Rule, Table, pct
+from gpudoctor.rules.base import Finding, Fix, Rule, pct
 from gpudoctor.rules.names import Names, names_for
 
 MIN_SHARE = 0.05
+# ``finding.data`` key: the fix computes each item once before training ("pretokenize": the
+# tokenizer's part; "cache": the whole item); rules/script_flags.py sets the script's flag for it.
+PRECOMPUTE = "precompute"
 IOWAIT_PCT = 20.0
 CPU_SATURATED_PCT = 90.0
 
@@ -461,14 +464,18 @@ def _word_tokenize(fig: TokenizeFigures) -> Finding:
             summary=f"Pre-tokenize once with datasets.map(batched=True, num_proc={num_proc}) and "
             f"save_to_disk: that gives back the {d.tokenize_in_loop_s:.1f} s of tokenizing"
             + (f", about {pre:.2f}x faster per batch" if isinstance(pre, float) else "")
-            + f". {until}{interim.summary[0].lower()}{interim.summary[1:]}",
-            config=interim.config,
+            + f". {until}{interim.summary[0].lower()}{interim.summary[1:]}"
+            + (f" ({', '.join(f'{k}={v!r}' for k, v in interim.config.items())})" if interim.config else ""),
+            # One knob, one prediction: the fix's values are pre-tokenizing's (the script's own flag
+            # for it, where it has one: rules/script_flags.py); the interim workers are the
+            # alternative, with their own figure in ``data``, never set beside it.
+            config={"batched": True, "num_proc": num_proc},
             snippet=snippet,
-            library=d.names.library,
-            call=d.names.call,
-            also=[Table("datasets.Dataset.map", "ds.map", {"batched": True, "num_proc": num_proc})],
+            library="datasets.Dataset.map",
+            call="ds.map",
         ),
-        data={"tokenize_in_loop_s": round(d.tokenize_in_loop_s, 3), "data_wait_s": round(d.wait_s, 3), **data},
+        data={"tokenize_in_loop_s": round(d.tokenize_in_loop_s, 3), "data_wait_s": round(d.wait_s, 3), **data,
+              PRECOMPUTE: "pretokenize", **({"alternative": interim.config} if interim.config else {})},
     )
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.process import ProcessView
 from gpudoctor.rules.base import Finding, Table
+from gpudoctor.rules.data import PRECOMPUTE
 from gpudoctor.rules.names import names_for
 
 LIBRARY = "your command line"
@@ -149,6 +150,9 @@ def _apply_one(a: Analysis, p: ProcessView | None, cli: ScriptCli, finding: Find
     fix = finding.fix
     tables = [Table(fix.library or "", fix.call, fix.config), *fix.also]
     changes, leftover = _changes(a, p, cli, finding, [t.config for t in tables])
+    switch = _precompute_switch(cli, finding.data.get(PRECOMPUTE))
+    if switch is not None:  # the script's own switch does what the library's values say: it alone
+        changes, leftover = [_Change(switch, switch.const)], False
     alternative = finding.data.get("alternative")
     alt, _ = _changes(a, p, cli, finding, [alternative]) if isinstance(alternative, dict) else ([], False)
     if changes or alt:
@@ -172,6 +176,9 @@ def _word(cli: ScriptCli, finding: Finding, flags: _Flags) -> None:
     else:
         fix.snippet = command
     finding.data["command_line"] = lines[0]
+    # what ``try`` runs: the user's command with the script's flags edited (the same knob and value)
+    finding.data["command_argv"] = [*cli.prefix, *edit_args(cli, changes or alt)]
+    finding.data["flags_cover_fix"] = bool(changes) and not flags.leftover
 
 
 def _changes(a: Analysis, p: ProcessView | None, cli: ScriptCli, finding: Finding,
@@ -207,6 +214,23 @@ def _scaled(option: Option, wanted: Any, current: Any) -> Any:
 
 def _said(cli: ScriptCli, changes: list[_Change]) -> str:
     return " and ".join(f"`{_spell(cli, c.option, c.value)}` instead of {_was(cli, c.option)}" for c in changes)
+
+
+# What a pre-computing fix's switch may be called: the tokenizer's part, or the whole item.
+_SWITCHES = {"pretokenize": ("pretokenize", "pre_tokenize", "tokenize_once", "tokenize_offline", "precompute",
+                             "preprocess", "pre_process", "cache", "cache_items", "cache_dataset"),
+             "cache": ("cache", "cache_items", "cache_dataset", "precompute", "preload", "in_memory")}
+
+
+def _precompute_switch(cli: ScriptCli, kind: Any) -> Option | None:
+    """The script's on/off flag (``store_true``) that pre-computes the items, when exactly one is
+    named so and it is off in this run; None otherwise (the library's values stay the fix)."""
+    names = _SWITCHES.get(kind) if isinstance(kind, str) else None
+    if not names:
+        return None
+    found = [o for o in cli.options if not o.takes_value and o.const is True and o.value in (False, None)
+             and any(n == w or n.startswith(w) for n in o.names() for w in names)]
+    return found[0] if len(found) == 1 else None
 
 
 def _option_for(cli: ScriptCli, key: str) -> Option | None:

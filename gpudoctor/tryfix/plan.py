@@ -27,6 +27,7 @@ from gpudoctor.hooks.apply import (
     SCHEMA,
     TOKENIZER_KEYS,
 )
+from gpudoctor.rules import script_flags
 from gpudoctor.rules.names import Names, names_for
 
 TARGETS = {"TrainingArguments": "training_arguments", "DataLoader": "dataloader", "tokenizer": "tokenizer",
@@ -39,6 +40,7 @@ _TARGET_KEYS: dict[str, dict[str, Any]] = {"dataloader": LOADER_KEYS, "tokenizer
                                            "fully_shard": FULLY_SHARD_KEYS, "fsdp1": FSDP1_KEYS,
                                            "ddp_sync": DDP_SYNC_KEYS}
 LOOP = "your training loop"
+COMMAND_LINE = "command_line"  # a Part's target: the script's own flags, set by running the edited command
 _CODE_REASONS = {
     "ds.map": "datasets.map runs in the script before training: pre-processing it needs a code change",
     "DataCollatorWithPadding": "the collator is built in the script: passing it needs a code change",
@@ -81,6 +83,16 @@ class Plan:
         """Every value of the fix is either set by the trial or already what ran."""
         return self.applicable and not any(p.code_change for p in self.parts)
 
+    def command(self, ran: list[str]) -> list[str] | None:
+        """The trial's command when the fix is set through the script's own flags: the finding's
+        edited command line, if it starts as the command that ran (else None: the command as given)."""
+        if not any(p.target == COMMAND_LINE and p.apply for p in self.parts):
+            return None
+        argv = (self.finding.get("data") or {}).get("command_argv")
+        if not (isinstance(argv, list) and argv and all(isinstance(x, str) for x in argv)):
+            return None
+        return argv if ran and argv[0] == ran[0] and argv != ran else None
+
     @property
     def workers(self) -> int | None:
         for p in self.parts:
@@ -93,7 +105,7 @@ class Plan:
         """The JSON the hooks read (:mod:`gpudoctor.hooks.apply`)."""
         out: dict[str, Any] = {"schema": SCHEMA, "rule": self.rule}
         for p in self.parts:
-            if p.target and p.apply:
+            if p.target and p.target != COMMAND_LINE and p.apply:
                 out.setdefault(p.target, {}).update(p.apply)
         return out
 
@@ -145,6 +157,9 @@ def make_plan(report: Report, a: Analysis, rule: str | None, sets: dict[str, Any
 
 def _plan(finding: Finding, names: Names, a: Analysis, sets: dict[str, Any]) -> Plan:
     parts = [_part(t, names, a, finding) for t in tables(finding)]
+    flags = [p for p in parts if p.target == COMMAND_LINE]
+    if flags and (finding.get("data") or {}).get("flags_cover_fix") is True:
+        parts = flags  # the script's flags carry every value: the trial runs the edited command alone
     no_sync = _no_sync(finding)
     if no_sync is not None:
         parts.insert(0, no_sync)
@@ -291,6 +306,8 @@ def _part(table: FixTable, names: Names, a: Analysis, finding: Finding | None = 
         return thinned
     call = table.get("call")
     target = TARGETS.get(call) if isinstance(call, str) else None
+    if table.get("library") == script_flags.LIBRARY:
+        return Part(call, table.get("library"), COMMAND_LINE, apply=dict(table.get("config") or {}))
     part = Part(call, table.get("library"), target)
     saw_tokenizer = any(p.tokenize_calls for p in a.procs)
     for key, value in (table.get("config") or {}).items():
@@ -310,8 +327,6 @@ def _why_not(target: str | None, key: str, value: Any, names: Names, saw_tokeniz
         call = table.get("call")
         if isinstance(call, str) and call in _CODE_REASONS:
             return _CODE_REASONS[call]
-        if table.get("library") == "your command line":
-            return "a flag of the script itself: the trial runs the command as given (add the flag to try it)"
         if table.get("library") == "pip":
             return "an upgrade, not a setting: install it, then measure again"
         return f"{table.get('library') or 'the script'} is the script's own code: it needs a code change"

@@ -11,8 +11,8 @@ from typing import Any
 
 from gpudoctor.core.schema import Applied, NotApplied, Trial
 from gpudoctor.recording.records import Records
-from gpudoctor.render.trial import speedups
-from gpudoctor.tryfix.plan import Plan
+from gpudoctor.render.trial import ran, speedups
+from gpudoctor.tryfix.plan import COMMAND_LINE, Plan
 from gpudoctor.tryfix.steady import Prediction, Rate
 
 SIDE_EFFECTS = ("The trial ran the command itself, with its side effects (outputs, checkpoints), and was "
@@ -48,7 +48,7 @@ def not_applied(plan: Plan, applied: list[Applied] | None) -> list[NotApplied]:
             rows.append({"call": row["call"], "key": key, "reason": str(why)})
             done.add(key)
     for part in plan.parts:
-        for key in part.apply if part.target else ():
+        for key in part.apply if part.target and part.target != COMMAND_LINE else ():
             if key not in by_call.get(str(part.call), set()):
                 rows.append({"call": part.call, "key": key,
                              "reason": f"the trial made no {part.call} call the hooks could see"})
@@ -63,15 +63,21 @@ def build(plan: Plan, *, prediction: Prediction | None, baseline: Rate | None, t
     t = trial.steps_per_s if trial else None
     achieved = t / b if b and t is not None else None
     missing = not_applied(plan, applied)
+    flags = {k: v for p in plan.parts if p.target == COMMAND_LINE for k, v in p.apply.items()}
+    ran = trial_run is not None and bool(trial_run.get("command_edited"))
+    if flags and trial_run is not None and not ran:
+        missing += [{"call": None, "key": k, "reason": "the script's flag: the command could not be edited as "
+                     "recorded, so the trial ran it as given (add the flag to try it)"} for k in flags]
     section: Trial = {
         "rule": plan.rule,
         "fix": fix,
-        "values": {k: v for k, v in plan.spec().items() if k not in ("schema", "rule")},
+        "values": {**{k: v for k, v in plan.spec().items() if k not in ("schema", "rule")},
+                   **({COMMAND_LINE: flags} if flags and ran else {})},
         "unchanged": {str(p.call): p.unchanged for p in plan.parts if p.unchanged},
         "set_by_user": plan.user_set,
         "applied": applied or [],
         "not_applied": missing,
-        "complete": bool(applied) and not missing,
+        "complete": (bool(applied) or (bool(flags) and ran)) and not missing,
         "predicted_speedup": _r(prediction.speedup) if prediction else None,
         "predicted_speedup_range": ([round(prediction.speedup or 1.0, 4), round(prediction.up_to, 4)]
                                     if prediction and prediction.up_to is not None else None),
@@ -95,7 +101,7 @@ def build(plan: Plan, *, prediction: Prediction | None, baseline: Rate | None, t
 def headline(section: Trial) -> str:
     """One terminal line: ``predicted 1.2x, achieved 1.15x (steps/s 8.1 -> 9.3)``."""
     rule = section.get("rule")
-    if not section.get("applied"):
+    if not ran(section):
         why = "; ".join([*(f"{call}({', '.join(f'{k}={v!r}' for k, v in values.items())}) is what the run "
                            "already used" for call, values in (section.get("unchanged") or {}).items()),
                          *(f"{r.get('call')}.{r.get('key')}: {r.get('reason')}"
