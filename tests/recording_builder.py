@@ -36,8 +36,10 @@ class RecordingBuilder:
     def training_loop(self, rows: list[dict[str, Any]], *, start_s: float, steps: int, compute_s: float,
                       wait_s: float, fetch_s: float | None = None, num_workers: int = 0, batch_size: int = 8,
                       save_every: int = 0, save_s: float = 0.0, trainer_args: dict[str, Any] | None = None,
-                      jitter_s: float = 0.0, seed: int = 0) -> float:
+                      jitter_s: float = 0.0, seed: int = 0, dataset_len: int | None = None) -> float:
         """Steps of (wait for batch, compute, optional save); returns the end time offset.
+
+        ``dataset_len``: the loader's dataset has a length (a map-style dataset); None: an iterable one.
 
         ``jitter_s`` adds a seeded uniform +-jitter_s to each step's compute, as a real loop has.
         """
@@ -45,7 +47,7 @@ class RecordingBuilder:
         rows.append({"k": "loader", "t": T0 + start_s, "id": 1, "num_workers": num_workers, "batch_size": batch_size,
                      "pin_memory": False, "prefetch_factor": None, "persistent_workers": False,
                      "params": ["dataset", "batch_size", "num_workers", "pin_memory", "prefetch_factor",
-                                "persistent_workers"]})
+                                "persistent_workers"], **({"dataset_len": dataset_len} if dataset_len else {})})
         if trainer_args is not None:
             rows.append({"k": "trainer", "t": T0 + start_s, "args": trainer_args, "version": "5.23.0",
                          "max_steps": trainer_args.get("max_steps"), "num_train_epochs": 1})

@@ -28,10 +28,11 @@ HOG = [{"name": "python3", "pct": 99.0}]
 
 def loop(tmp_path: Path, *, wait_s: float, compute_s: float, build_wall_s: float, build_cpu_s: float,
          run_delay_s: float = 0.0, workers: int = 0, cores: int = 2, cpu_total_pct: float, cpu_proc_pct: float,
-         others: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+         others: list[dict[str, Any]] | None = None, dataset_len: int | None = None) -> dict[str, Any]:
     b = RecordingBuilder(tmp_path, cores=cores, duration_s=5.0 + STEPS * (wait_s + compute_s) + 2.0)
     rows = b.process()
-    end = b.training_loop(rows, start_s=5.0, steps=STEPS, compute_s=compute_s, wait_s=wait_s, num_workers=workers)
+    end = b.training_loop(rows, start_s=5.0, steps=STEPS, compute_s=compute_s, wait_s=wait_s, num_workers=workers,
+                          dataset_len=dataset_len)
     b.fetch_counter(rows, t_s=end, calls=STEPS, wall_s=build_wall_s, cpu_s=build_cpu_s, run_delay_s=run_delay_s)
     b.host_rows(cpu_total_pct=cpu_total_pct, cpu_proc_pct=cpu_proc_pct, others=others)
     return build_report(load_recording(b.write()))
@@ -229,3 +230,49 @@ def test_the_fetching_threads_own_cpu_is_the_builds_not_the_processs() -> None:
     # a pool that truly works for the build (busy most of its wall) is the build's, with or without a tokenizer
     pool = BuildCost(wall_s=0.06, cpu_s=0.115, thread_cpu_s=0.01, run_delay_s=0.0, in_workers=False, pool=False)
     assert pool.pooled and pool.build_cpu_s == pytest.approx(0.115) and pool.threads == pytest.approx(1.92, abs=0.01)
+
+
+def test_a_computing_build_of_a_map_style_dataset_leads_with_computing_each_item_once(tmp_path: Path) -> None:
+    # 60 ms of Python a batch on the training process, 20 ms of compute, 2 cores: workers would give
+    # what the cores allow; computing each item once before training leaves the loop at its compute
+    # (#40 item 4: the larger gain first, with its condition; the workers are the alternative)
+    report = loop(tmp_path / "cache", wait_s=0.06, compute_s=0.02, build_wall_s=0.06, build_cpu_s=0.06,
+                  cpu_total_pct=55.0, cpu_proc_pct=100.0, dataset_len=4096)
+    f = top(report)
+    assert f["rule"] == "data_stall" and f["data"]["precompute"] == "cache" and f["data"]["dataset_items"] == 4096
+    assert f["fix"]["summary"].startswith("Compute each of the 4096 items once before training")
+    assert "if an item is the same every epoch (no random augmentation)" in f["fix"]["summary"]
+    assert f["data"]["predicted_loop_speedup_cached"] == pytest.approx(0.08 / 0.02, rel=0.02)
+    assert f["predicted_speedup"] == pytest.approx(0.08 / 0.02, rel=0.05)  # the wait's seconds, all of them
+    assert f["fix"]["config"] == {} and f["data"]["alternative"]["num_workers"] >= 1
+    assert f["data"]["predicted_loop_speedup"] < f["data"]["predicted_loop_speedup_cached"]
+    # an iterable dataset (no length) cannot be computed once by index: the workers stay the fix
+    stream = top(loop(tmp_path / "stream", wait_s=0.06, compute_s=0.02, build_wall_s=0.06, build_cpu_s=0.06,
+                      cpu_total_pct=55.0, cpu_proc_pct=100.0))
+    assert stream["rule"] == "data_stall" and "precompute" not in stream["data"]
+    assert stream["fix"]["config"]["num_workers"] >= 1
+    # a build that waits on storage is io_bound's: workers by Little's law, no cache in its place
+    io = top(loop(tmp_path / "io", wait_s=0.06, compute_s=0.02, build_wall_s=0.06, build_cpu_s=0.001,
+                  cpu_total_pct=20.0, cpu_proc_pct=20.0, dataset_len=4096))
+    assert io["rule"] == "io_bound" and "precompute" not in io["data"]
+
+
+def test_workers_that_beat_pretokenizing_alone_lead_the_tokenizer_fix(tmp_path: Path) -> None:
+    # A 60 ms build of which 20 ms is the tokenizer, 20 ms of compute, 4 cores: pre-tokenizing alone
+    # leaves 40 ms of build (80 -> 60 ms a batch), workers hide all of it (-> 20 ms). The larger gain
+    # the measurement supports comes first; pre-tokenizing is the alternative (#40 item 4).
+    b = RecordingBuilder(tmp_path, cores=4, duration_s=5.0 + STEPS * 0.08 + 2.0)
+    rows = b.process()
+    end = b.training_loop(rows, start_s=5.0, steps=STEPS, compute_s=0.02, wait_s=0.06)
+    b.fetch_counter(rows, t_s=end, calls=STEPS, wall_s=0.06, cpu_s=0.06)
+    b.tokenizer_counters(rows, start_s=5.0, end_s=end, total_s=0.02 * STEPS)
+    b.host_rows(cpu_total_pct=40.0, cpu_proc_pct=100.0)
+    report = build_report(load_recording(b.write()))
+    f = next(x for x in report["findings"] if x["rule"] == "tokenization_in_loop")
+    data = f["data"]
+    assert data["interim_loop_speedup"] > 1.05 * data["predicted_loop_speedup"]
+    assert f["fix"]["config"]["num_workers"] == data["interim_workers"] and f["fix"]["call"] == "DataLoader"
+    assert data["alternative_precompute"] == "pretokenize" and "precompute" not in data
+    assert "beats pre-tokenizing alone" in f["fix"]["summary"]
+    # the promise is the workers' figure: the loop's seconds per batch with them
+    assert f["predicted_speedup"] == pytest.approx(data["interim_loop_speedup"], rel=0.05)

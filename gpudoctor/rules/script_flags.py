@@ -155,6 +155,9 @@ def _apply_one(a: Analysis, p: ProcessView | None, cli: ScriptCli, finding: Find
         changes, leftover = [_Change(switch, switch.const)], False
     alternative = finding.data.get("alternative")
     alt, _ = _changes(a, p, cli, finding, [alternative]) if isinstance(alternative, dict) else ([], False)
+    alt_switch = _precompute_switch(cli, finding.data.get("alternative_precompute"))
+    if alt_switch is not None:
+        alt = [_Change(alt_switch, alt_switch.const)]
     if changes or alt:
         _word(cli, finding, _Flags(changes, alt, leftover))
 
