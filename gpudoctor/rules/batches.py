@@ -20,6 +20,7 @@ from gpudoctor.rules.values import max_length_for, pad_multiple_for
 
 MIN_PAD_FRACTION = 0.10
 MIN_RECOVERABLE = 0.05
+ALREADY_PER_BATCH = 0.02  # per-batch padding would save under 2% of the tokens: it is what runs
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class PadFigures:
     rows_seen: int = 0  # rows whose real length the batches recorded (a sample of the training's)
     rows_cut: int = 0  # of those, rows longer than new_max: what the cap truncates
     longest_row: int | None = None  # the longest real row seen
+    per_batch_now: bool = False  # each batch is already padded to its longest row
     memory: schema.FixMemory | None = None  # the widest batch's peak after the cap, and the headroom left
 
     @property
@@ -84,13 +86,20 @@ def _figures(a: Analysis, names: Names) -> PadFigures | None:
     new_max = max_length_for(p99, longest_seen, multiple=multiple)
     gain = predict_padding(a, new_max, multiple, per_batch=names.is_trainer)
     packing = frac >= 0.5 and recoverable < 0.5 * frac  # lengths vary inside batches too
-    waste = max(gain.saving, frac if packing else 0.0)
+    # Each batch already padded to its longest row: "pad per batch" is what runs (#40 item 9); what
+    # is left is rows of unlike lengths in one batch, which sorting them into batches by length removes.
+    per_batch_now = recoverable < ALREADY_PER_BATCH and len({int(b["seq_len"]) for b in batches}) > 1
+    bucketed = predict_bucketing(a, multiple) if per_batch_now and gain.saving < MIN_RECOVERABLE else None
+    if bucketed is not None:
+        gain = bucketed
+    waste = gain.saving  # one knob, one prediction: the configured fix's gain, never packing's beside it
     if waste < MIN_RECOVERABLE:
         return None
     lengths = [int(x) for b in batches for x in b.get("lengths") or []]
-    cut = sum(1 for x in lengths if new_max is not None and x > new_max)
+    cut = sum(1 for x in lengths if new_max is not None and x > new_max and bucketed is None)
     return PadFigures(frac, pad["batches_seen"], pad["p50_length"], p99, longest_seen, multiple, now, after,
-                      new_max, gain, packing, waste, len(lengths), cut, max(lengths) if lengths else None)
+                      None if bucketed is not None else new_max, gain, packing, waste, len(lengths), cut,
+                      max(lengths) if lengths else None, per_batch_now=per_batch_now)
 
 
 def _cap_words(fig: PadFigures) -> str:
@@ -129,6 +138,16 @@ def _word(fig: PadFigures, names: Names, fewer: Claim) -> Finding:
             + (f", max_length={new_max}" if new_max else "")
             + f", pad_to_multiple_of={multiple}, return_tensors='pt')"
         )
+    if gain.rows_after == "bucketed" and not names.is_trainer:
+        tables = []  # a sampler is the loop's own code: no call's arguments say it
+        snippet = (
+            "# batches of similar length: indices sorted by length in shuffled chunks of 50 batches\n"
+            "order = sorted(range(len(ds)), key=lambda i: lengths[i])\n"
+            "chunks = [order[i:i + 50 * batch_size] for i in range(0, len(order), 50 * batch_size)]\n"
+            "batches = [c[i:i + batch_size] for c in chunks for i in range(0, len(c), batch_size)]\n"
+            "random.shuffle(batches)\n"
+            "loader = DataLoader(ds, batch_sampler=batches, collate_fn=collate)  # each padded to its longest"
+        )
     if fig.packing:
         snippet += "\n# or pack several examples into each row (no padding at all):\n# see trl's packing=True / DataCollatorWithFlattening"
     return Finding(
@@ -142,13 +161,7 @@ def _word(fig: PadFigures, names: Names, fewer: Claim) -> Finding:
             "of the tokens computed. " + _gain_words(gain)
         ),
         fix=Fix(
-            summary=(
-                f"Pad per batch instead of to {fig.longest_seen}"
-                + (f", and cap max_length at {new_max} (p99 rounded up to {multiple}){_cap_words(fig)}"
-                   if new_max else "")
-                + (", or pack examples" if fig.packing else "")
-                + "."
-            ),
+            summary=_fix_words(fig),
             snippet=snippet,
             memory=fig.memory,
             **Table.main_and_also(tables),
@@ -173,6 +186,46 @@ def _word(fig: PadFigures, names: Names, fewer: Claim) -> Finding:
     )
 
 
+def _fix_words(fig: PadFigures) -> str:
+    """What to change: never "pad per batch" where each batch is padded to its longest row already."""
+    if fig.gain.rows_after == "bucketed":
+        return ("Rows are already padded per batch, yet the lengths vary inside each batch: sort rows into "
+                "batches of similar length (group_by_length, or a sampler that batches indices sorted by "
+                "length in shuffled chunks)" + (", or pack examples" if fig.packing else "") + ".")
+    cap = (f"cap max_length at {fig.new_max} (p99 rounded up to {fig.multiple}){_cap_words(fig)}"
+           if fig.new_max else "")
+    if fig.per_batch_now:
+        return f"Rows are already padded per batch; {cap}." if cap else "Rows are already padded per batch."
+    return (f"Pad per batch instead of to {fig.longest_seen}" + (f", and {cap}" if cap else "")
+            + (", or pack examples" if fig.packing else "") + ".")
+
+
+def predict_bucketing(a: Analysis, multiple: int) -> PaddingGain | None:
+    """What sorting rows into batches of similar length saves: the recorded rows' lengths sorted,
+    cut into batches of the recorded size, each padded to its longest (rounded up to ``multiple``,
+    at most the width that ran); the cost from the same workload model as every padding fix."""
+    p = a.primary
+    batches = [b for q in a.procs for b in q.batches if b.get("lengths")]
+    if p is None or not batches:
+        return None
+    before = [(len(b.get("lengths") or []), int(b["seq_len"])) for b in batches]
+    rows = max(1, round(sum(r for r, _ in before) / len(before)))
+    cap = max(w for _, w in before)
+    ordered = sorted(int(x) for b in batches for x in b.get("lengths") or [])
+    after = [(len(chunk), min(cap, -(-max(chunk) // multiple) * multiple))
+             for chunk in (ordered[i:i + rows] for i in range(0, len(ordered), rows))]
+    shape = workload.shape_from_model_event(p.model)
+    fit = workload.fit(shape, _steps(p))
+    per_step = _per_step_share(p)
+    ratio = workload.cost_ratio(fit, before, after) if fit else None
+    if ratio is None or fit is None:
+        tok, sq = workload.linear_and_quadratic(before, after)
+        return PaddingGain(max(0.0, 1 - tok), max(0.0, 1 - sq), "tokens", "bucketed", None,
+                           token_ratio=tok, attention_ratio=sq)
+    return PaddingGain(max(0.0, (1 - ratio) * (1 - per_step)), None, fit.basis, "bucketed", None, None, ratio,
+                       shape, per_step=per_step)
+
+
 def _group_by_length(names: Names) -> dict[str, object]:
     if names.has("train_sampling_strategy"):
         return {"train_sampling_strategy": "group_by_length"}
@@ -186,7 +239,7 @@ class PaddingGain:
     saving: float  # 1 - cost after / cost now (the conservative figure when a range)
     up_to: float | None  # quadratic bound, only when the model's shape is unknown
     basis: str  # "fitted" | "measured" | "flops" | "tokens"
-    rows_after: str  # "max_length" (every row padded to it) | "per_batch" (each batch to its longest)
+    rows_after: str  # "max_length" (every row padded to it) | "per_batch" (each batch to its longest) | "bucketed"
     packing_ratio: float | None  # compute after packing the rows into max_length rows, over today's
     widths: tuple[int, int] | None = None  # (width now, after) when rows_after is "max_length"
     ratio: float | None = None  # the workload model's compute after over today's
@@ -240,7 +293,8 @@ def predict_padding(a: Analysis, new_max: int | None, multiple: int, *, per_batc
 
 def _gain_words(g: PaddingGain) -> str:
     """The workload model's prediction in a sentence: how it was sized, and the compute after."""
-    widths = f"{g.widths[0]} → {g.widths[1]}" if g.widths else "per batch"
+    widths = (f"{g.widths[0]} → {g.widths[1]}" if g.widths
+              else "sorted into batches by length" if g.rows_after == "bucketed" else "per batch")
     if g.ratio is not None:
         shape = g.shape
         how = ("per-token and per-token² costs fitted to the steps' measured times over their row widths"
