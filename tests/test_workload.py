@@ -4,6 +4,7 @@ padding fix's one value and one prediction in ``run`` and ``try`` on one recordi
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 from torch import nn
@@ -125,15 +126,19 @@ def test_padding_value_and_prediction_are_one_in_run_and_try(probe_run) -> None:
     a = analyze(load_recording(run.folder))
     measured = a.rec.length_cost
     assert measured is not None and measured.stand_in and measured.model == "TinyCausalLM"
-    assert data["workload_basis"] == "measured" and "standing in for TinyCausalLM" in finding["evidence"]
+    assert data["workload_basis"] == "measured" and "standing in for TinyCausalLM" in finding["evidence"] and "own fixed cost" in finding["evidence"]
     assert {q.width for q in measured.points} >= {512, 256, 128} and all(q.rows == 4 for q in measured.points)
-    fit = workload.fit_measured([(q.rows, q.width, q.seconds) for q in measured.points])
-    assert fit is not None and fit.basis == "measured"
-    ratio = fit.batch_s(4, new_max) / fit.batch_s(4, 512)
-    # the optimizer's seconds (the step events' dt) are work per step: they stay as they are
+    timed = workload.fit_measured([(q.rows, q.width, q.seconds) for q in measured.points])
+    assert timed is not None and timed.basis == "measured"
+    # the stand-in's cost per token and token², the probe's own fixed cost per batch: its batch at
+    # 512 (its compute per batch, less the optimizer's share) less the stand-in's width part there
     p = a.primary
     assert p is not None and 0 < p.optimizer_s < p.seconds("compute")
     fixed = p.optimizer_s / p.seconds("compute")
+    own = p.seconds("compute") / len(p.batches) * (1 - fixed)
+    c = max(0.0, own - (timed.batch_s(4, 512) - timed.per_batch_s))
+    fit = replace(timed, per_batch_s=c)
+    ratio = fit.batch_s(4, new_max) / fit.batch_s(4, 512)
     assert data["compute_after_ratio"] == pytest.approx(fixed + (1 - fixed) * ratio, abs=1e-4)
     # the cap says what it cuts, from the rows the batches recorded (#40 item 7)
     lengths = [int(x) for q in a.procs for b in q.batches for x in b.get("lengths") or []]

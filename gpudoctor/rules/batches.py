@@ -274,7 +274,10 @@ def predict_padding(a: Analysis, new_max: int | None, multiple: int, *, per_batc
     fit = workload.fit(shape, _steps(p) if p else [])
     measured = a.rec.length_cost
     if measured is not None and (fit is None or fit.basis != "fitted"):
-        fit = workload.fit_measured([(q.rows, q.width, q.seconds) for q in measured.points]) or fit
+        timed = workload.fit_measured([(q.rows, q.width, q.seconds) for q in measured.points])
+        if timed is not None and measured.stand_in and p is not None:
+            timed = _own_fixed_cost(timed, measured, p)
+        fit = timed or fit
     ratio = workload.cost_ratio(fit, before, after) if fit else None
     lengths = [int(x) for b in batches for x in b.get("lengths") or []]
     packed = workload.packed_rows(lengths, new_max or max(w for _, w in before)) if lengths else []
@@ -309,13 +312,30 @@ def _gain_words(g: PaddingGain) -> str:
             f"({1 - g.token_ratio:.0%}) and the attention's ({1 - g.attention_ratio:.0%}).")
 
 
+def _own_fixed_cost(timed: workload.Fit, m: LengthCost, p: ProcessView) -> workload.Fit:
+    """A stand-in's width-dependent cost, with the training's own fixed cost per batch: a GPT-2 of
+    the recorded shape does the same FLOPs at each width, but its kernel launches and Python are
+    GPT-2's (on an H200 its narrow passes were launch-bound at 9.5 ms). The training's own batch
+    at the width that ran, less the stand-in's width-dependent part there, is its fixed part."""
+    widest = max(m.points, key=lambda q: q.width)
+    batches = len(p.batches)
+    if not batches:
+        return timed
+    own = p.seconds("compute") / batches * (1.0 - _per_step_share(p))
+    width_part = timed.batch_s(widest.rows, widest.width) - timed.per_batch_s
+    return replace(timed, per_batch_s=max(0.0, own - width_part))
+
+
 def _measured_words(m: LengthCost | None) -> str:
     if m is None:
         return "the model timed at several widths"
     widths = ", ".join(str(q.width) for q in sorted(m.points, key=lambda q: q.width))
     where = m.device + (f", {m.threads} threads" if m.threads else "") + (f", {m.dtype}" if m.dtype else "")
-    what = f"a GPT-2 of the recorded shape (standing in for {m.model})" if m.stand_in else m.model
-    return (f"{what} timed here after the run, random weights, forward and backward at widths {widths} "
+    if m.stand_in:
+        return (f"a GPT-2 of the recorded shape (standing in for {m.model}) timed here after the run, random "
+                f"weights, forward and backward at widths {widths} ({where}): its cost per token and per token², "
+                f"with {m.model}'s own fixed cost per batch from the training's steps")
+    return (f"{m.model} timed here after the run, random weights, forward and backward at widths {widths} "
             f"({where}), fitted with its fixed cost per batch")
 
 
