@@ -81,14 +81,15 @@ def main(args: argparse.Namespace) -> int:
 
     say(f"gpudoctor try: baseline: profiling {seconds:g} s of training", file=sys.stderr)
     base_limit = TrainingLimit(Path(out) / "events", seconds, math.inf)  # its startup is what it is
-    code, report, folder = run(command, out, args.interval, args.price_per_gpu_hour, args.gpus, False,
-                               mode="try", limit=base_limit, view=_progress(args, "try: baseline", base_limit))
-    if report is None:
+    baseline = run(command, out, args.interval, args.price_per_gpu_hour, args.gpus, False,
+                   mode="try", limit=base_limit, view=_progress(args, "try: baseline", base_limit))
+    code, folder = baseline.code, baseline.folder
+    if baseline.diagnosis is None:
         return code or 1
+    report, a, findings = baseline.diagnosis.report, baseline.diagnosis.analysis, baseline.diagnosis.findings
     if report["run"].get("status") == "interrupted" and not base_limit.stopped:
         say("gpudoctor try: interrupted during the baseline; no trial run", file=sys.stderr)
         return code
-    a = analyze(load_recording(folder))
     plan = planning.make_plan(report, a, args.fix, sets)
     if plan is None:
         say("gpudoctor try: the baseline has no finding: nothing to try", file=sys.stderr)
@@ -108,11 +109,13 @@ def main(args: argparse.Namespace) -> int:
     values = "; ".join(f"{p.call}({', '.join(f'{k}={v!r}' for k, v in p.apply.items())})"
                        for p in plan.parts if p.apply)
     say(f"gpudoctor try: trial: {plan.rule} with {values}, {seconds:g} s of training", file=sys.stderr)
-    trial_code, trial_report, trial_dir = run(
+    trial = run(
         command, folder / TRIAL_DIR, args.interval, args.price_per_gpu_hour, args.gpus, False, mode="try",
         extra_env={ENV: str((folder / APPLY_FILE).resolve())}, limit=limit, summary=False,
         view=_progress(args, f"try: trial of {plan.rule}", limit))
-    a_trial = analyze(load_recording(trial_dir))
+    trial_code, trial_report = trial.code, trial.report
+    # the trial's report failed (said on stderr): its recording is still read for the comparison
+    a_trial = trial.diagnosis.analysis if trial.diagnosis is not None else analyze(load_recording(trial.folder))
     notes = _plan_notes(plan)
     if limit.note:
         notes.append(limit.note)
@@ -120,7 +123,7 @@ def main(args: argparse.Namespace) -> int:
     length, unmeasured = _window(a, a_trial, crash)
     section = trial_section.build(
         plan,
-        prediction=steady.predict(a, plan.rule, plan.workers),
+        prediction=steady.predict(a, findings, plan.rule, plan.workers),
         baseline=steady.steady_rate(a, length) if unmeasured is None else None,
         trial=steady.steady_rate(a_trial, length) if unmeasured is None else None,
         applied=trial_section.applied_events(a_trial.rec.events),

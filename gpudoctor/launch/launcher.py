@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -23,12 +24,12 @@ from gpudoctor.common.termtext import say
 from gpudoctor.core.schema import Report
 from gpudoctor.launch import length_cost
 from gpudoctor.launch.recorder import Recorder, RecorderOptions, child_env, default_out
-from gpudoctor.pipeline import finish
+from gpudoctor.pipeline import conclude
 from gpudoctor.processes import priority
 from gpudoctor.processes.pids import ExitWaiter
 from gpudoctor.recording.store import RunFolder
 from gpudoctor.render.terminal import print_summary
-from gpudoctor.report.build import ReportOptions
+from gpudoctor.report.build import Diagnosis, ReportOptions
 
 
 class _Interrupts:
@@ -78,6 +79,20 @@ class View(Protocol):
     def stop(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class Launched:
+    """What :func:`run` gives back: the command's exit code, the run folder and, when a report was
+    built, the report with its analysis and findings (``try`` plans from them: one analysis a run)."""
+
+    code: int
+    folder: Path
+    diagnosis: Diagnosis | None
+
+    @property
+    def report(self) -> Report | None:
+        return self.diagnosis.report if self.diagnosis is not None else None
+
+
 class Limit(Protocol):
     """Stops a child that leads its own process group when its time is up (``gpudoctor try``)."""
 
@@ -91,9 +106,10 @@ def run(command: list[str], out: Path | None, interval_s: float, price: float | 
         extra_env: dict[str, str] | None = None, limit: Limit | None = None,
         summary: bool = True, shown_command: list[str] | None = None,
         price_source: str | None = None, trackers: bool = False,
-        view: Callable[[Path], View] | None = None) -> tuple[int, Report | None, Path]:
+        view: Callable[[Path], View] | None = None) -> Launched:
     """Run ``command`` under the doctor; returns its exit code (never the doctor's trouble: a
-    recording or report that failed is said on stderr), the report (None if none) and the folder.
+    recording or report that failed is said on stderr), the report with the analysis and findings
+    it was built from (None if none) and the folder.
 
     ``limit``: the child gets its own process group and ``limit.poll`` may stop it (signals
     then reach the group, DataLoader workers included); ``summary=False``: no summary printed.
@@ -148,22 +164,22 @@ def run(command: list[str], out: Path | None, interval_s: float, price: float | 
     status = "finished" if code == 0 else ("interrupted" if stopped else "crashed")
     recorder.stop(status, code)
     try:
-        report = _report(folder, price, gpus, as_json, summary, trackers)
+        diagnosis = _report(folder, price, gpus, as_json, summary, trackers, price_source)
     except OSError as exc:  # --out filled up or vanished: the training itself is not at fault
         error = recorder.write_error or exc
         say(f"gpudoctor: could not write to --out {folder.root} ({error.strerror or error}): the recording "
             f"stopped early and no report was written; the training exited with {code}. Free space or "
             "choose another --out", file=sys.stderr)
-        return code, None, folder.root
+        return Launched(code, folder.root, None)
     except Exception as exc:  # UserError included: the recording is safe on disk; say how to re-render it
         say(f"gpudoctor: could not build the report ({exc!r}); the training exited with {code}; the "
             f"recording is kept in {folder.root}; re-render it with: gpudoctor report {folder.root} --debug",
             file=sys.stderr)
-        return code, None, folder.root
+        return Launched(code, folder.root, None)
     if recorder.write_error is not None:
         say(f"gpudoctor: warning: writing to {folder.root} failed ({recorder.write_error.strerror}); "
             "the report covers what was recorded before that", file=sys.stderr)
-    return code, report, folder.root
+    return Launched(code, folder.root, diagnosis)
 
 
 def _startable(program: str, path: str) -> None:
@@ -244,13 +260,13 @@ def _exit_code(code: int) -> int:
 
 
 def _report(folder: RunFolder, price: float | None, gpus: int | None, as_json: bool,
-            summary: bool = True, trackers: bool = False) -> Report | None:
-    options = ReportOptions(price_per_gpu_hour=price, gpus=gpus,
+            summary: bool = True, trackers: bool = False, price_source: str | None = None) -> Diagnosis:
+    options = ReportOptions(price_per_gpu_hour=price, gpus=gpus, price_source=price_source,
                             prepare=lambda a: length_cost.measure(a, folder.at))
-    report = finish(folder.at, options, trackers=trackers, shown=folder.root)
+    diagnosis = conclude(folder.at, options, trackers=trackers, shown=folder.root)
     if summary:
-        print_summary(report, folder.root, as_json)
-    return report
+        print_summary(diagnosis.report, folder.root, as_json)
+    return diagnosis
 
 
 def _restore(old: dict[int, Any]) -> None:

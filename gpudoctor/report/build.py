@@ -32,25 +32,41 @@ MAX_POINTS = 2000
 class ReportOptions:
     price_per_gpu_hour: float | None = None
     gpus: int | None = None
+    price_source: str | None = None  # where price_per_gpu_hour came from, when not --price-per-gpu-hour
     # Run on the analysis before the rules, by the mode that recorded it (``run``, ``try``): a
     # measurement only a live machine can take (launch/length_cost.py); returns a note or None.
     prepare: Callable[[Analysis], str | None] | None = None
 
 
+@dataclass(frozen=True)
+class Diagnosis:
+    """A report with the analysis and findings it was built from: a mode that goes on from the
+    report (``try`` plans its trial from them) asks these, never analyses the recording again."""
+
+    report: Report
+    analysis: Analysis
+    findings: list[Finding]  # the rules' findings, settled, biggest first (no info findings)
+
+
 def build_report(rec: Recording, options: ReportOptions | None = None) -> Report:
+    return diagnose(rec, options).report
+
+
+def diagnose(rec: Recording, options: ReportOptions | None = None) -> Diagnosis:
+    """Analyse the recording once, run the rules once, and build the report from both."""
     options = options or ReportOptions()
     a = analyze(rec)
     if options.prepare is not None:
         note = options.prepare(a)
         if note:
             a.notes.append(note)
-    source = rec.meta.get("price_source")  # a replay's price from its config says so; else the option's name
+    # a replay's price from its config says so; else the option's name
+    source = options.price_source if options.price_per_gpu_hour is not None else rec.meta.get("price_source")
     price = resolve_price(
         options.price_per_gpu_hour if options.price_per_gpu_hour is not None else rec.meta.get("price_per_gpu_hour"),
         options.gpus if options.gpus is not None else rec.meta.get("gpus_option"),
         a.gpu.names,
-        source if options.price_per_gpu_hour is None and isinstance(source, str) and source
-        else "--price-per-gpu-hour",
+        source if isinstance(source, str) and source else "--price-per-gpu-hour",
     )
     findings, wasted = run_rules(a)
     infos = _info_findings(a, price)
@@ -83,7 +99,7 @@ def build_report(rec: Recording, options: ReportOptions | None = None) -> Report
     if attached is not None:  # what was loaded, from when, what is estimated: in every format
         report["attach"] = attached
         report["notes"] = [*summary_lines(attached), *report["notes"]]
-    return report
+    return Diagnosis(report, a, findings)
 
 
 def gpu_timeline_section(a: Analysis) -> schema.GpuTimeline | None:
