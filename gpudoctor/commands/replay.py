@@ -104,10 +104,9 @@ def main(args: argparse.Namespace) -> int:
         bounds += ["--max-seconds", str(args.max_seconds)]
     price, price_source = _price(args, config, config_path)
     gpus = args.gpus if args.gpus is not None else (config.hardware.gpus if price is not None else None)
-    ran = launch.run([*worker, *bounds], args.out, 0.1, price, gpus, as_json=False,
-                     mode="replay", shown_command=user_command(args),
-                     price_source=price_source, extra_env={"PATH": childpy.SYSTEM_PATH},
-                     view=_progress(args, config))
+    ran = launch.run(launch.RunSpec([*worker, *bounds], args.out, price_per_gpu_hour=price, gpus=gpus,
+                                    price_source=price_source, mode="replay", shown_command=user_command(args),
+                                    extra_env={"PATH": childpy.SYSTEM_PATH}, view=_progress(args, config)))
     code, report, folder = ran.code, ran.report, ran.folder
     remove_all(folder)  # a killed worker skipped its own cleanup: its checkpoints go now
     if code != 0 or report is None:

@@ -15,6 +15,7 @@ import json
 import math
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,7 +62,7 @@ def main(args: argparse.Namespace) -> int:
     from gpudoctor.analysis import analyze
     from gpudoctor.common import safefs
     from gpudoctor.hooks.apply import ENV
-    from gpudoctor.launch.launcher import run
+    from gpudoctor.launch.launcher import RunSpec, run
     from gpudoctor.launch.recorder import default_out
     from gpudoctor.recording.store import load_recording
     from gpudoctor.tryfix import plan as planning
@@ -81,8 +82,8 @@ def main(args: argparse.Namespace) -> int:
 
     say(f"gpudoctor try: baseline: profiling {seconds:g} s of training", file=sys.stderr)
     base_limit = TrainingLimit(Path(out) / "events", seconds, math.inf)  # its startup is what it is
-    baseline = run(command, out, args.interval, args.price_per_gpu_hour, args.gpus, False,
-                   mode="try", limit=base_limit, view=_progress(args, "try: baseline", base_limit))
+    spec = RunSpec(command, out, args.interval, args.price_per_gpu_hour, args.gpus, mode="try")
+    baseline = run(replace(spec, limit=base_limit, view=_progress(args, "try: baseline", base_limit)))
     code, folder = baseline.code, baseline.folder
     if baseline.diagnosis is None:
         return code or 1
@@ -109,10 +110,8 @@ def main(args: argparse.Namespace) -> int:
     values = "; ".join(f"{p.call}({', '.join(f'{k}={v!r}' for k, v in p.apply.items())})"
                        for p in plan.parts if p.apply)
     say(f"gpudoctor try: trial: {plan.rule} with {values}, {seconds:g} s of training", file=sys.stderr)
-    trial = run(
-        command, folder / TRIAL_DIR, args.interval, args.price_per_gpu_hour, args.gpus, False, mode="try",
-        extra_env={ENV: str((folder / APPLY_FILE).resolve())}, limit=limit, summary=False,
-        view=_progress(args, f"try: trial of {plan.rule}", limit))
+    trial = run(replace(spec, out=folder / TRIAL_DIR, extra_env={ENV: str((folder / APPLY_FILE).resolve())},
+                        limit=limit, summary=False, view=_progress(args, f"try: trial of {plan.rule}", limit)))
     trial_code, trial_report = trial.code, trial.report
     # the trial's report failed (said on stderr): its recording is still read for the comparison
     a_trial = trial.diagnosis.analysis if trial.diagnosis is not None else analyze(load_recording(trial.folder))
