@@ -1,7 +1,7 @@
 """The report's first sentence, for one run (report/build.py) and for a multi-node job (report/nodes.py).
 
 Each report computes a :class:`Verdict` (its findings, the settled waste, what was measured); this
-module alone words it, so the two reports weigh findings against one threshold and say the speed-up
+module alone words it, so the two reports weigh findings against one threshold (core/thresholds.py) and say the speed-up
 one way.
 """
 
@@ -12,10 +12,8 @@ from dataclasses import dataclass
 
 from gpudoctor.common.wording import doctor_fault_words, hours_text, in_sentence, plural
 from gpudoctor.core.schema import DoctorFault
+from gpudoctor.core.thresholds import LARGE_SHARE, WASTE_SHARE, percent
 from gpudoctor.rules import Finding, account
-
-REAL_WASTE_SHARE = 0.05  # a finding whose fix recovers this share of wall time is a problem
-WEAK_FINDING_SHARE = 0.10  # a wait this large is said in the verdict, even when its fix recovers little
 
 
 @dataclass(frozen=True)
@@ -42,7 +40,7 @@ class Verdict:
 
 def verdict(v: Verdict) -> str:
     """``2 problems found; the biggest: ... Fixing them could make this run about 1.4x faster.``"""
-    real = [f for f in v.findings if f.waste_fraction >= REAL_WASTE_SHARE]
+    real = [f for f in v.findings if f.waste_fraction >= WASTE_SHARE]
     if v.job or v.share is None:
         return _job_verdict(v, real)
     crashed = _crash_words(v.crash)
@@ -53,13 +51,13 @@ def verdict(v: Verdict) -> str:
     compute = share("compute")
     # A finding on a large measured wait (not compute, which is what training is) whose fix recovers little here.
     weak = [f for f in v.findings if f not in real and f.claims and f.claims[0].bucket != "compute"
-            and share(f.claims[0].bucket) >= WEAK_FINDING_SHARE]
+            and share(f.claims[0].bucket) >= LARGE_SHARE]
     if not real and weak:  # a finding whose measured share is large, though its fix recovers little here
-        said = (f"No fix recovers {_pct(REAL_WASTE_SHARE)} or more of wall time on this machine; the biggest "
+        said = (f"No fix recovers {percent(WASTE_SHARE)} or more of wall time on this machine; the biggest "
                 f"finding: {in_sentence(weak[0].title)} ({_measured_and_recovered(share, weak[0])}).")
         return f"{crashed}; in what ran, {said}" if crashed else said
     risk = _risk_words(v.findings)
-    none = f"no waste above {_pct(REAL_WASTE_SHARE)} found"
+    none = f"no waste above {percent(WASTE_SHARE)} found"
     if not real:
         if crashed:
             return (f"{crashed}; in what ran, {none} and {100 * compute:.0f}% of wall time "
@@ -78,7 +76,7 @@ def _job_verdict(v: Verdict, real: list[Finding]) -> str:
     if not v.measured:
         return f"{v.job}: no training process was measured from inside; only host figures are available."
     if not real:
-        return f"{v.job}. Healthy: no waste above {_pct(REAL_WASTE_SHARE)} found on any node."
+        return f"{v.job}. Healthy: no waste above {percent(WASTE_SHARE)} found on any node."
     found = _found(real, real[0].title, f"{100 * real[0].waste_fraction:.0f}%")
     return f"{v.job}. {found} {_faster(v.wasted, 'job')}"
 
@@ -90,10 +88,6 @@ def _found(real: list[Finding], title: str, figures: str) -> str:
 def _faster(wasted: float, what: str) -> str:
     speed = account.speedup(wasted) or 1.0
     return f"Fixing them could make this {what} about {speed:.1f}x faster."
-
-
-def _pct(share: float) -> str:
-    return f"{100 * share:.0f}%"
 
 
 def _risk_words(findings: Sequence[Finding]) -> str:
