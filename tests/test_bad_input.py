@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from gpudoctor.launch.launcher import RunSpec
 from gpudoctor.launch.launcher import run as doctor_run
 from tests.conftest import ROOT, gpudoctor_cmd, run_cli
 from tests.fake_nvml import FakeBinding, FakeGpu
@@ -149,10 +150,10 @@ def test_truncated_recording_and_missing_meta_still_render(tmp_path, recorded):
 
 
 def _run_in_process(tmp_path: Path, binding: FakeBinding, seconds: float) -> tuple[int, dict, Path]:
-    code, report, folder = doctor_run([sys.executable, TINY, "--seconds", str(seconds)], tmp_path / "run", 0.1,
-                                      None, None, False, nvml_binding=binding)
-    assert report is not None
-    return code, report, folder
+    ran = doctor_run(RunSpec([sys.executable, TINY, "--seconds", str(seconds)], tmp_path / "run",
+                             nvml_binding=binding))
+    assert ran.report is not None
+    return ran.code, ran.report, ran.folder
 
 
 def test_nvml_driver_library_mismatch_runs_on_host_figures(tmp_path):

@@ -133,7 +133,7 @@ def test_a_run_folder_swapped_for_a_link_redirects_no_write(tmp_path):
     rows.write({"t": 1.5, "cpu_total_pct": 1.0})
     rows.close()
     _untouched(victim)
-    launcher._report(folder, None, None, as_json=False, summary=False)
+    launcher._report(folder, launcher.RunSpec([], summary=False))
     _untouched(victim)
     for name in ("meta.json", "samples/host.jsonl", "report.json", "report.html", "report.md"):
         assert (moved / name).is_file(), name

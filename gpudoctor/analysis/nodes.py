@@ -23,12 +23,12 @@ from gpudoctor.analysis.model import Analysis, GpuStats, HostStats
 from gpudoctor.analysis.process import ProcessView, quantiles
 from gpudoctor.core.events import ProcEvent
 from gpudoctor.core.schema import BREAKDOWN_KEYS
+from gpudoctor.core.thresholds import RANK_GAP
 from gpudoctor.recording.records import Records
 from gpudoctor.recording.store import Recording
 
 # Beyond this share of a step, step ends that should coincide do not: not one job, or not aligned.
 MAX_RESIDUAL_STEP_SHARE = 0.5
-SLOW_NODE_GAP = 0.10  # the data-wait gap (share of wall time) that makes a node or a rank the straggler
 
 
 @dataclass
@@ -133,7 +133,7 @@ def align(node: NodeSummary, reference: list[float] | None, step_s: float | None
 
 def slow_node(a: Analysis) -> tuple[str, float, float, float] | None:
     """(node, its fastest rank's data wait, the other nodes' median rank, gap as a share of the job)
-    when every rank of one node waits for data at least :data:`SLOW_NODE_GAP` longer than the
+    when every rank of one node waits for data at least :data:`~gpudoctor.core.thresholds.RANK_GAP` longer than the
     median rank elsewhere: the node's host is the straggler, not one rank's data path."""
     by_node: dict[str, list[ProcessView]] = {}
     for p in a.procs:
@@ -150,7 +150,7 @@ def slow_node(a: Analysis) -> tuple[str, float, float, float] | None:
         fastest = min(p.breakdown["data_wait"] for p in views)
         median = statistics.median(others)
         gap = (fastest - median) * views[0].wall_s / a.duration_s
-        if gap >= SLOW_NODE_GAP and (found is None or gap > found[3]):
+        if gap >= RANK_GAP and (found is None or gap > found[3]):
             found = (node, fastest, median, gap)
     return found
 

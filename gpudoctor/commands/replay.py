@@ -80,11 +80,10 @@ def _progress(args: argparse.Namespace, config: ReplayConfig) -> Callable[[Path]
 def main(args: argparse.Namespace) -> int:
     # the config loader (yaml), the launcher and the preflight model load only when a replay runs
     from gpudoctor.launch import launcher as launch
-    from gpudoctor.pipeline import finish
+    from gpudoctor.pipeline import add_sections
     from gpudoctor.replay.config import load_config
     from gpudoctor.replay.gpus import lookup
     from gpudoctor.replay.scratch import remove_all
-    from gpudoctor.report.build import ReportOptions
 
     config_path, derived = _config_path(args)
     config = load_config(config_path)  # one-line UserError naming the key and line
@@ -105,10 +104,10 @@ def main(args: argparse.Namespace) -> int:
         bounds += ["--max-seconds", str(args.max_seconds)]
     price, price_source = _price(args, config, config_path)
     gpus = args.gpus if args.gpus is not None else (config.hardware.gpus if price is not None else None)
-    code, report, folder = launch.run([*worker, *bounds], args.out, 0.1, price, gpus, as_json=False,
-                                       mode="replay", shown_command=user_command(args),
-                                       price_source=price_source, extra_env={"PATH": childpy.SYSTEM_PATH},
-                                       view=_progress(args, config))
+    ran = launch.run(launch.RunSpec([*worker, *bounds], args.out, price_per_gpu_hour=price, gpus=gpus,
+                                    price_source=price_source, mode="replay", shown_command=user_command(args),
+                                    extra_env={"PATH": childpy.SYSTEM_PATH}, view=_progress(args, config)))
+    code, report, folder = ran.code, ran.report, ran.folder
     remove_all(folder)  # a killed worker skipped its own cleanup: its checkpoints go now
     if code != 0 or report is None:
         if args.json and report is not None:
@@ -117,8 +116,8 @@ def main(args: argparse.Namespace) -> int:
             flags.record_history(args, report, folder)
         return code
     extra = _sections(args, config, folder, report, target, price, gpus, derived)
-    if extra:  # the options are meta.json's (price, its source, GPUs): the first report's
-        report = finish(folder, ReportOptions(), extra=extra)
+    if extra:  # the report the launcher built, its recording not analysed again
+        report = add_sections(report, folder, extra)
     if args.json:
         say(json.dumps(report, indent=2), file=sys.stdout)
     else:

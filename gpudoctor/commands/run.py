@@ -32,19 +32,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from gpudoctor.launch.launcher import run
+    from gpudoctor.launch.launcher import RunSpec, run
     from gpudoctor.render.progress import live_output
 
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
-    code, report, folder = run(command, args.out, args.interval, args.price_per_gpu_hour, args.gpus, args.json,
-                               trackers=not args.no_trackers,
-                               view=_panel() if live_output(sys.stderr, quiet=args.quiet, as_json=args.json)
-                               else None)
-    if report is not None:
-        flags.record_history(args, report, folder)
-    return code
+    ran = run(RunSpec(command, args.out, args.interval, args.price_per_gpu_hour, args.gpus, as_json=args.json,
+                      trackers=not args.no_trackers,
+                      view=_panel() if live_output(sys.stderr, quiet=args.quiet, as_json=args.json) else None))
+    if ran.report is not None:
+        flags.record_history(args, ran.report, ran.folder)
+    return ran.code
 
 
 def _panel() -> Callable[[Path], View]:

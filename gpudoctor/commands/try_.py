@@ -16,6 +16,7 @@ import math
 import shlex
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,7 +63,7 @@ def main(args: argparse.Namespace) -> int:
     from gpudoctor.analysis import analyze
     from gpudoctor.common import safefs
     from gpudoctor.hooks.apply import ENV
-    from gpudoctor.launch.launcher import run
+    from gpudoctor.launch.launcher import RunSpec, run
     from gpudoctor.launch.recorder import default_out
     from gpudoctor.recording.store import load_recording
     from gpudoctor.tryfix import plan as planning
@@ -82,14 +83,15 @@ def main(args: argparse.Namespace) -> int:
 
     say(f"gpudoctor try: baseline: profiling {seconds:g} s of training", file=sys.stderr)
     base_limit = TrainingLimit(Path(out) / "events", seconds, math.inf)  # its startup is what it is
-    code, report, folder = run(command, out, args.interval, args.price_per_gpu_hour, args.gpus, False,
-                               mode="try", limit=base_limit, view=_progress(args, "try: baseline", base_limit))
-    if report is None:
+    spec = RunSpec(command, out, args.interval, args.price_per_gpu_hour, args.gpus, mode="try")
+    baseline = run(replace(spec, limit=base_limit, view=_progress(args, "try: baseline", base_limit)))
+    code, folder = baseline.code, baseline.folder
+    if baseline.diagnosis is None:
         return code or 1
+    report, a, findings = baseline.diagnosis.report, baseline.diagnosis.analysis, baseline.diagnosis.findings
     if report["run"].get("status") == "interrupted" and not base_limit.stopped:
         say("gpudoctor try: interrupted during the baseline; no trial run", file=sys.stderr)
         return code
-    a = analyze(load_recording(folder))
     plan = planning.make_plan(report, a, args.fix, sets)
     if plan is None:
         say("gpudoctor try: the baseline has no finding: nothing to try", file=sys.stderr)
@@ -112,11 +114,12 @@ def main(args: argparse.Namespace) -> int:
     if edited is not None:
         values = "; ".join(x for x in (shlex.join(edited), values) if x)
     say(f"gpudoctor try: trial: {plan.rule} with {values}, {seconds:g} s of training", file=sys.stderr)
-    trial_code, trial_report, trial_dir = run(
-        edited or command, folder / TRIAL_DIR, args.interval, args.price_per_gpu_hour, args.gpus, False, mode="try",
-        extra_env={ENV: str((folder / APPLY_FILE).resolve())}, limit=limit, summary=False,
-        view=_progress(args, f"try: trial of {plan.rule}", limit))
-    a_trial = analyze(load_recording(trial_dir))
+    trial = run(replace(spec, command=edited or command, out=folder / TRIAL_DIR,
+                        extra_env={ENV: str((folder / APPLY_FILE).resolve())}, limit=limit, summary=False,
+                        view=_progress(args, f"try: trial of {plan.rule}", limit)))
+    trial_code, trial_report = trial.code, trial.report
+    # the trial's report failed (said on stderr): its recording is still read for the comparison
+    a_trial = trial.diagnosis.analysis if trial.diagnosis is not None else analyze(load_recording(trial.folder))
     notes = _plan_notes(plan)
     if limit.note:
         notes.append(limit.note)
@@ -124,7 +127,7 @@ def main(args: argparse.Namespace) -> int:
     length, unmeasured = _window(a, a_trial, crash)
     section = trial_section.build(
         plan,
-        prediction=steady.predict(a, plan.rule, plan.workers),
+        prediction=steady.predict(a, findings, plan.rule, plan.workers),
         baseline=steady.steady_rate(a, length) if unmeasured is None else None,
         trial=steady.steady_rate(a_trial, length) if unmeasured is None else None,
         applied=trial_section.applied_events(a_trial.rec.events),

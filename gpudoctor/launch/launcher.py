@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -23,12 +24,12 @@ from gpudoctor.common.termtext import say
 from gpudoctor.core.schema import Report
 from gpudoctor.launch import length_cost
 from gpudoctor.launch.recorder import Recorder, RecorderOptions, child_env, default_out
-from gpudoctor.pipeline import finish
+from gpudoctor.pipeline import conclude
 from gpudoctor.processes import priority
 from gpudoctor.processes.pids import ExitWaiter
 from gpudoctor.recording.store import RunFolder
 from gpudoctor.render.terminal import print_summary
-from gpudoctor.report.build import ReportOptions
+from gpudoctor.report.build import Diagnosis, ReportOptions
 
 
 class _Interrupts:
@@ -78,6 +79,20 @@ class View(Protocol):
     def stop(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class Launched:
+    """What :func:`run` gives back: the command's exit code, the run folder and, when a report was
+    built, the report with its analysis and findings (``try`` plans from them: one analysis a run)."""
+
+    code: int
+    folder: Path
+    diagnosis: Diagnosis | None
+
+    @property
+    def report(self) -> Report | None:
+        return self.diagnosis.report if self.diagnosis is not None else None
+
+
 class Limit(Protocol):
     """Stops a child that leads its own process group when its time is up (``gpudoctor try``)."""
 
@@ -86,35 +101,50 @@ class Limit(Protocol):
     def poll(self, proc: subprocess.Popen[bytes]) -> None: ...
 
 
-def run(command: list[str], out: Path | None, interval_s: float, price: float | None, gpus: int | None,
-        as_json: bool, nvml_binding: Any = None, mode: str = "run",
-        extra_env: dict[str, str] | None = None, limit: Limit | None = None,
-        summary: bool = True, shown_command: list[str] | None = None,
-        price_source: str | None = None, trackers: bool = False,
-        view: Callable[[Path], View] | None = None) -> tuple[int, Report | None, Path]:
-    """Run ``command`` under the doctor; returns its exit code (never the doctor's trouble: a
-    recording or report that failed is said on stderr), the report (None if none) and the folder.
+@dataclass(frozen=True)
+class RunSpec:
+    """One command to run under the doctor: what ``run``, ``try`` and ``replay`` ask of :func:`run`."""
 
-    ``limit``: the child gets its own process group and ``limit.poll`` may stop it (signals
-    then reach the group, DataLoader workers included); ``summary=False``: no summary printed.
-    ``shown_command``: what the report shows as the command (``replay`` runs an internal worker);
-    ``price_source``: where ``price`` came from, when not ``--price-per-gpu-hour``;
-    ``trackers``: add the figures to the training's tracker runs (docs/trackers.md);
-    ``view``: made from the run folder once the child runs, ticked about once a second from the
-    wait, stopped before the report is said (None: nothing shown while it runs)."""
+    command: list[str]
+    out: Path | None = None  # the run folder; None: a new one under reports/
+    interval_s: float = 0.1  # the samplers' period
+    price_per_gpu_hour: float | None = None
+    gpus: int | None = None
+    price_source: str | None = None  # where the price came from, when not --price-per-gpu-hour
+    mode: str = "run"  # what meta.json and the report call the run (run, try, replay)
+    as_json: bool = False  # the report alone on stdout; the command's own stdout goes to stderr
+    summary: bool = True  # False: no summary printed
+    shown_command: list[str] | None = None  # what the report shows as the command (replay runs a worker)
+    extra_env: dict[str, str] | None = None
+    # the child leads its own process group and ``limit.poll`` may stop it (signals then reach the
+    # group, DataLoader workers included)
+    limit: Limit | None = None
+    trackers: bool = False  # add the figures to the training's tracker runs (docs/trackers.md)
+    # made from the run folder once the child runs, ticked about once a second from the wait,
+    # stopped before the report is said (None: nothing shown while it runs)
+    view: Callable[[Path], View] | None = None
+    nvml_binding: Any = None  # tests: a fake NVML at the binding boundary
+
+
+def run(spec: RunSpec) -> Launched:
+    """Run ``spec.command`` under the doctor; returns its exit code (never the doctor's trouble: a
+    recording or report that failed is said on stderr), the report with the analysis and findings
+    it was built from (None if none) and the folder."""
+    command, limit = spec.command, spec.limit
     if not command:
         raise UserError("no command to run; usage: gpudoctor run [OPTIONS] -- python train.py")
-    _startable(command[0], (extra_env or {}).get("PATH", os.environ.get("PATH", os.defpath)))
-    root = out or default_out(mode)
+    _startable(command[0], (spec.extra_env or {}).get("PATH", os.environ.get("PATH", os.defpath)))
+    root = spec.out or default_out(spec.mode)
     existed = root.exists()
     folder = RunFolder(root).create()
-    recorder = Recorder(folder, RecorderOptions(mode=mode, command=shown_command or command, interval_s=interval_s,
-                                                price_per_gpu_hour=price, price_source=price_source, gpus=gpus,
-                                                nvml_binding=nvml_binding))
+    recorder = Recorder(folder, RecorderOptions(mode=spec.mode, command=spec.shown_command or command,
+                                                interval_s=spec.interval_s, price_per_gpu_hour=spec.price_per_gpu_hour,
+                                                price_source=spec.price_source, gpus=spec.gpus,
+                                                nvml_binding=spec.nvml_binding))
     recorder.prepare()
     env = child_env(folder.root)
-    if extra_env:
-        env.update(extra_env)
+    if spec.extra_env:
+        env.update(spec.extra_env)
     handler = _Interrupts(group=limit is not None)
     old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     start = time.time()
@@ -123,7 +153,7 @@ def run(command: list[str], out: Path | None, interval_s: float, price: float | 
         priority.start_normal_spawner()
         # --json: the report alone on stdout, for a program to parse; the command's own stdout goes to stderr
         proc = priority.popen_normal(command, env=env, process_group=0 if limit is not None else None,
-                                     stdout=2 if as_json else None)
+                                     stdout=2 if spec.as_json else None)
     except (FileNotFoundError, PermissionError) as exc:  # found, yet not startable (a script's #! names no program)
         _restore(old)
         _discard(folder, existed)
@@ -134,7 +164,7 @@ def run(command: list[str], out: Path | None, interval_s: float, price: float | 
     # The child is spawned at normal priority; from here the doctor takes only idle cycles.
     recorder.options.doctor_priority = priority.lower_doctor()
     recorder.start(proc.pid, start)
-    shown = view(folder.at) if view is not None else None
+    shown = spec.view(folder.at) if spec.view is not None else None
     try:
         if shown is not None:
             shown.start()
@@ -148,22 +178,22 @@ def run(command: list[str], out: Path | None, interval_s: float, price: float | 
     status = "finished" if code == 0 else ("interrupted" if stopped else "crashed")
     recorder.stop(status, code)
     try:
-        report = _report(folder, price, gpus, as_json, summary, trackers)
+        diagnosis = _report(folder, spec)
     except OSError as exc:  # --out filled up or vanished: the training itself is not at fault
         error = recorder.write_error or exc
         say(f"gpudoctor: could not write to --out {folder.root} ({error.strerror or error}): the recording "
             f"stopped early and no report was written; the training exited with {code}. Free space or "
             "choose another --out", file=sys.stderr)
-        return code, None, folder.root
+        return Launched(code, folder.root, None)
     except Exception as exc:  # UserError included: the recording is safe on disk; say how to re-render it
         say(f"gpudoctor: could not build the report ({exc!r}); the training exited with {code}; the "
             f"recording is kept in {folder.root}; re-render it with: gpudoctor report {folder.root} --debug",
             file=sys.stderr)
-        return code, None, folder.root
+        return Launched(code, folder.root, None)
     if recorder.write_error is not None:
         say(f"gpudoctor: warning: writing to {folder.root} failed ({recorder.write_error.strerror}); "
             "the report covers what was recorded before that", file=sys.stderr)
-    return code, report, folder.root
+    return Launched(code, folder.root, diagnosis)
 
 
 def _startable(program: str, path: str) -> None:
@@ -243,14 +273,13 @@ def _exit_code(code: int) -> int:
     return 128 - code if code < 0 else code
 
 
-def _report(folder: RunFolder, price: float | None, gpus: int | None, as_json: bool,
-            summary: bool = True, trackers: bool = False) -> Report | None:
-    options = ReportOptions(price_per_gpu_hour=price, gpus=gpus,
+def _report(folder: RunFolder, spec: RunSpec) -> Diagnosis:
+    options = ReportOptions(price_per_gpu_hour=spec.price_per_gpu_hour, gpus=spec.gpus, price_source=spec.price_source,
                             prepare=lambda a: length_cost.measure(a, folder.at))
-    report = finish(folder.at, options, trackers=trackers, shown=folder.root)
-    if summary:
-        print_summary(report, folder.root, as_json)
-    return report
+    diagnosis = conclude(folder.at, options, trackers=spec.trackers, shown=folder.root)
+    if spec.summary:
+        print_summary(diagnosis.report, folder.root, spec.as_json)
+    return diagnosis
 
 
 def _restore(old: dict[int, Any]) -> None:

@@ -17,13 +17,13 @@ from gpudoctor._version import __version__
 from gpudoctor.analysis import Analysis, analyze, gpu_timeline, memory
 from gpudoctor.analysis.process import quantiles
 from gpudoctor.analysis.saves import split_saves
-from gpudoctor.common.wording import doctor_fault_words, hours_text, in_sentence
 from gpudoctor.core import schema
 from gpudoctor.core.schema import SCHEMA, Report
 from gpudoctor.recording.store import Recording
 from gpudoctor.report.attach import attach_section, attach_time, summary_lines, timeline_caption
 from gpudoctor.report.cost import Price, cost_section, resolve_price
-from gpudoctor.rules import Finding, Fix, account, run_rules
+from gpudoctor.report.verdict import Crash, Verdict, verdict
+from gpudoctor.rules import Finding, Fix, run_rules
 
 MAX_POINTS = 2000
 
@@ -32,25 +32,41 @@ MAX_POINTS = 2000
 class ReportOptions:
     price_per_gpu_hour: float | None = None
     gpus: int | None = None
+    price_source: str | None = None  # where price_per_gpu_hour came from, when not --price-per-gpu-hour
     # Run on the analysis before the rules, by the mode that recorded it (``run``, ``try``): a
     # measurement only a live machine can take (launch/length_cost.py); returns a note or None.
     prepare: Callable[[Analysis], str | None] | None = None
 
 
+@dataclass(frozen=True)
+class Diagnosis:
+    """A report with the analysis and findings it was built from: a mode that goes on from the
+    report (``try`` plans its trial from them) asks these, never analyses the recording again."""
+
+    report: Report
+    analysis: Analysis
+    findings: list[Finding]  # the rules' findings, settled, biggest first (no info findings)
+
+
 def build_report(rec: Recording, options: ReportOptions | None = None) -> Report:
+    return diagnose(rec, options).report
+
+
+def diagnose(rec: Recording, options: ReportOptions | None = None) -> Diagnosis:
+    """Analyse the recording once, run the rules once, and build the report from both."""
     options = options or ReportOptions()
     a = analyze(rec)
     if options.prepare is not None:
         note = options.prepare(a)
         if note:
             a.notes.append(note)
-    source = rec.meta.get("price_source")  # a replay's price from its config says so; else the option's name
+    # a replay's price from its config says so; else the option's name
+    source = options.price_source if options.price_per_gpu_hour is not None else rec.meta.get("price_source")
     price = resolve_price(
         options.price_per_gpu_hour if options.price_per_gpu_hour is not None else rec.meta.get("price_per_gpu_hour"),
         options.gpus if options.gpus is not None else rec.meta.get("gpus_option"),
         a.gpu.names,
-        source if options.price_per_gpu_hour is None and isinstance(source, str) and source
-        else "--price-per-gpu-hour",
+        source if isinstance(source, str) and source else "--price-per-gpu-hour",
     )
     findings, wasted = run_rules(a)
     infos = _info_findings(a, price)
@@ -76,14 +92,14 @@ def build_report(rec: Recording, options: ReportOptions | None = None) -> Report
         "gpu_timeline": gpu_timeline_section(a),
         "mfu": gpu_timeline.mfu(a).to_dict(),
     }
-    verdict = (report["gpu_timeline"] or {}).get("nvml_verdict")
-    if verdict:
-        report["notes"].append(verdict)
+    nvml = (report["gpu_timeline"] or {}).get("nvml_verdict")
+    if nvml:
+        report["notes"].append(nvml)
     attached = attach_section(rec.meta, a.start)
     if attached is not None:  # what was loaded, from when, what is estimated: in every format
         report["attach"] = attached
         report["notes"] = [*summary_lines(attached), *report["notes"]]
-    return report
+    return Diagnosis(report, a, findings)
 
 
 def gpu_timeline_section(a: Analysis) -> schema.GpuTimeline | None:
@@ -209,79 +225,14 @@ def _info_findings(a: Analysis, price: Price) -> list[Finding]:
     return infos
 
 
-WEAK_FINDING_SHARE = 0.10  # a wait this large is said in the verdict, even when its fix recovers little
-
-
 def _verdict(a: Analysis, findings: list[Finding], wasted: float, meta: dict[str, Any]) -> str:
-    """The report's first sentence. A crashed run is said to have crashed first: no figure of
-    what ran before it is a clean bill of health."""
-    crashed = _crash_words(a, meta)
-    real = [f for f in findings if f.waste_fraction >= 0.05]
-    if not a.has_inprocess:
-        return (crashed + "; " if crashed else "") + (
-            "No training process was measured from inside; only host figures are available.")
-    compute = a.share("compute")
-    # A finding on a large measured wait (not compute, which is what training is) whose fix recovers little here.
-    weak = [f for f in findings if f not in real and f.claims and f.claims[0].bucket != "compute"
-            and a.share(f.claims[0].bucket) >= WEAK_FINDING_SHARE]
-    if not real and weak:  # a finding whose measured share is large, though its fix recovers little here
-        said = (f"No fix recovers 5% or more of wall time on this machine; the biggest finding: "
-                f"{in_sentence(weak[0].title)} ({_measured_and_recovered(a, weak[0])}).")
-        return f"{crashed}; in what ran, {said}" if crashed else said
-    risk = _risk_words(findings)
-    if not real:
-        if crashed:
-            return (f"{crashed}; in what ran, no waste above 5% found and {100 * compute:.0f}% of wall time "
-                    "went to training compute." + risk)
-        if risk:  # no waste, but a run that will be killed is not healthy
-            return f"No waste above 5% found ({100 * compute:.0f}% of wall time went to training compute).{risk}"
-        return f"Healthy: no waste above 5% found; {100 * compute:.0f}% of wall time went to training compute."
-    top = real[0]
-    speed = account.speedup(wasted) or 1.0
-    found = (f"{len(real)} problem{'' if len(real) == 1 else 's'} found; the biggest: {in_sentence(top.title)} "
-             f"({_measured_and_recovered(a, top)}).")
-    if crashed:
-        return f"{crashed}; in what ran, {found}{risk}"
-    return f"{found} Fixing them could make this run about {speed:.1f}x faster.{risk}"
-
-
-def _risk_words(findings: list[Finding]) -> str:
-    """`` Memory grows steadily: the run will run out of it in about 3.5 hours at this rate.``: a risk
-    finding (no waste, a deadline) said in the verdict, which otherwise weighs only wasted time."""
-    words = ""
-    for f in findings:
-        if f.risk and f.severity != "info":
-            left = f.data.get("hours_left")
-            words += " " + f.title + (f", in about {hours_text(left)} at this rate." if isinstance(left, float) else ".")
-    return words
-
-
-def _measured_and_recovered(a: Analysis, f: Finding) -> str:
-    """``data_wait is 79% of wall time; the fix recovers 12% on this machine``: the measured share
-    and the part of it the fix gives back, said apart so neither reads as the other."""
-    recovered = f"the fix recovers {100 * f.waste_fraction:.0f}% of wall time on this machine"
-    if not f.claims:
-        return recovered
-    c = f.claims[0]
-    measured = a.share(c.bucket) * (c.part_share if c.part else 1.0)  # a part: only what it is made of
-    if not measured:
-        return recovered
-    name = f"{c.bucket} ({c.part.replace('_', ' ')})" if c.part else c.bucket
-    return f"{name} is {100 * measured:.0f}% of wall time; {recovered}"
-
-
-def _crash_words(a: Analysis, meta: dict[str, Any]) -> str:
-    """``Crashed (exit code 1) after 59 steps: the report covers the 50.6 s it ran``, or ""."""
-    if meta.get("status") != "crashed":
-        return ""
-    code = meta.get("exit_code")
-    steps = len(a.primary.step_times) if a.primary is not None else 0
-    how = f"exit code {code}" if isinstance(code, int) and not isinstance(code, bool) else "exit code unknown"
-    fault = doctor_fault(a.rec)
-    # gpudoctor's code in the traceback: said before the figures, never read as the command's own failure
-    ours = f", {doctor_fault_words(fault['raised'], fault['frames'], short=True)}. The" if fault is not None else ": the"
-    return (f"Crashed ({how}) after {steps} training step{'' if steps == 1 else 's'}{ours} figures cover "
-            "what ran before the crash, not a whole run")
+    """The report's first sentence (report/verdict.py). A crashed run is said to have crashed first:
+    no figure of what ran before it is a clean bill of health."""
+    crash = None
+    if meta.get("status") == "crashed":
+        steps = len(a.primary.step_times) if a.primary is not None else 0
+        crash = Crash(meta.get("exit_code"), steps, doctor_fault(a.rec))
+    return verdict(Verdict(findings, wasted, a.has_inprocess, share=a.share, crash=crash))
 
 
 def _per_rank(a: Analysis) -> list[schema.RankEntry]:

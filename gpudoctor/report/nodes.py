@@ -35,7 +35,8 @@ from gpudoctor.core.schema import (
 from gpudoctor.recording.store import load_recording
 from gpudoctor.report.build import ReportOptions, breakdown_section, step_times
 from gpudoctor.report.cost import cost_section, resolve_price
-from gpudoctor.rules import Finding, Fix, account, run_rules
+from gpudoctor.report.verdict import Verdict, verdict
+from gpudoctor.rules import Finding, Fix, run_rules
 from gpudoctor.rules.base import settle_findings
 from gpudoctor.rules.nodes import StragglerNode
 from gpudoctor.rules.ranks import StragglerRank
@@ -238,12 +239,4 @@ def _node_entry(n: NodeSummary, rules: list[str]) -> NodeEntry:
 def _verdict(nodes: list[NodeSummary], findings: list[Finding], wasted: float) -> str:
     ranks = sum(len(n.ranks) for n in nodes)
     where = f"{plural(len(nodes), 'node')}, {plural(ranks, 'rank')}"
-    if not ranks:
-        return f"{where}: no training process was measured from inside; only host figures are available."
-    real = [f for f in findings if f.waste_fraction >= 0.05]
-    if not real:
-        return f"{where}. Healthy: no waste above 5% found on any node."
-    speed = account.speedup(wasted) or 1.0
-    return (f"{where}. {plural(len(real), 'problem')} found; the biggest: {real[0].title} "
-            f"({100 * real[0].waste_fraction:.0f}%). Fixing them could make this job about {speed:.1f}x faster.")
-
+    return verdict(Verdict(findings, wasted, measured=ranks > 0, job=where))

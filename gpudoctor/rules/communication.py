@@ -16,14 +16,13 @@ from typing import Any
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.comm import CommFigures, comm_figures, exposed_total_s, step_s
 from gpudoctor.analysis.process import ProcessView
+from gpudoctor.core.thresholds import EXPOSED_ALLREDUCE_OF_STEP, REGATHER_OF_STEP, percent
 from gpudoctor.rules import vocabulary
 from gpudoctor.rules.account import Claim, claim
 from gpudoctor.rules.base import Finding, Fix, Rule, pct
 from gpudoctor.rules.names import names_for
 
 MIN_SEARCH_SHARE = 0.005  # of a step: a search below it is noise beside the step's own spread
-MIN_EXPOSED_SHARE = 0.10  # of a step: exposed all-reduce below it is what DDP costs anyway
-MIN_REGATHER_SHARE = 0.05  # of a step: FSDP's backward all-gathers below it are not worth their memory
 MEMORY_FILL = 0.90  # of a GPU's memory: kept parameters that would take peak use past it do not fit
 
 
@@ -221,7 +220,8 @@ class ExposedFigures:
 
 class ExposedCommunication(Rule):
     name = "exposed_communication"
-    fires_when = ("DDP's gradient all-reduce not hidden behind backward ≥ 10% of a step on the least exposed rank "
+    fires_when = (f"DDP's gradient all-reduce not hidden behind backward ≥ {percent(EXPOSED_ALLREDUCE_OF_STEP)} of a "
+                  "step on the least exposed rank "
                   "(one all-reduce per step)")
     fix_from = ("on a GPU: smaller buckets (`bucket_cap_mb` halved), `gradient_as_bucket_view=True`, "
                 "`bf16_compress_hook` halving the bytes: at least half of the exposed seconds, up to all of them (the "
@@ -249,7 +249,7 @@ def _exposed_figures(r: Rank) -> ExposedFigures | None:
     if f.exposed_s is None or f.synced < 1 or (f.micro >= 2 and f.synced >= 2):
         return None  # not on the host clock; or sync_every_microstep's to fix first
     share = f.exposed_s / r.step_s if r.step_s else 0.0
-    if share < MIN_EXPOSED_SHARE:
+    if share < EXPOSED_ALLREDUCE_OF_STEP:
         return None
     ddp: Mapping[str, Any] = f.ddp or {}
     cap = ddp.get("bucket_cap_mb")
@@ -329,7 +329,8 @@ class RegatherFigures:
 class FsdpBackwardAllgather(Rule):
     name = "fsdp_backward_allgather"
     fires_when = ("FSDP all-gathers the parameters again in backward (`reshard_after_forward=True`, FULL_SHARD), "
-                  "the wait for those all-gathers ≥ 5% of a step on the rank that waited least (host clock on gloo, the "
+                  f"the wait for those all-gathers ≥ {percent(REGATHER_OF_STEP)} of a step on the rank that waited least "
+                  "(host clock on gloo, the "
                   "training stream's on the GPU clock under NCCL)")
     fix_from = ("`reshard_after_forward=False` (FSDP2 `fully_shard`, Accelerate's plugin, the Trainer's `fsdp_config`) "
                 "or `SHARD_GRAD_OP` (FSDP1, Lightning): the measured seconds of the backward all-gathers per step, "
@@ -361,7 +362,7 @@ def _regather_figures(a: Analysis) -> tuple[RegatherFigures, ProcessView] | None
     r = min(ranks, key=lambda x: x.fig.gather_bwd_s)  # a straggler's partners wait inside the gathers
     f = r.fig
     share = f.gather_bwd_s / r.step_s if r.step_s else 0.0
-    if share < MIN_REGATHER_SHARE:
+    if share < REGATHER_OF_STEP:
         return None
     world = r.p.proc.get("world_size")
     mib = f.gather_bwd_bytes / 2**20

@@ -18,13 +18,13 @@ from gpudoctor.analysis import timeline as tl
 from gpudoctor.analysis.process import ProcessView, eval_spans
 from gpudoctor.common.wording import plural
 from gpudoctor.core.events import EVAL_FORWARDS as FORWARDS
+from gpudoctor.core.thresholds import EVAL_SHARE, percent
 from gpudoctor.rules import vocabulary
 from gpudoctor.rules.account import claim
 from gpudoctor.rules.base import Finding, Fix, Rule, pct
 from gpudoctor.rules.names import Names, names_for
 from gpudoctor.rules.values import nice_round_up
 
-MIN_SHARE = 0.10
 TARGET = 0.05  # evaluating at most this share of wall time
 
 
@@ -77,7 +77,8 @@ class EvalFigures:
 
 class EvalOverhead(Rule):
     name = "eval_overhead"
-    fires_when = "evaluation ≥ 10% of wall (Trainer, Lightning, or a hand-written loop's forwards without backward)"
+    fires_when = (f"evaluation ≥ {percent(EVAL_SHARE)} of wall (Trainer, Lightning, or a hand-written loop's forwards "
+                  "without backward)")
     fix_from = "Trainer: `eval_steps` scaled to 5%, a larger eval batch; a hand-written loop: a longer eval interval or fewer eval batches, in the script's own flags"
 
     def match(self, a: Analysis) -> Finding | None:
@@ -85,7 +86,7 @@ class EvalOverhead(Rule):
         if p is None:
             return None
         eval_s = p.seconds("eval")
-        if eval_s / p.wall_s < MIN_SHARE:
+        if eval_s / p.wall_s < EVAL_SHARE:
             return None
         names = names_for(p)
         c = cadence(p)

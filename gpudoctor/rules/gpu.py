@@ -13,6 +13,7 @@ from typing import Any
 
 from gpudoctor.analysis import Analysis, gpu_timeline
 from gpudoctor.core import schema
+from gpudoctor.core.thresholds import BUSY_GPU, HEADROOM_BUSY, HEADROOM_MEMORY, percent
 from gpudoctor.rules import vocabulary
 from gpudoctor.rules.account import Claim
 from gpudoctor.rules.base import Finding, Fix, Rule, pct
@@ -89,12 +90,12 @@ class IdleFigures:
 
 class LowGpuUtilization(Rule):
     name = "low_gpu_utilization"
-    fires_when = 'NVML busy < 70% beyond what startup, data, saving and eval explain'
+    fires_when = f"NVML busy < {percent(BUSY_GPU)} beyond what startup, data, saving and eval explain"
     fix_from = 'host syncs, small kernels, `torch_compile`'
 
     def match(self, a: Analysis) -> Finding | None:
         busy = gpu_busy(a)
-        if busy is None or busy >= 0.7:
+        if busy is None or busy >= BUSY_GPU:
             return None
         clocked = gpu_timeline.figures(a) is not None
         if clocked and gpu_idle_share(a) < MIN_CLOCK_IDLE:
@@ -154,7 +155,7 @@ class _BatchHeadroom(Rule):
 
     def match(self, a: Analysis) -> Finding | None:
         used, total, busy = a.gpu.mem_used_max_mib, a.gpu.mem_total_mib, gpu_busy(a)
-        if not used or not total or busy is None or busy >= 0.85 or used / total >= 0.5:
+        if not used or not total or busy is None or busy >= HEADROOM_BUSY or used / total >= HEADROOM_MEMORY:
             return None
         names = names_for(a.primary)
         bs = names.current("per_device_train_batch_size", "batch_size") or 1
@@ -171,8 +172,8 @@ class _BatchHeadroom(Rule):
         idle = gpu_idle_share(a)
         if idle <= 0 and gpu_timeline.figures(a) is not None:
             return None  # every idle second is in a wait or after a sync: a larger batch gives none back
-        # Larger batches amortize launch overhead: about half of the idle time below 85% busy.
-        fraction = min(1.0, max(0.0, (0.85 - busy) * 0.5) / idle) if idle > 0 else 0.0
+        # Larger batches amortize launch overhead: about half of the idle time below HEADROOM_BUSY.
+        fraction = min(1.0, max(0.0, (HEADROOM_BUSY - busy) * 0.5) / idle) if idle > 0 else 0.0
         fig = HeadroomFigures(used, total, busy, bs, factor, config, fix_memory(a, mem, factor),
                               nvml_factor if factor != nvml_factor else None)
         return _word_headroom(self.name, fig, names, compute_part(a, "gpu_idle", fraction))
@@ -228,7 +229,7 @@ _BATCH_FIX_FROM = ('batch × k (k: the largest power of two whose peak, predicte
 
 class SmallBatch(_BatchHeadroom):
     name = "small_batch"
-    fires_when = 'a batch of 1-2 per device, peak GPU memory < 50% and busy < 85%'
+    fires_when = f"a batch of 1-2 per device, peak GPU memory < {percent(HEADROOM_MEMORY)} and busy < {percent(HEADROOM_BUSY)}"
     fix_from = _BATCH_FIX_FROM
 
     def applies(self, batch_size: int) -> bool:
@@ -237,7 +238,7 @@ class SmallBatch(_BatchHeadroom):
 
 class GpuMemoryUnderused(_BatchHeadroom):
     name = "gpu_memory_underused"
-    fires_when = 'a larger batch, peak GPU memory < 50% and busy < 85%'
+    fires_when = f"a larger batch, peak GPU memory < {percent(HEADROOM_MEMORY)} and busy < {percent(HEADROOM_BUSY)}"
     fix_from = _BATCH_FIX_FROM
 
     def applies(self, batch_size: int) -> bool:

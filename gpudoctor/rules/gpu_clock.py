@@ -12,15 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.analysis import Analysis, gpu_timeline
+from gpudoctor.core.thresholds import BUSY_GPU, WASTE_SHARE, percent
 from gpudoctor.rules.account import Claim, claim
 from gpudoctor.rules.base import Finding, Fix, Rule, pct
 from gpudoctor.rules.gpu import BF16_GAIN
 from gpudoctor.rules.memory import batch_factor_that_fits
 from gpudoctor.rules.names import Names, names_for
 
-MIN_SHARE = 0.05  # GPU idle after syncs, as a share of wall, before it is a finding
 LOW_MFU_OF_REACHABLE = 0.5  # MFU under half of what the precision reaches on a busy GPU
-BUSY_FOR_MFU = 0.7  # below this the GPU is idle, not slow: the idle findings speak first
 SYNC_SNIPPET = (
     "running = torch.zeros((), device='cuda')\n"
     "for step, batch in enumerate(loader):\n"
@@ -46,7 +45,8 @@ class SyncFigures:
 
 class HostSync(Rule):
     name = "host_sync"
-    fires_when = "CUDA events see the GPU idle ≥ 5% of wall after per-step host syncs (`.item()`, `.cpu()`, `cuda.synchronize`)"
+    fires_when = (f"CUDA events see the GPU idle ≥ {percent(WASTE_SHARE)} of wall after per-step host syncs "
+                  "(`.item()`, `.cpu()`, `cuda.synchronize`)")
     fix_from = "the GPU idle the events measured after each sync (at most the host's time to its next mark): keep values on the GPU, read them every N steps"
 
     def match(self, a: Analysis) -> Finding | None:
@@ -54,7 +54,7 @@ class HostSync(Rule):
         if fig is None or fig.syncs_per_step <= 0 or a.primary is None:
             return None
         share = fig.sync_idle_s / a.duration_s
-        if share < MIN_SHARE:
+        if share < WASTE_SHARE:
             return None
         per_step_idle = fig.sync_idle_s / fig.steps_timed
         names = names_for(a.primary)
@@ -135,7 +135,7 @@ class MfuFigures:
 
 class LowMfu(Rule):
     name = "low_mfu"
-    fires_when = "the GPU is busy ≥ 70% (CUDA events) and MFU is under half of what its precision reaches"
+    fires_when = f"the GPU is busy ≥ {percent(BUSY_GPU)} (CUDA events) and MFU is under half of what its precision reaches"
     fix_from = ("MFU = model FLOPs per step (workload model) ÷ GPU step time ÷ datasheet peak; bf16 as "
                 "`no_mixed_precision`; a batch × k (memory headroom) saves the optimizer step per token; a fused "
                 "AdamW streams 28 bytes per parameter where torch's foreach one streams 80 (parameters × bytes ÷ "
@@ -144,7 +144,7 @@ class LowMfu(Rule):
     def match(self, a: Analysis) -> Finding | None:
         fig = gpu_timeline.figures(a)
         m = gpu_timeline.mfu(a)
-        if fig is None or m.value is None or fig.busy_fraction < BUSY_FOR_MFU or a.primary is None:
+        if fig is None or m.value is None or fig.busy_fraction < BUSY_GPU or a.primary is None:
             return None
         precision = str(m.inputs["precision"])
         reachable = gpu_timeline.REACHABLE_MFU[precision]

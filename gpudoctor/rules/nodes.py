@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.nodes import slow_node
+from gpudoctor.core.thresholds import RANK_GAP, points
 from gpudoctor.rules.account import Claim
 from gpudoctor.rules.base import Finding, Fix, Rule, pct
 from gpudoctor.rules.ranks import sync_claims
@@ -28,7 +29,7 @@ class NodeFigures:
 
 class StragglerNode(Rule):
     name = "straggler_node"
-    fires_when = ("a merged multi-node job: every rank of one node waits for data ≥ 10 points above the median "
+    fires_when = (f"a merged multi-node job: every rank of one node waits for data ≥ {points(RANK_GAP)} above the median "
                   "rank of the other nodes")
     fix_from = "that node's host: its data storage and mount, its CPU per rank, its DataLoader workers"
 

@@ -11,11 +11,11 @@ from gpudoctor.analysis.nodes import slow_node
 from gpudoctor.analysis.process import ProcessView
 from gpudoctor.common.wording import plural
 from gpudoctor.core import schema
+from gpudoctor.core.thresholds import RANK_GAP, points
 from gpudoctor.rules.account import Claim
 from gpudoctor.rules.base import Finding, Fix, Rule
 
 # Versions before these miss loader and attention speedups users report (see seeds/002).
-MIN_GAP = 0.10  # share of the run the other ranks wait for the slow one
 MINIMUM = {"torch": (2, 1), "transformers": (4, 40), "datasets": (2, 19), "accelerate": (0, 30)}
 Cause = Literal["tokenizer", "build", "host"]  # what a straggler's own figures point at
 Part = Literal["data_wait", "compute"]  # what makes it slow
@@ -68,7 +68,7 @@ class Straggler:
 
 class StragglerRank(Rule):
     name = "straggler_rank"
-    fires_when = ("one rank's data wait (or its compute, where the all-reduce is timed apart) ≥ 10 points above "
+    fires_when = (f"one rank's data wait (or its compute, where the all-reduce is timed apart) ≥ {points(RANK_GAP)} above "
                   "the median of the other ranks of its training "
                   "(every node's ranks, when `gpudoctor report` merges a job's node folders)")
     fix_from = ("that rank's own measurements (batch build time per batch against the other ranks', its "
@@ -102,7 +102,7 @@ def _straggler(a: Analysis) -> Straggler | None:
             worst = max(shares, key=lambda r: shares[r])
             median = statistics.median(w for r, w in shares.items() if r != worst)
             gap = (shares[worst] - median) * group[0].wall_s / a.duration_s  # as a share of the run
-            if gap < MIN_GAP or (found is not None and gap <= found.gap):
+            if gap < RANK_GAP or (found is not None and gap <= found.gap):
                 continue
             data = {p.rank: _rank_data(p) for p in group}
             slow, others = data[worst], [d for r, d in sorted(data.items()) if r != worst]

@@ -11,6 +11,7 @@ from gpudoctor.analysis import timeline as tl
 from gpudoctor.analysis.process import ProcessView
 from gpudoctor.analysis.saves import split_saves
 from gpudoctor.common.wording import plural
+from gpudoctor.core.thresholds import WASTE_SHARE, percent
 from gpudoctor.rules import vocabulary
 from gpudoctor.rules.account import Claim, claim
 from gpudoctor.rules.base import (
@@ -21,8 +22,6 @@ from gpudoctor.rules.base import (
 )
 from gpudoctor.rules.names import Names, names_for
 from gpudoctor.rules.values import CHECKPOINT_TARGET, save_steps_for
-
-MIN_SHARE = 0.05
 
 
 @dataclass
@@ -46,7 +45,7 @@ class SaveFigures:
 
 class CheckpointOverhead(Rule):
     name = "checkpoint_overhead"
-    fires_when = 'saving ≥ 5% of wall'
+    fires_when = f"saving ≥ {percent(WASTE_SHARE)} of wall"
     fix_from = ('`save_steps` (Lightning: `ModelCheckpoint(every_n_train_steps=…)`) that brings saving under 2% '
                 '(measured seconds per save ÷ step time), rounded to 1/2/5×10ⁿ; `save_only_model` '
                 '(Lightning: `save_weights_only=True`); also gives back the steps a save slows')
@@ -67,7 +66,7 @@ def _figures(a: Analysis, p: ProcessView, names: Names) -> SaveFigures | None:
     kinds = split_saves(p)  # the final save and side files are not "saving too often"
     saves = kinds.checkpoints
     share = tl.total(saves) / p.wall_s
-    if share < MIN_SHARE or not saves:
+    if share < WASTE_SHARE or not saves:
         return None
     per_save_s = statistics.fmean(b - a_ for a_, b in saves)
     current = vocabulary.current_save_steps(names)

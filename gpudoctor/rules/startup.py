@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis import timeline as tl
 from gpudoctor.analysis.model import time_mean
+from gpudoctor.core.thresholds import WASTE_SHARE, percent
 from gpudoctor.rules.account import claim
 from gpudoctor.rules.base import Finding, Fix, Rule, pct
 
-MIN_RECOVERABLE_SHARE = 0.05
 LONG_STARTUP_S = 60.0
 CPU_BOUND_CORES = 0.8  # a map that keeps most of a core busy is limited by the CPU
 
@@ -38,7 +38,8 @@ class StartupFigures:
 
 class StartupIdle(Rule):
     name = "startup_idle"
-    fires_when = 'data formatting or tokenizing before the first step is ≥ 5% of wall or ≥ 60 s'
+    fires_when = (f"data formatting or tokenizing before the first step is ≥ {percent(WASTE_SHARE)} of wall "
+                  f"or ≥ {LONG_STARTUP_S:g} s")
     fix_from = 'do it once before renting: `datasets.map(batched=True)` + `save_to_disk`; `num_proc` only when the measured map kept a core busy and cores were idle; $ per launch'
 
     def match(self, a: Analysis) -> Finding | None:
@@ -59,7 +60,7 @@ def _figures(a: Analysis) -> StartupFigures | None:
     in_loop_s = p.host_tokenize_in_loop_s if p.host_tokenize_in_loop_s is not None else p.tokenize_in_loop_s
     tok_s = p.tokenize_s - in_loop_s  # before the loop (the host's own in-loop figure on a GPU run)
     recoverable_s = max(format_s, tok_s)
-    if recoverable_s / p.wall_s < MIN_RECOVERABLE_SHARE and recoverable_s < LONG_STARTUP_S:
+    if recoverable_s / p.wall_s < WASTE_SHARE and recoverable_s < LONG_STARTUP_S:
         return None
     parts = p.startup_parts()
     top = sorted(p.span_names.get("format", {}).items(), key=lambda kv: -kv[1])[:3]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from gpudoctor.analysis import Analysis
 from gpudoctor.common.wording import plural
 from gpudoctor.core.schema import Rate as RateSection
-from gpudoctor.rules import account, data, run_rules
+from gpudoctor.rules import Finding, account, data
 
 MIN_WARMUP_STEPS = 3
 WARMUP_SHARE = 0.1
@@ -63,12 +63,13 @@ class Prediction:
     basis: str
 
 
-def predict(a: Analysis, rule: str, workers: int | None) -> Prediction:
+def predict(a: Analysis, findings: list[Finding], rule: str, workers: int | None) -> Prediction:
     """Steps/s after the fix over steps/s now: the finding's own figure, never a second model.
 
     A worker count is predicted by :func:`gpudoctor.rules.data.loop_batch_s` (what the data
     findings print for the same count); any other fix is its finding's ``predicted_speedup``,
     settled on the training loop's buckets (:func:`gpudoctor.rules.account.steady_speedup`).
+    ``findings``: the rules' findings on ``a``, as the report was built from them (run once).
     """
     if workers is not None:
         d = data.data_wait(a)
@@ -79,7 +80,6 @@ def predict(a: Analysis, rule: str, workers: int | None) -> Prediction:
         return Prediction(low, high if high > low + 5e-4 else None,
                           f"loop time per batch with {plural(workers, 'worker')}, from the measured batch build "
                           "cost, compute per batch and free cores (the data rules' model)")
-    findings, _ = run_rules(a)
     finding = next((f for f in findings if f.rule == rule), None)
     if finding is None or not finding.claims:
         return Prediction(None, None, "the finding claims no seconds of the training loop")
