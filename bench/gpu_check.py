@@ -319,7 +319,7 @@ def _judge_stall(rules: dict[str, dict[str, Any]], truth: dict[str, Any], checks
     would give: ``1 / (1 - idle share)``. (The trap is a trap only where the build is shorter than
     the GPU step; the truth says which it was on this GPU.)"""
     # the rule's own threshold, imported here: gpudoctor is importable only once install() ran
-    from gpudoctor.rules.data import MIN_SHARE as STALL_SHARE
+    from gpudoctor.core.thresholds import WASTE_SHARE as STALL_SHARE
 
     idle = float(truth.get("gpu_idle_in_wait_share_of_gpu_time") or 0.0)
     stall = rules.get("data_stall")

@@ -11,6 +11,7 @@ from gpudoctor.analysis.memory import step_memory
 from gpudoctor.analysis.process import ProcessView, dynamic_padding_tokens
 from gpudoctor.common import batchlengths
 from gpudoctor.core import schema
+from gpudoctor.core.thresholds import WASTE_SHARE, percent
 from gpudoctor.recording.length_cost import LengthCost
 from gpudoctor.rules.account import Claim
 from gpudoctor.rules.base import Finding, Fix, Rule, Table, pct
@@ -18,8 +19,8 @@ from gpudoctor.rules.memory import fix_memory
 from gpudoctor.rules.names import Names, names_for
 from gpudoctor.rules.values import max_length_for, pad_multiple_for
 
-MIN_PAD_FRACTION = 0.10
-MIN_RECOVERABLE = 0.05
+MIN_PAD_FRACTION = 0.10  # pad tokens of all tokens: below this, padding is not worth a finding
+MIN_RECOVERABLE = WASTE_SHARE
 ALREADY_PER_BATCH = 0.02  # per-batch padding would save under 2% of the tokens: it is what runs
 
 
@@ -52,7 +53,8 @@ class PadFigures:
 
 class PaddingWaste(Rule):
     name = "padding_waste"
-    fires_when = 'pad tokens ≥ 10% and per-batch padding would save ≥ 5% of the tokens'
+    fires_when = (f'pad tokens ≥ {percent(MIN_PAD_FRACTION)} and per-batch padding (where it runs already: rows '
+                  f'sorted into batches by length) would save ≥ {percent(MIN_RECOVERABLE)} of the compute')
     fix_from = '`max_length` = observed p99 rounded up to the pad multiple (64/32/16/8, fitted to the rows), never above what is padded now; per-batch padding / `group_by_length` (names checked against the recorded TrainingArguments; only when the dataset items carry `input_ids` or the length column); packing; gain from the workload model: per-token and per-token² costs fitted to the steps where batch widths vary, else the model (or a GPT-2 of its recorded shape) timed after the run at several widths on the same device, else PaLM FLOPs of the recorded shape; between linear token work and quadratic attention when the shape is unknown'
 
     def match(self, a: Analysis) -> Finding | None:

@@ -19,17 +19,19 @@ from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.buildcost import BuildCost, LoopModel, crowd_of, share, worker_cap
 from gpudoctor.common.wording import plural
 from gpudoctor.core.events import LoaderEvent
+from gpudoctor.core.thresholds import WASTE_SHARE, percent
 from gpudoctor.rules import values, vocabulary
 from gpudoctor.rules.account import Claim, claim
 from gpudoctor.rules.base import Finding, Fix, Rule, pct
 from gpudoctor.rules.names import Names, names_for
 
-MIN_SHARE = 0.05
+MIN_SHARE = WASTE_SHARE
 # ``finding.data`` key: the fix computes each item once before training ("pretokenize": the
 # tokenizer's part; "cache": the whole item); rules/script_flags.py sets the script's flag for it.
 PRECOMPUTE = "precompute"
 IOWAIT_PCT = 20.0
 CPU_SATURATED_PCT = 90.0
+_WAIT = percent(WASTE_SHARE)
 
 
 @dataclass
@@ -423,7 +425,7 @@ class TokenizeFigures:
 
 class TokenizationInLoop(Rule):
     name = "tokenization_in_loop"
-    fires_when = 'the training process tokenizes ≥ 5% of wall after the first step'
+    fires_when = f'the training process tokenizes ≥ {_WAIT} of wall after the first step'
     fix_from = 'pre-tokenize offline (gives back the measured tokenizer seconds); meanwhile workers, sized as for `data_stall`'
 
     def match(self, a: Analysis) -> Finding | None:
@@ -524,7 +526,7 @@ class StallFigures:
 
 class DataStall(Rule):
     name = "data_stall"
-    fires_when = 'the loop waits ≥ 5% of wall for batches, not explained by tokenization, a waiting build or the cores'
+    fires_when = f'the loop waits ≥ {_WAIT} of wall for batches, not explained by tokenization, a waiting build or the cores'
     fix_from = "the loop model of analysis/buildcost: the fewest workers within 5% of the best loop time, from the build's measured CPU and blocked time (Little's law) and the cores the run can have; else ⌈1.25 × build time ÷ compute⌉ capped by free cores"
 
     def match(self, a: Analysis) -> Finding | None:
@@ -665,7 +667,8 @@ class IoFigures:
 
 class IoBound(Rule):
     name = "io_bound"
-    fires_when = "data wait ≥ 5% where a batch build is blocked (I/O, network, sleep) at least half its wall, or iowait ≥ 20% where the build's CPU was not measured"
+    fires_when = (f"data wait ≥ {_WAIT} where a batch build is blocked (I/O, network, sleep) at least half its wall, "
+                  f"or iowait ≥ {IOWAIT_PCT:.0f}% where the build's CPU was not measured")
     fix_from = "workers by Little's law (a blocked worker needs no core), capped by memory and the dataset; local NVMe, Arrow/memory-mapped storage"
 
     def match(self, a: Analysis) -> Finding | None:
@@ -735,7 +738,9 @@ class CpuFigures:
 
 class CpuSaturated(Rule):
     name = "cpu_saturated"
-    fires_when = "data wait ≥ 5% where the batch build computes and no worker count beats what ran on the cores the run can have (every core ≥ 90% busy where the build's CPU was not measured)"
+    fires_when = (f"data wait ≥ {_WAIT} where the batch build computes and no worker count beats what ran on the "
+                  f"cores the run can have (every core ≥ {CPU_SATURATED_PCT:.0f}% busy where the build's CPU was not "
+                  "measured)")
     fix_from = '*no* extra workers: move the work offline or get more CPU per GPU; the other programs holding cores are named, with the host-alone figure'
 
     def match(self, a: Analysis) -> Finding | None:
