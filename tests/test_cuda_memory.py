@@ -20,6 +20,7 @@ from gpudoctor.analysis import analyze
 from gpudoctor.analysis.memory import SAFE_SHARE, step_memory
 from gpudoctor.hooks.cuda_memory import AllocatorLines
 from gpudoctor.recording.store import load_recording
+from gpudoctor.render.html import HtmlRenderer
 from gpudoctor.report.build import build_report
 from tests.conftest import hooks_in
 from tests.fake_cuda import FakeAllocator, FakeClock, FakeGpu
@@ -233,3 +234,15 @@ def test_a_cpu_run_says_the_peak_is_unavailable(tmp_path: Path) -> None:
     assert "unavailable on a CPU run" in mem["basis"]
     from gpudoctor.render.markdown import finding_detail
     assert "Predicted peak memory with this fix: unavailable" in finding_detail(1, f)
+
+
+def test_the_allocators_series_are_drawn_beside_nvmls(tmp_path: Path) -> None:
+    report = _cuda_run(tmp_path, _training(6000.0, 2000.0, keep_mib=2.0))
+    series = report["timeline"]["series"]
+    allocated, reserved = series["alloc_allocated_mib"], series["alloc_reserved_mib"]
+    assert len(series["alloc_t_s"]) == len(allocated) == len(reserved) > 100
+    assert allocated[-1] - allocated[0] == pytest.approx(2.0 * (len(allocated) - 1) * 600 / len(allocated), rel=0.1)
+    assert all(r >= a for a, r in zip(allocated, reserved, strict=True))
+    html = HtmlRenderer().render(report)
+    assert "CUDA allocator: allocated (dotted)" in html and "CUDA allocator: reserved (dash-dot)" in html
+    assert "their GPU memory (dashed)" in html and 'stroke-dasharray="2 2"' in html

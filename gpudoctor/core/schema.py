@@ -271,6 +271,9 @@ class Series(TypedDict, total=False):
     gpu_busy_pct: list[Percent | None] | None
     gpu_t_s: list[Offset] | None
     gpu_mem_mib: list[Amount | None] | None  # the training processes' GPU memory (NVML), at gpu_t_s
+    alloc_t_s: list[Offset] | None  # the CUDA caching allocator at step ends (the primary process)
+    alloc_allocated_mib: list[Amount] | None  # live tensors, at alloc_t_s
+    alloc_reserved_mib: list[Amount] | None  # held by the allocator (live tensors and cached blocks)
 
 
 

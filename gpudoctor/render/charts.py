@@ -177,15 +177,19 @@ def _panel(
     return out
 
 
+DASHES = ("", "5 3", "2 2", "8 3 2 3")  # one line style per memory series, said in the label
+DASH_WORDS = ("solid", "dashed", "dotted", "dash-dot")
+
+
 def _mib_panel(lines: list[tuple[list[Any], list[Any], str, str]], duration_s: float, y: float) -> list[str]:
     """Memory over time: one line per series ``(t_s, mib, label, colour)``, 0..the largest value in
-    MiB/GiB, the first solid and the second dashed, said in the label. Drawn only when some series
-    has values."""
+    MiB/GiB, each in its own line style (:data:`DASHES`), said in the label. Drawn only when some
+    series has values."""
     series = [(ts, vs, label, color) for ts, vs, label, color in lines
               if any(num(v) is not None for v in vs or [])]
     if not series:
         return []
-    label = "Memory: " + ", ".join(f"{name} ({'solid' if i == 0 else 'dashed'})"
+    label = "Memory: " + ", ".join(f"{name} ({DASH_WORDS[min(i, len(DASH_WORDS) - 1)]})"
                                    for i, (_, _, name, _) in enumerate(series))
     out = [_text(LEFT, y - 6, label, "start", 12),
            f'<rect x="{LEFT}" y="{y:.1f}" width="{PLOT_W}" height="{PANEL_H}" fill="none" stroke="{GRID}"/>']
@@ -202,7 +206,8 @@ def _mib_panel(lines: list[tuple[list[Any], list[Any], str, str]], duration_s: f
         xs, ys = downsample([t for t, _ in kept], [v for _, v in kept], MAX_POINTS)
         pts = " ".join(f"{_x(t, duration_s):.1f},{y + PANEL_H * (1 - max(0.0, v) / top):.1f}"
                        for t, v in zip(xs, ys, strict=True))
-        dash = "" if i == 0 else ' stroke-dasharray="5 3"'
+        pattern = DASHES[min(i, len(DASHES) - 1)]
+        dash = f' stroke-dasharray="{pattern}"' if pattern else ""
         out.append(f'<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="1.4"{dash}/>')
     return out
 
@@ -280,7 +285,11 @@ def timeline_svg(timeline: Timeline | None, duration_s: Any = None, cores: int |
     y += PANEL_H
     memory = _mib_panel([(t_s, series.get("rss_mib") or [], "host RSS of the training processes", "#3d4852"),
                          (series.get("gpu_t_s") or [], series.get("gpu_mem_mib") or [], "their GPU memory",
-                          SLICE_COLORS["compute"])], duration, y + PANEL_GAP)
+                          SLICE_COLORS["compute"]),
+                         (series.get("alloc_t_s") or [], series.get("alloc_allocated_mib") or [],
+                          "CUDA allocator: allocated", "#b7791f"),
+                         (series.get("alloc_t_s") or [], series.get("alloc_reserved_mib") or [],
+                          "CUDA allocator: reserved", "#6b46c1")], duration, y + PANEL_GAP)
     if memory:
         body += memory
         y += PANEL_GAP + PANEL_H

@@ -260,6 +260,12 @@ def _timeline(a: Analysis) -> schema.Timeline:
         series["gpu_t_s"] = [round(r["t"] - t0, 3) for r in gpu_rows]
         series["gpu_busy_pct"] = [_mean_util(r) for r in gpu_rows]
         series["gpu_mem_mib"] = [None if v is None else round(v, 1) for v in memory.series_mib(gpu_rows, "gpu")]
+    allocator = memory.allocator(a)
+    if allocator:
+        kept = allocator[:: max(1, math.ceil(len(allocator) / MAX_POINTS))]
+        series["alloc_t_s"] = [round(x.t - t0, 3) for x in kept]
+        series["alloc_allocated_mib"] = [round(x.allocated_mib, 1) for x in kept]
+        series["alloc_reserved_mib"] = [round(x.reserved_mib, 1) for x in kept]
     spans: dict[str, list[list[float]]] = {k: [] for k in ("startup", "data_wait", "checkpoint", "eval", "format")}
     p = a.primary
     if p is not None:
