@@ -365,7 +365,7 @@ def test_terminal_says_the_crash_the_cores_and_no_gpu_once(nogpu: dict) -> None:
     lines = summary_lines(nogpu, Path("r"))
     text = "\n".join(lines)
     assert lines[0] == "gpudoctor: the command crashed with exit code 1; the report covers the 2m 00s it ran."
-    assert lines[1].startswith("gpudoctor: 1 problem found;")
+    assert lines[1].startswith("gpudoctor: Crashed (exit code 1) after 200 training steps") and "1 problem found;" in lines[1]
     assert text.count("no GPU on this machine") == 1 and "GPU busy" not in text
     assert f"CPU busy {100 * nogpu['shares']['cpu_busy']:.1f}% of all 8 cores" in text
     assert "cost_unavailable" not in text and "price" not in text  # notes are for the report
