@@ -99,3 +99,14 @@ def test_a_planted_link_or_a_huge_file_is_never_read(tmp_path: Path) -> None:
     (tmp_path / length_cost.FILE).write_text(json.dumps(good))
     kept = length_cost.read(tmp_path)
     assert kept is not None and [(p.width, p.seconds) for p in kept.points] == [(64, 0.1), (128, 0.2)]
+
+
+def test_sizes_that_build_more_than_the_training_had_are_refused(tmp_path: Path) -> None:
+    # a recording's sizes are the patient's: counted on the meta device first, never built when they
+    # ask for far more parameters than the training itself held
+    huge = {**GPT2, "n_layer": 48, "n_embd": 1600, "n_head": 25, "vocab_size": 50_000}
+    folder = _padded(tmp_path, {"class": "GPT2LMHeadModel", "params": 100_000, "config": huge})
+    a = analyze(load_recording(folder))
+    note = timing.measure(a, folder)
+    assert note is not None and "parameters where the training had 100000" in note
+    assert a.rec.length_cost is None and not (folder / length_cost.FILE).exists()

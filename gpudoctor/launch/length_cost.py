@@ -9,8 +9,12 @@ a child times the recorded ``transformers`` architecture, random weights, forwar
 at the recorded rows and a few widths, on the training's device, threads and autocast dtype
 (:mod:`gpudoctor.launch.length_cost_worker`), within :data:`BUDGET_S`. The points go to
 ``length_cost.json`` in the run folder (:mod:`gpudoctor.recording.length_cost`); the padding rule
-fits them and says the prediction's basis. Anything else (no config, a model of the user's own
-class, a timeout) leaves the file out and the FLOPs stand, said as such.
+fits them and says the prediction's basis. A model of the user's own class is never run: a GPT-2 of
+its recorded shape stands in, for its cost per token and token² only (the rule keeps the
+training's own fixed cost per batch). The sizes come from a recording, so the child first counts
+the parameters they build on the meta device and refuses more than twice what the training had.
+Anything else (no shape, a timeout, timings a busy machine bent) leaves the file out and the
+FLOPs stand, said as such.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ def job(a: Analysis) -> dict[str, Any] | None:
     rows = Counter(batchlengths.rows(b) or max(1, int(b["tokens"]) // width) for b in p.batches).most_common(1)[0][0]
     device = str(cfg.get("device") or "cpu")
     return {
-        **built, "rows": rows, "device": "cuda" if device == "cuda" else "cpu",
+        **built, "rows": rows, "params": _params(p.model or {}), "device": "cuda" if device == "cuda" else "cpu",
         "widths": sorted({max(MIN_WIDTH, width // f // 8 * 8) for f in FRACTIONS} | {width}, reverse=True),
         "threads": cfg.get("threads"), "autocast": cfg.get("autocast_dtype") if cfg.get("autocast") else None,
         "budget_s": BUDGET_S,
@@ -135,6 +139,12 @@ def _architecture(model: Mapping[str, Any]) -> dict[str, Any] | None:
     return {"model": "GPT2LMHeadModel", "stand_in": True, "shown": shown,
             "config": {"model_type": "gpt2", "n_layer": layers, "n_embd": hidden, "n_head": heads,
                        "vocab_size": vocab}}
+
+
+def _params(model: Mapping[str, Any]) -> int | None:
+    """The training's parameter count (the child builds no more than twice it)."""
+    n = model.get("params")
+    return n if isinstance(n, int) and n > 0 else None
 
 
 def _class_name(name: object) -> bool:

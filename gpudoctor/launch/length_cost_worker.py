@@ -43,6 +43,12 @@ def _time(job: dict[str, Any]) -> list[list[float]]:
     sizes = dict(job["config"])
     kind = str(sizes.pop("model_type"))
     config = transformers.AutoConfig.for_model(kind, **sizes)
+    expected = job.get("params")
+    if isinstance(expected, int) and expected > 0:  # sizes from a recording: never build more than ran
+        with torch.device("meta"):
+            counted = sum(p.numel() for p in cls(config).parameters())
+        if counted > 2 * expected + 1_000_000:
+            raise ValueError(f"the config builds {counted} parameters where the training had {expected}")
     if job.get("threads"):
         torch.set_num_threads(int(job["threads"]))
     torch.manual_seed(0)
