@@ -3,7 +3,9 @@ unlike lengths in one batch are what is left, and sorting them into batches by l
 
 from __future__ import annotations
 
+import json
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,7 @@ import pytest
 
 from gpudoctor.recording.store import load_recording
 from gpudoctor.report.build import build_report
+from tests.conftest import ROOT, run_cli
 from tests.recording_builder import T0, RecordingBuilder
 
 SHAPE = {"matmul_params": 12 * 2 * 64 * 64 + 64 * 1000, "n_layers": 2, "hidden": 64, "attention": True}
@@ -56,3 +59,21 @@ def test_rows_padded_to_one_width_are_still_told_to_pad_per_batch(tmp_path: Path
     # the prediction is the configured fix's alone, never packing's beside it (#40 item 1)
     compute = [c for c in f["claims"] if c["bucket"] == "compute"]
     assert len(compute) == 1 and compute[0]["fraction"] == pytest.approx(1 - f["data"]["compute_after_ratio"], abs=1e-3)
+
+
+def test_a_cap_counts_what_it_cuts_over_every_row_of_a_datasets_table(tmp_path: Path) -> None:
+    """The batches show 41 x 8 rows; the hooks read all 1500 rows' lengths from the table's Arrow
+    column (a shuffled, selected view: its own rows), and the cap's cut is counted over them (#40 item 7)."""
+    truth = tmp_path / "lengths.json"
+    out = tmp_path / "run"
+    proc = run_cli("run", "--out", str(out), "--no-history", "--", sys.executable,
+                   str(ROOT / "tests" / "scripts" / "padded_table.py"), str(truth), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    f = _padding(report)
+    assert f is not None
+    data, lengths = f["data"], json.loads(truth.read_text())
+    assert data["rows_counted_from"] == "dataset" and data["rows_seen"] == len(lengths) == 1500
+    new_max = data["new_max_length"]
+    assert new_max is not None and data["rows_truncated"] == sum(n > new_max for n in lengths) > 0
+    assert "of all 1500 rows of the dataset" in f["fix"]["summary"]

@@ -325,6 +325,10 @@ class LoaderEvent(_Loader, total=False):
     item_keys: list[str] | None
     # the packages its items are made with (their transforms, values): "torchvision", "PIL"
     item_libs: list[str]
+    # every row's token length of a ``datasets`` table (hooks/dataset_items.row_lengths): the upper
+    # edge of each non-empty 8-token bucket and its rows
+    length_edges: Counts
+    length_counts: Counts
 
 
 class _TorchCfg(TypedDict):

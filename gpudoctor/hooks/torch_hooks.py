@@ -212,7 +212,11 @@ class TorchHooks:
         if id(loader) not in self._seen_loaders:
             self._seen_loaders.add(id(loader))
             event = _loader_event(loader)
-            event["item_keys"], event["item_libs"] = dataset_items.describe(safe_attr(loader, "dataset"))
+            dataset = safe_attr(loader, "dataset")
+            event["item_keys"], event["item_libs"] = dataset_items.describe(dataset)
+            lengths = _table_lengths(dataset)
+            if lengths is not None:
+                event["length_edges"], event["length_counts"] = lengths
             self.writer.emit(event)
 
     def _wrap_next(self, fn: Any) -> Any:
@@ -552,6 +556,11 @@ def padding_event(batch: Any, pad_token_id: int | None) -> BatchEvent | None:
 def _countable(torch: ModuleType, t: Any) -> bool:
     return (isinstance(t, torch.Tensor) and t.layout == torch.strided and not t.is_quantized
             and not t.is_nested and t.dim() == 2 and t.device.type == "cpu")
+
+
+@guarded("dataset row lengths", default=None)
+def _table_lengths(dataset: Any) -> tuple[list[int], list[int]] | None:
+    return dataset_items.row_lengths(dataset)
 
 
 def torch_cfg_event(torch: ModuleType, module: Any) -> TorchCfgEvent:

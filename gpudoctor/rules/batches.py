@@ -44,6 +44,7 @@ class PadFigures:
     rows_cut: int = 0  # of those, rows longer than new_max: what the cap truncates
     longest_row: int | None = None  # the longest real row seen
     per_batch_now: bool = False  # each batch is already padded to its longest row
+    whole_table: bool = False  # rows_seen is every row of the dataset (its Arrow column), not a sample
     memory: schema.FixMemory | None = None  # the widest batch's peak after the cap, and the headroom left
 
     @property
@@ -85,6 +86,9 @@ def _figures(a: Analysis, names: Names) -> PadFigures | None:
     now, after = dynamic_padding_tokens(batches, multiple)
     recoverable = 1.0 - after / now if now else 0.0
     p99, longest_seen = pad["p99_length"], pad["max_length"]
+    table = _table_lengths(a)  # every row of a ``datasets`` table, where the hooks could read its column
+    if table is not None:
+        p99 = _table_quantile(table, 0.99)
     new_max = max_length_for(p99, longest_seen, multiple=multiple)
     gain = predict_padding(a, new_max, multiple, per_batch=names.is_trainer)
     packing = frac >= 0.5 and recoverable < 0.5 * frac  # lengths vary inside batches too
@@ -99,20 +103,51 @@ def _figures(a: Analysis, names: Names) -> PadFigures | None:
         return None
     lengths = [int(x) for b in batches for x in b.get("lengths") or []]
     cut = sum(1 for x in lengths if new_max is not None and x > new_max and bucketed is None)
+    rows, longest = len(lengths), max(lengths) if lengths else None
+    if table is not None:  # what the cap cuts, counted over every row of the dataset
+        edges, counts = table
+        rows, longest = sum(counts), max(edges)
+        cut = sum(c for e, c in zip(edges, counts, strict=True) if new_max is not None and e > new_max
+                  and bucketed is None)
     return PadFigures(frac, pad["batches_seen"], pad["p50_length"], p99, longest_seen, multiple, now, after,
-                      None if bucketed is not None else new_max, gain, packing, waste, len(lengths), cut,
-                      max(lengths) if lengths else None, per_batch_now=per_batch_now)
+                      None if bucketed is not None else new_max, gain, packing, waste, rows, cut, longest,
+                      per_batch_now=per_batch_now, whole_table=table is not None)
 
 
 def _cap_words(fig: PadFigures) -> str:
-    """What the cap cuts, from the rows seen: a max_length below the longest row truncates rows."""
+    """What the cap cuts, from the rows seen (or every row of a ``datasets`` table): a max_length
+    below the longest row truncates rows."""
     if fig.new_max is None or not fig.rows_seen:
         return ""
+    rows = f"all {fig.rows_seen} rows of the dataset" if fig.whole_table else f"the {fig.rows_seen} rows seen"
+    longest = f"at most {fig.longest_row}" if fig.whole_table else f"{fig.longest_row}"  # 8-token buckets
     if not fig.rows_cut:
-        return f": it truncates none of the {fig.rows_seen} rows seen, the longest {fig.longest_row} tokens"
-    return (f": it truncates {pct(fig.rows_cut / fig.rows_seen)} of the {fig.rows_seen} rows seen "
-            f"({fig.rows_cut}, the longest {fig.longest_row} tokens, cut to {fig.new_max}); keep "
+        return f": it truncates none of {rows}, the longest {longest} tokens"
+    return (f": it truncates {pct(fig.rows_cut / fig.rows_seen)} of {rows} "
+            f"({fig.rows_cut}, the longest {longest} tokens, cut to {fig.new_max}); keep "
             f"max_length at {fig.longest_row} or more to truncate none")
+
+
+def _table_lengths(a: Analysis) -> tuple[list[int], list[int]] | None:
+    """The primary loader's dataset row lengths (8-token buckets), when they vary (a column padded to
+    one width says nothing of the real rows)."""
+    p = a.primary
+    for loader in p.loaders if p is not None else []:
+        edges, counts = loader.get("length_edges"), loader.get("length_counts")
+        if edges and counts and len(edges) == len(counts) > 1:
+            return list(edges), list(counts)
+    return None
+
+
+def _table_quantile(table: tuple[list[int], list[int]], q: float) -> int:
+    """The bucket edge at which ``q`` of the rows are covered (at most 7 tokens above the true one)."""
+    edges, counts = table
+    total, seen = sum(counts), 0
+    for edge, count in sorted(zip(edges, counts, strict=True)):
+        seen += count
+        if seen >= q * total:
+            return edge
+    return max(edges)
 
 
 def _word(fig: PadFigures, names: Names, fewer: Claim) -> Finding:
@@ -178,6 +213,7 @@ def _word(fig: PadFigures, names: Names, fewer: Claim) -> Finding:
             "rows_seen": fig.rows_seen,
             "rows_truncated": fig.rows_cut,
             "longest_row": fig.longest_row,
+            "rows_counted_from": "dataset" if fig.whole_table else "batches",
             "compute_after_ratio": round(1 - gain.saving, 4),
             "compute_after_ratio_range": [round(1 - gain.up_to, 4), round(1 - gain.saving, 4)]
             if gain.up_to else None,
