@@ -41,13 +41,12 @@ from typing import Any
 
 import psutil
 
-from gpudoctor.attach import gdbcheck, scratch, symbols
+from gpudoctor.attach import budget, gdbcheck, scratch, symbols
 from gpudoctor.common import safefs
 from gpudoctor.common.errors import UserError
 from gpudoctor.processes import childpy, priority
 
 PKG_PARENT = str(childpy.PKG_PARENT)  # the folder holding this gpudoctor, appended to the patient's path
-GDB_TIMEOUT_S = 20.0
 _STATUS_LIMIT = 64 * 1024
 _PAGE = 4096
 _MAX_SOURCE = 16 * _PAGE
@@ -127,6 +126,11 @@ class InjectError(Exception):
     """Injection impossible or failed; the message is one line for the user."""
 
 
+class InjectTimeout(InjectError):
+    """gdb, or the interpreter calling ``sys.remote_exec``, ran out of its budget before anything was
+    queued in the patient: another try, with a budget measured afresh, is safe."""
+
+
 @dataclass
 class Injection:
     pid: int
@@ -156,9 +160,13 @@ def request_detach(control_dir: Path) -> None:
     safefs.replace_file(control_dir / "detach", str(time.time()), 0o600)
 
 
-def inject(pid: int, bootstrap: Path, timeout_s: float = GDB_TIMEOUT_S,
+def inject(pid: int, bootstrap: Path, timeout_s: float = budget.INJECT_BASE_S,
            before_stop: Callable[[], None] | None = None) -> Injection:
     """Queue the bootstrap in ``pid``; raises :class:`InjectError` with the reason.
+
+    ``timeout_s`` bounds either door (gdb, or the interpreter calling ``sys.remote_exec``): the
+    session scales it to the machine's load (:mod:`.budget`) and tries again on
+    :class:`InjectTimeout`.
 
     ``before_stop`` runs right before a debugger would stop the process (not for ``remote_exec``,
     which stops nothing); it may wait, or raise :class:`InjectError` to call the injection off.
@@ -183,6 +191,8 @@ def inject(pid: int, bootstrap: Path, timeout_s: float = GDB_TIMEOUT_S,
             if not exc.as_other_user:
                 raise
             first = exc  # dropped to the patient's user, ptrace was refused (Yama): gdb, as the doctor, may do
+        except InjectTimeout:
+            raise  # the door works, the machine is slow: the session tries it again with more time
         except InjectError as exc:
             first = exc  # e.g. Python embedded in another executable, or remote debugging disabled: try gdb
     try:
@@ -228,6 +238,10 @@ def _remote_exec(pid: int, bootstrap: Path, timeout_s: float) -> Injection:
     try:
         out = subprocess.run([exe, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=timeout_s,
                              env={"PATH": childpy.SYSTEM_PATH}, cwd="/", **user)
+    except subprocess.TimeoutExpired:
+        # A retry is harmless even if the call went through: the payload installs once per session.
+        raise InjectTimeout(f"the interpreter calling sys.remote_exec into pid {pid} took over "
+                            f"{timeout_s:.0f} s") from None
     except (OSError, subprocess.SubprocessError) as exc:
         raise InjectError(f"sys.remote_exec into pid {pid} failed: {exc}") from None
     if out.returncode != 0:
@@ -337,7 +351,11 @@ def _private_script(pid: int, text: str) -> Path:
 
 
 def _run_gdb(argv: list[str], timeout_s: float) -> str:
-    """Run gdb in its own session (a Ctrl-C at the doctor must not reach it mid-call)."""
+    """Run gdb in its own session (a Ctrl-C at the doctor must not reach it mid-call).
+
+    Out of time before it queued the call: :class:`InjectTimeout`. Out of time after (its output
+    says so), the call is in: the output is returned as if gdb had finished.
+    """
     # gdb holds the patient stopped: it must never wait behind the doctor's idle priority.
     # The system PATH: gdb runs ``iconv -l`` by name as it starts (childpy.doctor_env).
     proc = priority.popen_normal(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -353,8 +371,10 @@ def _run_gdb(argv: list[str], timeout_s: float) -> str:
         except subprocess.TimeoutExpired:
             proc.kill()
             out, _ = proc.communicate()
-        raise InjectError(f"gdb timed out after {timeout_s:.0f} s attaching to the process; "
-                          f"last output: {(out or '').strip()[-200:]}") from None
+        if "GPUDOCTOR pending 0" in (out or ""):
+            return str(out)
+        raise InjectTimeout(f"gdb timed out after {timeout_s:.0f} s attaching to the process; "
+                            f"last output: {(out or '').strip()[-200:]}") from None
 
 
 def read_status(control_dir: Path, pid: int, kind: str, owner: int | None = None) -> dict[str, object] | None:

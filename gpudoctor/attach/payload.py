@@ -49,6 +49,8 @@ _state = _State()
 def attach(run_dir: str, control_dir: str, doctor_pid: int, path_added: str | None = None) -> None:
     """Install the hooks once, catch up on live objects, start the watchdog, write the status."""
     t0 = time.perf_counter()  # the patient's main thread is ours until we return: the doctor reports how long
+    if _state.active and _state.control_dir == control_dir:
+        return  # this session's retry (its first try got in after all): installed, and said so, once
     _state.control_dir = control_dir
     if os.path.exists(os.path.join(control_dir, "detach")) or not pid_alive(doctor_pid):
         # Queued calls run late when the main thread was busy in C: the doctor may be done.

@@ -22,7 +22,7 @@ from typing import Any
 
 import psutil
 
-from gpudoctor.attach import inject, stoppable, targets
+from gpudoctor.attach import budget, inject, stoppable, targets
 from gpudoctor.attach.lock import pid_alive
 from gpudoctor.attach.stacks import StackSampler
 from gpudoctor.attach.window import AttachRecord, TargetRecord
@@ -35,7 +35,6 @@ from gpudoctor.recording.store import RunFolder
 POLL_S = 0.2
 HOOKED_POLL_S = 1.0  # every target hooked or refused: nothing waits on a status file, the doctor sleeps longer
 RESCAN_S = 2.0
-DETACH_WAIT_S = 5.0
 HOOKED_RATE_DIVISOR = 4  # with exact in-process figures, stack samples are only a cross-check
 HOOKED_WINDOW_S = 12.0  # ... in longer windows: a py-spy window costs ~50 ms of CPU to start, whatever its rate
 
@@ -183,11 +182,30 @@ class AttachSession:
             rec.error = refused
             return
         try:
-            done = inject.inject(rec.pid, self.bootstrap, before_stop=when_stoppable)
+            done = self._tries(rec, when_stoppable)
         except inject.InjectError as exc:
-            rec.error = str(exc)
+            rec.error = str(exc) + (f" ({rec.tries} tries)" if rec.tries > 1 else "")
             return
+        rec.queued_s = round(time.time() - requested, 3)
         rec.method, rec.gdb_s = done.method, done.gdb_s
+
+    def _tries(self, rec: TargetRecord, before_stop: Any) -> inject.Injection:
+        """Inject, each try's time limit scaled to the machine as seen just before it (see budget).
+
+        A try that ran out of time queued nothing: the next gets a budget measured afresh, unless
+        the session is ending.
+        """
+        while True:
+            seen = budget.measure(rec.pid)
+            rec.tries += 1
+            rec.try_budget_s = seen.seconds(budget.INJECT_BASE_S)
+            rec.budget_factor, rec.load_per_core, rec.run_delay_share = (seen.factor, seen.load_per_core,
+                                                                         seen.run_delay_share)
+            try:
+                return inject.inject(rec.pid, self.bootstrap, timeout_s=rec.try_budget_s, before_stop=before_stop)
+            except inject.InjectTimeout:
+                if rec.tries >= budget.MAX_TRIES or self._ending.is_set():
+                    raise
 
     def _foreign(self, pid: int) -> str | None:
         """Why ``pid`` must not run the bootstrap: it is not the user who owns attach/.
@@ -244,8 +262,8 @@ class AttachSession:
     def _detach(self) -> None:
         """Ask every hooked process to remove its hooks; wait a little for them to confirm."""
         self._ending.set()
-        for thread in self._injecting.values():
-            thread.join(timeout=inject.GDB_TIMEOUT_S + 5)
+        for pid, thread in self._injecting.items():  # a try under way finishes; no other starts
+            thread.join(timeout=(self.record.targets[pid].try_budget_s or budget.INJECT_BASE_S) + 5)
         self._poll_status()
         with contextlib.suppress(OSError):  # the payload's watchdog also detaches when the doctor exits
             inject.request_detach(self.control)
@@ -254,7 +272,7 @@ class AttachSession:
         # for too: it either installs and is detached by its watchdog, or sees the detach file first
         # and skips. Waiting only on confirmed installs left such a one's detach unknown.
         waiting = [r for r in self.record.targets.values() if r.method is not None and not r.error]
-        deadline = time.time() + (0.5 if self.stop.signals > 1 else DETACH_WAIT_S)
+        deadline = time.time() + (0.5 if self.stop.signals > 1 else self._detach_wait_s(waiting))
         while waiting and time.time() < deadline:
             self._poll_status()
             for rec in list(waiting):
@@ -272,6 +290,14 @@ class AttachSession:
         for rec in waiting:
             if rec.installed_at is not None:
                 rec.detached = False if pid_alive(rec.pid) else None
+
+    def _detach_wait_s(self, waiting: list[TargetRecord]) -> float:
+        """How long the processes get to confirm: a loaded machine runs their watchdogs late."""
+        if not waiting:
+            return 0.0
+        seen = budget.measure(waiting[0].pid, sample_s=0.1)
+        self.record.detach_wait_s = seen.seconds(budget.DETACH_BASE_S)
+        return self.record.detach_wait_s
 
     def _finish(self) -> None:
         self.stacks.stop()

@@ -31,6 +31,12 @@ class TargetRecord:
     requested_at: float | None = None
     waited_s: float | None = None  # waiting for a moment when a debugger stop cannot break the process
     waiting_for: str | None = None  # while it waits: the hazard holding the stop back
+    tries: int = 0  # injections started (another after one ran out of time: see attach.budget)
+    try_budget_s: float | None = None  # the last try's time limit, scaled to the machine's load
+    budget_factor: float | None = None  # how much longer than on a quiet machine (attach.budget.Budget)
+    load_per_core: float | None = None  # what the factor was read from
+    run_delay_share: float | None = None
+    queued_s: float | None = None  # from the request to the bootstrap queued in the process, all tries
     method: str | None = None  # "gdb" | "remote_exec"
     gdb_s: float | None = None  # gdb's whole run; the process is stopped only between attach and detach
     installed_at: float | None = None
@@ -47,6 +53,7 @@ class AttachRecord:
     root_start_time: float = 0.0
     end_time: float | None = None
     detach_time: float | None = None
+    detach_wait_s: float | None = None  # how long the processes had to confirm the detach (attach.budget)
     ended_by: str | None = None  # "exit" | "duration" | "interrupted" | "terminated"
     inject: bool = True
     targets: dict[int, TargetRecord] = field(default_factory=dict)
@@ -144,6 +151,7 @@ class AttachRecord:
                 "targets": [asdict(r) for r in self.targets.values()],
                 "stack_samples": self.stack_samples,
                 "sample_rate_hz": self.sample_rate_hz,
+                "detach_wait_s": self.detach_wait_s,
             },
         }
         if self.end_time is not None:

@@ -22,7 +22,11 @@ from gpudoctor.hooks.writer import EventWriter
 def install(writer: EventWriter, accelerator_cls: Any) -> None:
     def make_init(fn: Any) -> Any:
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-            fn(self, *args, **kwargs)
+            try:
+                fn(self, *args, **kwargs)
+            except BaseException as exc:
+                patch.hide_wrapper(exc)
+                raise
             _record(writer, self, fn)
 
         return __init__

@@ -149,7 +149,11 @@ def _wrap_loader_init(fn: Any) -> Any:
         changed = _loader_arguments(fn, self, args, kwargs)
         if changed is not None:
             args, kwargs = changed
-        fn(self, *args, **kwargs)
+        try:
+            fn(self, *args, **kwargs)
+        except BaseException as exc:
+            patch.hide_wrapper(exc)
+            raise
 
     return __init__
 
@@ -207,13 +211,22 @@ def _wrap_post_init(fn: Any) -> Any:
     def __post_init__(self: Any, *args: Any, **kwargs: Any) -> Any:
         before = _set_fields(self)
         if before is None:
-            return fn(self, *args, **kwargs)
+            try:
+                return fn(self, *args, **kwargs)
+            except BaseException as exc:
+                patch.hide_wrapper(exc)
+                raise
         try:
             result = fn(self, *args, **kwargs)
-        except Exception as exc:
-            if not _put_back(self, before, exc):
+        except BaseException as exc:
+            patch.hide_wrapper(exc)
+            if not isinstance(exc, Exception) or not _put_back(self, before, exc):
                 raise
-            return fn(self, *args, **kwargs)  # the user's own values, validated as written
+            try:
+                return fn(self, *args, **kwargs)  # the user's own values, validated as written
+            except BaseException as exc:
+                patch.hide_wrapper(exc)
+                raise
         _fields_kept(self, before)
         return result
 
@@ -429,7 +442,11 @@ def _install_fully_shard(mod: ModuleType) -> None:
 def _wrap_fully_shard(fn: Any) -> Any:
     def fully_shard(*args: Any, **kwargs: Any) -> Any:
         args, kwargs = call_kwargs("fully_shard", "fully_shard", fn, args, kwargs)
-        return fn(*args, **kwargs)
+        try:
+            return fn(*args, **kwargs)
+        except BaseException as exc:
+            patch.hide_wrapper(exc)
+            raise
 
     return fully_shard
 
@@ -443,7 +460,11 @@ def _install_fsdp1(mod: ModuleType) -> None:
 def _wrap_fsdp1_init(fn: Any) -> Any:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         args, kwargs = call_kwargs("fsdp1", "FullyShardedDataParallel", fn, (self, *args), kwargs, first=1)
-        fn(self, *args, **kwargs)
+        try:
+            fn(self, *args, **kwargs)
+        except BaseException as exc:
+            patch.hide_wrapper(exc)
+            raise
 
     return __init__
 

@@ -51,6 +51,9 @@ def install_argparse(writer: EventWriter, mod: ModuleType) -> None:
             outer = _begin()
             try:
                 result = fn(self, *args, **kwargs)
+            except BaseException as exc:
+                patch.hide_wrapper(exc)
+                raise
             finally:
                 _end()
             if outer:  # a subparser's or an intermixed parse's inner call is part of this one

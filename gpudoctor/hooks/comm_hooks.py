@@ -161,7 +161,11 @@ class CommHooks:
         def wrap(fn: Any) -> Any:
             def waits(obj: Any, *args: Any, **kwargs: Any) -> Any:
                 began = hooks._fsdp_wait_start(obj, device_attr, kind)
-                out = fn(obj, *args, **kwargs)
+                try:
+                    out = fn(obj, *args, **kwargs)
+                except BaseException as exc:
+                    patch.hide_wrapper(exc)
+                    raise
                 if began is not None:
                     hooks._fsdp_wait_end(began, kind)
                 return out
@@ -207,7 +211,11 @@ class CommHooks:
         def __init__(ddp: Any, *args: Any, **kwargs: Any) -> None:
             if apply.active():  # ``gpudoctor try``: the fix's DDP arguments
                 args, kwargs = apply.call_kwargs("ddp", "DistributedDataParallel", fn, (ddp, *args), kwargs, first=1)
-            fn(ddp, *args, **kwargs)
+            try:
+                fn(ddp, *args, **kwargs)
+            except BaseException as exc:
+                patch.hide_wrapper(exc)
+                raise
             hooks._on_init(ddp)
 
         return __init__
@@ -237,7 +245,11 @@ class CommHooks:
 
         def register_comm_hook(ddp: Any, state: object, hook: Any) -> None:
             timed = hooks._timed_or_none(hook)
-            fn(ddp, state, hook if timed is None else timed)
+            try:
+                fn(ddp, state, hook if timed is None else timed)
+            except BaseException as exc:
+                patch.hide_wrapper(exc)
+                raise
             hooks._hooked.add(ddp)
 
         return register_comm_hook
@@ -246,7 +258,11 @@ class CommHooks:
         hooks = self
 
         def _register_builtin_comm_hook(ddp: Any, comm_hook_type: Any) -> None:
-            fn(ddp, comm_hook_type)
+            try:
+                fn(ddp, comm_hook_type)
+            except BaseException as exc:
+                patch.hide_wrapper(exc)
+                raise
             hooks._hooked.add(ddp)  # DDP's slot is taken (by C++, untimed)
 
         return _register_builtin_comm_hook
@@ -311,7 +327,11 @@ class CommHooks:
 
         def _pre_forward(ddp: Any, *inputs: Any, **kwargs: Any) -> Any:
             hooks._before_forward(ddp)
-            return fn(ddp, *inputs, **kwargs)
+            try:
+                return fn(ddp, *inputs, **kwargs)
+            except BaseException as exc:
+                patch.hide_wrapper(exc)
+                raise
 
         return _pre_forward
 
@@ -354,6 +374,9 @@ class CommHooks:
             handle = hooks._watch_backward(t_outputs) if watch else None
             try:
                 return fn(t_outputs, *args, **kwargs)
+            except BaseException as exc:
+                patch.hide_wrapper(exc)
+                raise
             finally:
                 if handle is not None:
                     handle.remove()
@@ -411,7 +434,11 @@ class CommHooks:
 
         def _post_forward(ddp: Any, output: Any) -> Any:
             p0 = perf()
-            out = fn(ddp, output)
+            try:
+                out = fn(ddp, output)
+            except BaseException as exc:
+                patch.hide_wrapper(exc)
+                raise
             if getattr(ddp, "find_unused_parameters", False) and not getattr(ddp, "static_graph", False):
                 hooks._searched(ddp, perf() - p0)
             return out
@@ -452,11 +479,18 @@ class CommHooks:
 
         def collective(*args: Any, **kwargs: Any) -> Any:
             if getattr(hooks._inside, "on", False) or patch.depth("collective"):
-                return fn(*args, **kwargs)  # DDP's own all-reduce in our hook; a collective in one
+                try:
+                    return fn(*args, **kwargs)  # DDP's own all-reduce in our hook; a collective in one
+                except BaseException as exc:
+                    patch.hide_wrapper(exc)
+                    raise
             patch._enter("collective")
             p0 = perf()
             try:
                 return fn(*args, **kwargs)
+            except BaseException as exc:
+                patch.hide_wrapper(exc)
+                raise
             finally:
                 patch._leave("collective")
                 hooks._direct(name, args, kwargs, p0, perf() - p0)

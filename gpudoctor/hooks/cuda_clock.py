@@ -53,10 +53,18 @@ def _sync_wrapper(marks: GpuMarks, device: str) -> Any:
 
         def method(self: Any, *args: Any, **kwargs: Any) -> Any:
             if compiling():
-                return fn(self, *args, **kwargs)
+                try:
+                    return fn(self, *args, **kwargs)
+                except BaseException as exc:
+                    patch.hide_wrapper(exc)
+                    raise
             on = self.device.type == device and not patch.depth("eval")  # an eval's syncs are the eval's
             p0 = perf()
-            out = fn(self, *args, **kwargs)
+            try:
+                out = fn(self, *args, **kwargs)
+            except BaseException as exc:
+                patch.hide_wrapper(exc)
+                raise
             if on:
                 _synced(marks, perf() - p0)
             return out
@@ -70,7 +78,11 @@ def _plain_sync_wrapper(marks: GpuMarks) -> Any:
     def make(fn: Any) -> Any:
         def synchronize(*args: Any, **kwargs: Any) -> Any:
             p0 = time.perf_counter()
-            out = fn(*args, **kwargs)
+            try:
+                out = fn(*args, **kwargs)
+            except BaseException as exc:
+                patch.hide_wrapper(exc)
+                raise
             _synced(marks, time.perf_counter() - p0)
             return out
 
@@ -102,10 +114,18 @@ def _copy_wrapper(marks: GpuMarks, device: str, cuda_call: bool = False) -> Any:
         def method(self: Any, *args: Any, **kwargs: Any) -> Any:
             if (compiling() or self.device.type != "cpu" or device == "cpu"
                     or not (cuda_call or _to_device(args, kwargs, device))):
-                return fn(self, *args, **kwargs)  # a cast, or a copy that stays on the host: no event
+                try:
+                    return fn(self, *args, **kwargs)  # a cast, or a copy that stays on the host: no event
+                except BaseException as exc:
+                    patch.hide_wrapper(exc)
+                    raise
             before = _mark(marks)
             p0 = perf()
-            out = fn(self, *args, **kwargs)
+            try:
+                out = fn(self, *args, **kwargs)
+            except BaseException as exc:
+                patch.hide_wrapper(exc)
+                raise
             if before is not None and getattr(getattr(out, "device", None), "type", None) == device:
                 _copied(marks, before, perf() - p0)
             return out

@@ -154,7 +154,11 @@ class EvalRegions:
         regions = self
 
         def train(self_module: Any, mode: bool = True) -> Any:
-            out = fn(self_module, mode)
+            try:
+                out = fn(self_module, mode)
+            except BaseException as exc:
+                patch.hide_wrapper(exc)
+                raise
             if regions._narrowed and not regions._torch.compiler.is_compiling():  # nothing of ours in a graph
                 regions._mode_set(self_module, mode)
             return out
@@ -176,7 +180,11 @@ class EvalRegions:
         regions = self
 
         def __enter__(self_ctx: Any) -> Any:
-            result = fn(self_ctx)
+            try:
+                result = fn(self_ctx)
+            except BaseException as exc:
+                patch.hide_wrapper(exc)
+                raise
             regions._entered()
             return result
 
@@ -186,7 +194,11 @@ class EvalRegions:
         regions = self
 
         def __exit__(self_ctx: Any, *exc: Any) -> Any:
-            result = fn(self_ctx, *exc)
+            try:
+                result = fn(self_ctx, *exc)
+            except BaseException as exc:
+                patch.hide_wrapper(exc)
+                raise
             regions._exited()
             return result
 
@@ -197,7 +209,11 @@ class EvalRegions:
 
         def backward(*args: Any, **kwargs: Any) -> Any:
             regions._on_backward()
-            return fn(*args, **kwargs)
+            try:
+                return fn(*args, **kwargs)
+            except BaseException as exc:
+                patch.hide_wrapper(exc)
+                raise
 
         return backward
 

@@ -64,7 +64,11 @@ def install_trainer(writer: EventWriter, mod: ModuleType) -> None:
 
     def make_init(fn: Any) -> Any:
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-            fn(self, *args, **kwargs)
+            try:
+                fn(self, *args, **kwargs)
+            except BaseException as exc:
+                patch.hide_wrapper(exc)
+                raise
             _adopt_trainer(writer, self)
 
         return __init__
@@ -143,7 +147,11 @@ def _watch_map_cache(writer: EventWriter, fn: Any) -> Any:
 
     def map_(self: Any, *args: Any, **kwargs: Any) -> Any:
         t0 = time.time()
-        out = fn(self, *args, **kwargs)  # the user's call, outside any guard: its result is theirs
+        try:
+            out = fn(self, *args, **kwargs)  # the user's call, outside any guard: its result is theirs
+        except BaseException as exc:
+            patch.hide_wrapper(exc)
+            raise
         _note_map_cache(writer, out, t0)
         return out
 

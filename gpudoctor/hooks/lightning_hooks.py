@@ -45,7 +45,11 @@ def install(writer: EventWriter, mod: ModuleType) -> None:
 def _wrap_init(writer: EventWriter, fn: Any) -> Any:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         kwargs = apply.model_checkpoint_kwargs(fn, self, args, kwargs)
-        fn(self, *args, **kwargs)
+        try:
+            fn(self, *args, **kwargs)
+        except BaseException as exc:
+            patch.hide_wrapper(exc)
+            raise
         _record(writer, self)
 
     return __init__

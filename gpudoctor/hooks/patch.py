@@ -5,6 +5,10 @@ calls of one category (``save_pretrained`` → ``torch.save``) produce a single
 outermost span, so the breakdown never counts a second twice. The wrappers call
 the patched function exactly once, outside any guard: its result and its
 exceptions are the caller's, untouched; only the timing around it is guarded.
+
+Nor do the wrappers show in the caller's traceback (issue #38): an exception that passes through
+one leaves without the wrapper's own frame (:func:`hide_wrapper`), so a ``loss.backward()`` that
+raises reads as it does bare: the same exception, the user's frames and the library's, no doctor.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -36,6 +41,20 @@ def _enter(category: str) -> int:
 
 def _leave(category: str) -> None:
     setattr(_state, category, max(getattr(_state, category, 1) - 1, 0))
+
+
+def hide_wrapper(exc: BaseException) -> None:
+    """Take the calling wrapper's own frame off ``exc``'s traceback; the wrapper then re-raises
+    with a bare ``raise``, which adds no frame back (``raise exc`` would add it again).
+
+    Only the wrapper's own entry goes, and only when it heads the traceback: every frame the
+    exception was raised through inside the call stays, and so does its type, message and cause.
+    Call it only around the user's call, never around the doctor's own code (its faults must
+    show where they are).
+    """
+    tb = exc.__traceback__
+    if tb is not None and tb.tb_frame is sys._getframe(1):
+        exc.__traceback__ = tb.tb_next
 
 
 def reset_depths() -> None:
@@ -89,6 +108,9 @@ def span(writer: EventWriter, category: str, name: str) -> Callable[[Callable[..
             began = _span_begin(category)
             try:
                 return fn(*args, **kwargs)
+            except BaseException as exc:
+                hide_wrapper(exc)
+                raise
             finally:
                 if began is not None:
                     _span_end(writer, category, name, began)
@@ -121,6 +143,9 @@ def counted(writer: EventWriter, counter: str) -> Callable[[Callable[..., Any]],
             p0 = _count_begin(counter)
             try:
                 return fn(*args, **kwargs)
+            except BaseException as exc:
+                hide_wrapper(exc)
+                raise
             finally:
                 if p0 is not None:
                     _count_end(writer, counter, p0)
@@ -157,6 +182,9 @@ def counted_cpu(writer: EventWriter, counter: str, detail: bool = True) -> Calla
             began = begin(counter)
             try:
                 return fn(*args, **kwargs)
+            except BaseException as exc:
+                hide_wrapper(exc)
+                raise
             finally:
                 if began is not None:
                     _cpu_end(writer, counter, began)

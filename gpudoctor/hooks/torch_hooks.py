@@ -138,6 +138,9 @@ class TorchHooks:
             began = hooks._save_began
             try:
                 return fn(*args, **kwargs)
+            except BaseException as exc:
+                patch.hide_wrapper(exc)
+                raise
             finally:
                 if began is not None:
                     hooks._save_tail(began, rotation)
@@ -202,7 +205,11 @@ class TorchHooks:
         hooks = self
 
         def __init__(self_it: Any, loader: Any, *args: Any, **kwargs: Any) -> None:
-            fn(self_it, loader, *args, **kwargs)
+            try:
+                fn(self_it, loader, *args, **kwargs)
+            except BaseException as exc:
+                patch.hide_wrapper(exc)
+                raise
             hooks._on_iter_init(loader)
 
         return __init__
@@ -232,7 +239,8 @@ class TorchHooks:
                 hooks._gpu_wait_start(t0)
             try:
                 batch = fn(self_it)
-            except BaseException:  # StopIteration included: the last wait counts too
+            except BaseException as exc:  # StopIteration included: the last wait counts too
+                patch.hide_wrapper(exc)
                 hooks._waited(t0, p0)
                 raise
             hooks._fetched(t0, p0, batch)

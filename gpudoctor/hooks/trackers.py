@@ -66,7 +66,11 @@ def _install_mlflow(mod: ModuleType) -> None:
 
 def _wrap_create_run(fn: Any) -> Any:
     def create_run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        run = fn(self, *args, **kwargs)  # the user's call, outside any guard
+        try:
+            run = fn(self, *args, **kwargs)  # the user's call, outside any guard
+        except BaseException as exc:
+            patch.hide_wrapper(exc)
+            raise
         _note_mlflow(run, _client_uri(self))
         return run
 
@@ -75,7 +79,11 @@ def _wrap_create_run(fn: Any) -> Any:
 
 def _wrap_start_run(fn: Any) -> Any:
     def start_run(*args: Any, **kwargs: Any) -> Any:
-        run = fn(*args, **kwargs)
+        try:
+            run = fn(*args, **kwargs)
+        except BaseException as exc:
+            patch.hide_wrapper(exc)
+            raise
         _note_mlflow(run, None)
         return run
 
@@ -116,7 +124,11 @@ def _install_wandb(mod: ModuleType) -> None:
 
 def _wrap_wandb_init(fn: Any) -> Any:
     def init(*args: Any, **kwargs: Any) -> Any:
-        run = fn(*args, **kwargs)
+        try:
+            run = fn(*args, **kwargs)
+        except BaseException as exc:
+            patch.hide_wrapper(exc)
+            raise
         _note_wandb(run)
         return run
 
@@ -144,7 +156,11 @@ def _install_tensorboard(mod: ModuleType) -> None:
 
 def _wrap_summary_writer(fn: Any) -> Any:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        fn(self, *args, **kwargs)
+        try:
+            fn(self, *args, **kwargs)
+        except BaseException as exc:
+            patch.hide_wrapper(exc)
+            raise
         _note_tensorboard(self)
 
     return __init__

@@ -91,7 +91,27 @@ def _loaded_line(t: dict[str, Any], at: float) -> str:
     state = ("already training, so its figures start there" if t.get("underway")
              else "before its first training step")
     return (f"{who}: in-process hooks loaded through {t.get('method') or 'the debugger'} "
-            f"{installed - at:.1f} s after the attach, {state}; stack samples throughout.")
+            f"{installed - at:.1f} s after the attach{_tries(t)}, {state}; stack samples throughout.")
+
+
+def _tries(t: dict[str, Any]) -> str:
+    """`` (2 tries, queued in 31.0 s: load 3.9 per core, ...; 78 s a try)`` where the machine was busy.
+
+    Said when the injection took more than one try or its budget was scaled up; silent on a quiet machine.
+    """
+    tries, budget_s, factor = t.get("tries"), _num(t.get("try_budget_s")), _num(t.get("budget_factor"))
+    if not isinstance(tries, int) or budget_s is None or (tries <= 1 and (factor or 1.0) <= 1.0):
+        return ""
+    seen = []
+    if (load := _num(t.get("load_per_core"))) is not None:
+        seen.append(f"load {load:.1f} per core")
+    if (delay := _num(t.get("run_delay_share"))) is not None:
+        seen.append(f"its main thread waited {delay:.0%} of the time for a core")
+    queued = _num(t.get("queued_s"))
+    return (f" ({tries} {'try' if tries == 1 else 'tries'}"
+            + (f", queued in {queued:.1f} s" if queued is not None else "")
+            + (f": {', '.join(seen)}" if seen else "")
+            + f"; up to {budget_s:.0f} s a try)")
 
 
 def summary_lines(section: schema.Attach) -> list[str]:
