@@ -28,6 +28,10 @@ from gpudoctor.core import schema
 from gpudoctor.rules import account
 from gpudoctor.rules.account import Claim
 
+# The library a fix names when the knob is the training loop's own code (a hand-written loop's save
+# or eval interval): what ``try`` recognises such a table by (tryfix/plan.py), one constant, not a phrase.
+LOOP_LIBRARY = "your training loop"
+
 
 @dataclass
 class Table:

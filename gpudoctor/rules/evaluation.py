@@ -21,7 +21,7 @@ from gpudoctor.core.events import EVAL_FORWARDS as FORWARDS
 from gpudoctor.core.thresholds import EVAL_SHARE, percent
 from gpudoctor.rules import vocabulary
 from gpudoctor.rules.account import claim
-from gpudoctor.rules.base import Finding, Fix, Rule, pct
+from gpudoctor.rules.base import LOOP_LIBRARY, Finding, Fix, Rule, pct
 from gpudoctor.rules.names import Names, names_for
 from gpudoctor.rules.values import nice_round_up
 
@@ -141,7 +141,7 @@ def _eval_fix(fig: EvalFigures, names: Names) -> tuple[Fix, dict[str, object]]:
                    config=config, library=names.library, call=names.call), {}
     if fig.new_interval is None or c.interval_steps is None:
         return Fix(summary=f"Evaluate less often, or on fewer batches each time: {plural(c.evals, 'eval')} took "
-                   f"{c.per_eval_s:.2f} s each.", library="your training loop"), {}
+                   f"{c.per_eval_s:.2f} s each.", library=LOOP_LIBRARY), {}
     words = vocabulary.eval_fix(names, fig.new_interval, c.interval_steps)
     alt = (f", or keep it and run {fig.new_batches} batches per eval instead of {c.batches} ({words.batches_key})"
            if fig.new_batches else "")

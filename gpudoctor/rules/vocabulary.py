@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from gpudoctor.rules.base import Table
+from gpudoctor.rules.base import LOOP_LIBRARY, Table
 from gpudoctor.rules.names import Names
 
 
@@ -52,7 +52,7 @@ def eval_fix(names: Names, new_interval: int, old_interval: int) -> EvalFix:
                        {"val_check_interval": new_interval},
                        f"Trainer(..., val_check_interval={new_interval})  # was {old_interval}",
                        "val_check_interval", "limit_val_batches")
-    return EvalFix("your training loop", None, {"eval_interval": new_interval},
+    return EvalFix(LOOP_LIBRARY, None, {"eval_interval": new_interval},
                    f"if step % {new_interval} == 0:  # was {old_interval}\n    evaluate()",
                    "eval_interval", "eval_batches")
 
@@ -69,7 +69,7 @@ def save_fix(names: Names, every_steps: int | None) -> SaveFix:
         return SaveFix(f"accelerate {version} Accelerator.save_state" if version else "accelerate Accelerator.save_state",
                        None, {"save_steps": every_steps},
                        f"if step % {every_steps} == 0:\n    accelerator.save_state(output_dir)")
-    return SaveFix("your training loop", None, {"save_steps": every_steps},
+    return SaveFix(LOOP_LIBRARY, None, {"save_steps": every_steps},
                    f"if step % {every_steps} == 0:\n    torch.save(state, path)")
 
 

@@ -28,6 +28,7 @@ from gpudoctor.hooks.apply import (
     TOKENIZER_KEYS,
 )
 from gpudoctor.rules import script_flags
+from gpudoctor.rules.base import LOOP_LIBRARY
 from gpudoctor.rules.names import Names, names_for
 
 TARGETS = {"TrainingArguments": "training_arguments", "DataLoader": "dataloader", "tokenizer": "tokenizer",
@@ -39,7 +40,7 @@ _TARGET_KEYS: dict[str, dict[str, Any]] = {"dataloader": LOADER_KEYS, "tokenizer
                                            "torch_save": SAVE_KEYS, "ddp": DDP_KEYS,
                                            "fully_shard": FULLY_SHARD_KEYS, "fsdp1": FSDP1_KEYS,
                                            "ddp_sync": DDP_SYNC_KEYS}
-LOOP = "your training loop"
+LOOP = LOOP_LIBRARY  # a table of the loop's own code (rules.base)
 COMMAND_LINE = "command_line"  # a Part's target: the script's own flags, set by running the edited command
 _CODE_REASONS = {
     "ds.map": "datasets.map runs in the script before training: pre-processing it needs a code change",
