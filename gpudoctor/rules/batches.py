@@ -338,10 +338,11 @@ def _gain_words(g: PaddingGain) -> str:
               else "sorted into batches by length" if g.rows_after == "bucketed" else "per batch")
     if g.ratio is not None:
         shape = g.shape
+        flops = (f"the FLOPs of {shape.source if shape else 'the model'} (N={_si(shape.params if shape else 0)}, "
+                 f"{shape.n_layers if shape else '?'} layers, hidden {shape.hidden if shape else '?'}; "
+                 "PaLM 6N + attention)")
         how = ("per-token and per-token² costs fitted to the steps' measured times over their row widths"
-               if g.basis == "fitted" else _measured_words(g.measured) if g.basis == "measured" else f"the FLOPs of {shape.source if shape else 'the model'} "
-               f"(N={_si(shape.params if shape else 0)}, {shape.n_layers if shape else '?'} layers, hidden "
-               f"{shape.hidden if shape else '?'}; PaLM 6N + attention)")
+               if g.basis == "fitted" else _measured_words(g.measured) if g.basis == "measured" else flops)
         kept = (f"; the optimizer's {pct(g.per_step)} of the compute does not shrink with the rows"
                 if g.per_step >= 0.005 else "")
         return (f"Rows {widths}: the workload model ({how}) puts the batches' compute after at "
