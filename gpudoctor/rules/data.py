@@ -32,6 +32,7 @@ PRECOMPUTE = "precompute"
 IOWAIT_PCT = 20.0
 CPU_SATURATED_PCT = 90.0
 _WAIT = percent(WASTE_SHARE)
+BETTER = 1.05  # one fix leads another where it gives 5% more per batch (the best fix first)
 
 
 @dataclass
@@ -463,7 +464,7 @@ def _word_tokenize(fig: TokenizeFigures) -> Finding:
                    f"gives back the {d.tokenize_in_loop_s:.1f} s of tokenizing"
                    + (f", about {pre:.2f}x faster per batch" if isinstance(pre, float) else ""))
     base = {"tokenize_in_loop_s": round(d.tokenize_in_loop_s, 3), "data_wait_s": round(d.wait_s, 3), **data}
-    if (isinstance(pre, float) and isinstance(meanwhile, float) and meanwhile > ENOUGH_CACHE * pre
+    if (isinstance(pre, float) and isinstance(meanwhile, float) and meanwhile > BETTER * pre
             and fig.interim.config and fig.interim.predicted is not None and d.batch_s
             and fig.interim.diagnosis is not None):  # the loop model's figure, from the build's measured CPU
         # The best fix first (#40 item 4): the workers also hide the rest of the batch build, and
@@ -582,12 +583,9 @@ def _cache_figures(a: Analysis, d: DataWait, diag: Diagnosis | None, plan: Worke
     m = diag.model
     speedup = m.speedup(m.compute_s) if m.compute_s > 0 else 0.0
     workers = m.speedup(plan.predicted[0]) if plan.predicted is not None and plan.workers else None
-    if speedup < ENOUGH_CACHE or (workers is not None and speedup < ENOUGH_CACHE * workers):
+    if speedup < BETTER or (workers is not None and speedup < BETTER * workers):
         return None
     return CacheFigures(d, diag, plan, items, speedup, workers)
-
-
-ENOUGH_CACHE = 1.05  # a cache leads where it gives 5% more than the workers (a fix is a promise)
 
 
 def _word_cache(fig: CacheFigures) -> Finding:
