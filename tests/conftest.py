@@ -50,6 +50,37 @@ def run_cli(*args: str, timeout: float = 300, env: dict[str, str] | None = None,
                           env=full_env, cwd=cwd or ROOT)
 
 
+def cli(*args: str, env: dict[str, str] | None = None,
+        cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``gpudoctor ARGS`` as :func:`run_cli` runs it, but called in this process: ``cli.main(argv)``
+    with its stdout and stderr captured, ``--help``'s exit caught, and the working folder, the
+    environment and ``sys.excepthook`` put back after. For the commands that only parse, read and
+    render (argument errors, ``report``, ``diff``, ``check``, ``export``): an interpreter start each
+    bought nothing there. Commands that run a training, and the tests where the process itself is
+    the point (the console entry, signals, what a fresh interpreter imports), keep :func:`run_cli`."""
+    import io
+
+    from gpudoctor import cli as gpudoctor_cli
+
+    out, err = io.StringIO(), io.StringIO()
+    old_env, old_cwd, old_hook = dict(os.environ), Path.cwd(), sys.excepthook
+    os.environ.pop("GPUDOCTOR_RUN_DIR", None)
+    os.environ.update(env or {})
+    os.chdir(cwd or ROOT)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = gpudoctor_cli.main(list(args))
+            except SystemExit as exc:  # argparse's --help and --version
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.excepthook = old_hook
+        os.chdir(old_cwd)
+        os.environ.clear()
+        os.environ.update(old_env)
+    return subprocess.CompletedProcess(["gpudoctor", *args], code, out.getvalue(), err.getvalue())
+
+
 def run_probe(tmp: Path, name: str, *probe_args: str, launcher: list[str] | None = None,
               doctor_args: tuple[str, ...] = ()) -> ProbeRun:
     folder = tmp / f"run-{name}"
