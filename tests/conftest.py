@@ -56,6 +56,37 @@ def run_cli(*args: str, timeout: float = 300, env: dict[str, str] | None = None,
                           env=full_env, cwd=cwd or ROOT)
 
 
+def cli(*args: str, env: dict[str, str] | None = None,
+        cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``gpudoctor ARGS`` as :func:`run_cli` runs it, but called in this process: ``cli.main(argv)``
+    with its stdout and stderr captured, ``--help``'s exit caught, and the working folder, the
+    environment and ``sys.excepthook`` put back after. For the commands that only parse, read and
+    render (argument errors, ``report``, ``diff``, ``check``, ``export``): an interpreter start each
+    bought nothing there. Commands that run a training, and the tests where the process itself is
+    the point (the console entry, signals, what a fresh interpreter imports), keep :func:`run_cli`."""
+    import io
+
+    from gpudoctor import cli as gpudoctor_cli
+
+    out, err = io.StringIO(), io.StringIO()
+    old_env, old_cwd, old_hook = dict(os.environ), Path.cwd(), sys.excepthook
+    os.environ.pop("GPUDOCTOR_RUN_DIR", None)
+    os.environ.update(env or {})
+    os.chdir(cwd or ROOT)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = gpudoctor_cli.main(list(args))
+            except SystemExit as exc:  # argparse's --help and --version
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.excepthook = old_hook
+        os.chdir(old_cwd)
+        os.environ.clear()
+        os.environ.update(old_env)
+    return subprocess.CompletedProcess(["gpudoctor", *args], code, out.getvalue(), err.getvalue())
+
+
 def run_probe(tmp: Path, name: str, *probe_args: str, launcher: list[str] | None = None,
               doctor_args: tuple[str, ...] = ()) -> ProbeRun:
     folder = tmp / f"run-{name}"
@@ -71,14 +102,46 @@ def run_probe(tmp: Path, name: str, *probe_args: str, launcher: list[str] | None
 _cache: dict[tuple[str, ...], ProbeRun] = {}
 
 
+def _shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder every process of this pytest run sees: the session's base temp folder, or under
+    pytest-xdist the folder that holds every worker's (``pytest-of-USER/pytest-N``)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def _shared_probe(root: Path, key: tuple[str, ...], run: Any) -> ProbeRun:
+    """The run for ``key``, made once per pytest run however many xdist workers ask: the first takes
+    the key's lock and runs it, writing what the tests read beside the folder; the others wait on the
+    lock and read that back."""
+    import fcntl
+    import hashlib
+
+    slot = root / "probe-runs" / hashlib.sha256("\0".join(key).encode()).hexdigest()[:16]
+    slot.mkdir(parents=True, exist_ok=True)
+    done = slot / "probe-run.json"
+    with (slot / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            made: ProbeRun = run(slot)
+            done.write_text(json.dumps({"folder": str(made.folder), "truth_path": str(made.truth_path),
+                                        "returncode": made.returncode, "stderr": made.stderr}))
+    saved = json.loads(done.read_text())
+    folder, truth_path = Path(saved["folder"]), Path(saved["truth_path"])
+    truth: dict[str, Any] = json.loads(truth_path.read_text()) if truth_path.exists() else {}
+    return ProbeRun(folder, json.loads((folder / "report.json").read_text()), truth, saved["returncode"],
+                    saved["stderr"], truth_path)
+
+
 @pytest.fixture(scope="session")
 def probe_run(tmp_path_factory: pytest.TempPathFactory):
-    """``probe_run(name, *args)``: the probe's run under ``gpudoctor run``, cached per session."""
+    """``probe_run(name, *args)``: the probe's run under ``gpudoctor run``, made once per pytest run
+    (shared by the xdist workers too) and read-only: a test that changes the folder copies it first."""
+    root = _shared_root(tmp_path_factory)
 
     def get(name: str, *args: str, **kwargs: Any) -> ProbeRun:
         key = (name, *args, *kwargs.get("doctor_args", ()), *kwargs.get("launcher", ()))
         if key not in _cache:
-            _cache[key] = run_probe(tmp_path_factory.mktemp(name), name, *args, **kwargs)
+            _cache[key] = _shared_probe(root, key, lambda slot: run_probe(slot, name, *args, **kwargs))
         return _cache[key]
 
     return get

@@ -1,5 +1,6 @@
 """Bad input, through the real CLI: one line ``gpudoctor: ...``, a non-zero exit, no traceback
-(unless ``--debug``); where a run happened, its report is still written."""
+(unless ``--debug``); where a run happened, its report is still written. Errors found before anything
+starts, and the commands that only read and render, call ``cli.main`` in this process (``cli``)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 
 from gpudoctor.launch.launcher import RunSpec
 from gpudoctor.launch.launcher import run as doctor_run
-from tests.conftest import ROOT, gpudoctor_cmd, run_cli
+from tests.conftest import ROOT, cli, gpudoctor_cmd, run_cli
 from tests.fake_nvml import FakeBinding, FakeGpu
 
 TINY = str(ROOT / "tests" / "scripts" / "tiny_loop.py")
@@ -46,7 +47,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("args", [["bogus"], ["--bogus"], ["run", "--bogus", "--", "true"],
                                   ["check", "x", "--max-waste", "lots"], ["diff", "only-one"]])
 def test_unknown_commands_and_options(args):
-    assert "see 'gpudoctor" in assert_one_line_error(run_cli(*args), 2)
+    assert "see 'gpudoctor" in assert_one_line_error(cli(*args), 2)
 
 
 def test_debug_shows_the_traceback():
@@ -56,7 +57,7 @@ def test_debug_shows_the_traceback():
 
 @pytest.mark.parametrize("args", [["run"], ["run", "--"]])
 def test_run_without_a_command(args):
-    assert "no command to run" in assert_one_line_error(run_cli(*args), 2)
+    assert "no command to run" in assert_one_line_error(cli(*args), 2)
 
 
 def test_run_a_command_that_does_not_exist(tmp_path):
@@ -90,7 +91,7 @@ def test_a_script_that_crashes_at_once_still_gets_a_report(tmp_path):
 def test_unwritable_out(tmp_path, where):
     (tmp_path / "file").write_text("x")
     out = tmp_path / "file" / "run" if where == "under-a-file" else Path("/proc/gpudoctor-run")
-    line = assert_one_line_error(run_cli("run", "--out", str(out), "--", sys.executable, "-c", "pass"), 2)
+    line = assert_one_line_error(cli("run", "--out", str(out), "--", sys.executable, "-c", "pass"), 2)
     assert "--out" in line and str(out) in line
 
 
@@ -130,7 +131,7 @@ def test_malformed_report_json(tmp_path, recorded, name, command):
     args = {"report": ["report", str(path), "-o", str(tmp_path / "out.html")],
             "diff": ["diff", str(recorded / "report.json"), str(path)],
             "check": ["check", str(path), "--max-waste", "0.5"]}[command]
-    assert str(path) in assert_one_line_error(run_cli(*args), 2)
+    assert str(path) in assert_one_line_error(cli(*args), 2)
 
 
 def test_truncated_recording_and_missing_meta_still_render(tmp_path, recorded):
@@ -141,7 +142,7 @@ def test_truncated_recording_and_missing_meta_still_render(tmp_path, recorded):
     for path in [folder / "samples" / "host.jsonl", *sorted((folder / "events").glob("*.jsonl"))]:
         data = path.read_bytes()
         path.write_bytes(data[: len(data) - 7] + b'{"k":"st\x00\xff')  # cut mid-line, then garbage
-    proc = run_cli("report", str(folder))
+    proc = cli("report", str(folder))
     assert proc.returncode == 0, proc.stderr
     report = json.loads((folder / "report.json").read_text())
     notes = " ".join(report["notes"])

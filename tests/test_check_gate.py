@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, cli, run_cli
 from tests.test_bad_input import assert_one_line_error
 
 SAMPLE = ROOT / "tests" / "data" / "report_sample.json"  # wasted_fraction 0.49 (tests/report_fixtures.py)
@@ -30,21 +30,21 @@ def _report(tmp_path: Path, **changes: object) -> Path:
 
 @pytest.mark.parametrize(("limit", "code"), [("20%", 1), ("0.2", 1), ("60%", 0), ("0.6", 0), ("100%", 0)])
 def test_max_waste_takes_a_fraction_or_a_percentage(tmp_path, limit, code):
-    proc = run_cli("check", str(_report(tmp_path)), "--max-waste", limit)
+    proc = cli("check", str(_report(tmp_path)), "--max-waste", limit)
     assert proc.returncode == code, proc.stderr
 
 
 @pytest.mark.parametrize(("limit", "says"), [("20", "write 20% for a percentage"), ("nan", "not a finite"),
                                              ("inf", "not a finite"), ("-0.1", ">= 0"), ("120%", "at most 100%")])
 def test_max_waste_refuses_what_would_always_pass(tmp_path, limit, says):
-    line = assert_one_line_error(run_cli("check", str(_report(tmp_path)), "--max-waste", limit), 2)
+    line = assert_one_line_error(cli("check", str(_report(tmp_path)), "--max-waste", limit), 2)
     assert says in line and "--max-waste" in line
 
 
 @pytest.mark.parametrize("wasted", [-3, 1.5, 1e308])
 def test_a_forged_wasted_fraction_is_an_invalid_report_not_a_pass(tmp_path, wasted):
     path = _report(tmp_path, cost__wasted_fraction=wasted)
-    line = assert_one_line_error(run_cli("check", str(path), "--max-waste", "0.1"), 2)
+    line = assert_one_line_error(cli("check", str(path), "--max-waste", "0.1"), 2)
     assert "cost.wasted_fraction is not a fraction" in line
 
 
@@ -52,7 +52,7 @@ def test_a_forged_wasted_fraction_is_an_invalid_report_not_a_pass(tmp_path, wast
                                             ("cost__usd_per_hour", -2.0), ("findings__0__waste_fraction", 7.0)])
 def test_report_refuses_negative_and_absurd_figures(tmp_path, key, value):
     path = _report(tmp_path, **{key: value})
-    line = assert_one_line_error(run_cli("report", str(path), "-o", str(tmp_path / "out.md")), 2)
+    line = assert_one_line_error(cli("report", str(path), "-o", str(tmp_path / "out.md")), 2)
     assert str(path) in line
     assert not (tmp_path / "out.md").exists()
 
@@ -62,7 +62,7 @@ HOSTILE = "data_stall\n::error file=ci.yml,line=1::forged\x1b[2J\x1b]8;;https://
 
 def test_check_prints_rule_names_terminal_safe(tmp_path):
     path = _report(tmp_path, findings__0__rule=HOSTILE)
-    proc = run_cli("check", str(path), "--max-waste", "0.1")
+    proc = cli("check", str(path), "--max-waste", "0.1")
     assert proc.returncode == 1
     assert proc.stderr.count("\n") == 1, proc.stderr  # one line: nothing for CI to read as a command
     assert "\x1b" not in proc.stderr and "\x07" not in proc.stderr
@@ -90,5 +90,5 @@ def test_attach_to_a_bad_pid_is_one_line(tmp_path, pid):
                                      {"breakdown": dict.fromkeys(("startup", "data_wait", "compute", "checkpoint",
                                                                   "eval", "other"))}])
 def test_a_report_that_measured_nothing_does_not_pass_the_gate(tmp_path, changes):
-    line = assert_one_line_error(run_cli("check", str(_report(tmp_path, **changes)), "--max-waste", "0.99"), 2)
+    line = assert_one_line_error(cli("check", str(_report(tmp_path, **changes)), "--max-waste", "0.99"), 2)
     assert "measured nothing inside the training" in line

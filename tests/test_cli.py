@@ -1,4 +1,5 @@
-"""The command line, as a user runs it: real subprocesses."""
+"""The command line, as a user runs it: real subprocesses where a command runs a training or the
+process itself is the point; ``cli.main`` in this process where it only parses or renders."""
 
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ import sys
 import pytest
 
 from gpudoctor.cli import build_parser
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, cli, run_cli
 from tests.recording_builder import RecordingBuilder
 from tests.test_rules import stall_run
 
 
 @pytest.mark.parametrize("cmd", [[], ["run"], ["attach"], ["replay"], ["sweep"], ["report"], ["diff"], ["check"]])
 def test_every_command_has_help(cmd):
-    proc = run_cli(*cmd, "--help")
+    proc = cli(*cmd, "--help")
     assert proc.returncode == 0
     assert "usage: gpudoctor" in proc.stdout
 
@@ -33,7 +34,7 @@ def test_every_subcommand_and_argument_says_what_it_is():
 
 
 def test_check_help_says_fraction_or_percentage():
-    text = " ".join(run_cli("check", "--help").stdout.split())
+    text = " ".join(cli("check", "--help").stdout.split())
     assert "--max-waste FRACTION" in text and "fraction of wall time (0.2)" in text and "(20%)" in text
 
 
@@ -63,7 +64,7 @@ def test_a_command_killed_by_a_signal_is_said_so(tmp_path):
 ])
 def test_a_command_without_dashes_is_refused_with_the_corrected_line(tmp_path, args, fixed):
     """No guessing which words are the doctor's: the command goes after --, nothing runs, no folder."""
-    proc = run_cli(*args, cwd=tmp_path)
+    proc = cli(*args, cwd=tmp_path)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and fixed in proc.stderr
     assert "--out" not in args or "--out after the command would go to the command" in proc.stderr
     assert list(tmp_path.iterdir()) == []
@@ -83,18 +84,18 @@ def test_run_json_is_alone_on_stdout_when_the_training_prints(tmp_path):
     report = json.loads(proc.stdout)  # nothing else on stdout
     assert report["run"]["status"] == "finished"
     assert "epoch 1 loss 2.3" in proc.stderr and "to stderr" in proc.stderr
-    assert "own stdout then goes to stderr" in " ".join(run_cli("run", "--help").stdout.split())
+    assert "own stdout then goes to stderr" in " ".join(cli("run", "--help").stdout.split())
 
 
 def test_unknown_command_is_one_line_and_nonzero():
-    proc = run_cli("frobnicate")
+    proc = cli("frobnicate")
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and proc.stderr.startswith("gpudoctor: ")
 
 
 def test_a_program_given_as_the_command_gets_the_run_line(tmp_path):
     """``gpudoctor python x.py`` (no ``run --``): the corrected line, nothing run, no folder."""
-    proc = run_cli("python", "x.py", "--lr", "3e-4", cwd=tmp_path)
+    proc = cli("python", "x.py", "--lr", "3e-4", cwd=tmp_path)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert "'python' is not a gpudoctor command" in proc.stderr
     assert "gpudoctor run -- python x.py --lr 3e-4" in proc.stderr
@@ -105,18 +106,18 @@ def test_report_rerenders_a_saved_run_by_extension(tmp_path):
     folder = stall_run(tmp_path / "run", cores=8, cpu_total_pct=20.0).write()
     for ext in ("md", "html", "json"):
         out = tmp_path / f"out.{ext}"
-        proc = run_cli("report", str(folder), "-o", str(out))
+        proc = cli("report", str(folder), "-o", str(out))
         assert proc.returncode == 0, proc.stderr
         assert "data_stall" in out.read_text()
-    proc = run_cli("report", str(folder), "-o", str(tmp_path / "x.pdf"))
+    proc = cli("report", str(folder), "-o", str(tmp_path / "x.pdf"))
     assert proc.returncode == 2 and ".html" in proc.stderr
 
 
 def test_check_gates_on_wasted_fraction(tmp_path):
     folder = stall_run(tmp_path / "run", cores=8, cpu_total_pct=20.0).write()
-    run_cli("report", str(folder))
-    assert run_cli("check", str(folder / "report.json"), "--max-waste", "0.1").returncode == 1
-    assert run_cli("check", str(folder / "report.json"), "--max-waste", "0.9").returncode == 0
+    cli("report", str(folder))
+    assert cli("check", str(folder / "report.json"), "--max-waste", "0.1").returncode == 1
+    assert cli("check", str(folder / "report.json"), "--max-waste", "0.9").returncode == 0
 
 
 def test_diff_before_after(tmp_path):
@@ -128,7 +129,7 @@ def test_diff_before_after(tmp_path):
     b.gpu_rows(util_pct=85.0, mem_used_mib=60000.0)
     after = b.write()
     out = tmp_path / "diff.md"
-    proc = run_cli("diff", str(before), str(after), "-o", str(out))
+    proc = cli("diff", str(before), str(after), "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     text = out.read_text()
     assert "data_stall" in text and "resolved" in text.lower()

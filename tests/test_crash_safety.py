@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import ROOT, gpudoctor_cmd, run_cli
+from tests.conftest import ROOT, cli, gpudoctor_cmd
 
 TINY = str(ROOT / "tests" / "scripts" / "tiny_loop.py")
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -70,7 +70,7 @@ def test_sigkill_of_the_doctor_keeps_what_it_recorded(tmp_path, samples):
     psutil.Process(patient).kill()
     psutil.wait_procs([psutil.Process(patient)], timeout=10)
 
-    proc = run_cli("report", str(folder))
+    proc = cli("report", str(folder))
     assert proc.returncode == 0, proc.stderr
     report = json.loads((folder / "report.json").read_text())
     assert json.loads((folder / "meta.json").read_text())["status"] == "running"

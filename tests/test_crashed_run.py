@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, cli, run_cli
 
 SCRIPT = str(ROOT / "tests" / "scripts" / "crash_loop.py")
 
@@ -38,8 +38,8 @@ def test_the_verdict_of_a_crashed_run_says_it_crashed_and_what_it_covers(crashed
 
 def test_check_fails_a_crashed_run_unless_told_to_gate_what_ran(crashed):
     _, folder, _ = crashed
-    failed = run_cli("check", str(folder), "--max-waste", "0.99")
+    failed = cli("check", str(folder), "--max-waste", "0.99")
     assert failed.returncode == 1
     assert "crashed (exit code 1)" in failed.stderr
-    allowed = run_cli("check", str(folder), "--max-waste", "0.99", "--allow-crash")
+    allowed = cli("check", str(folder), "--max-waste", "0.99", "--allow-crash")
     assert allowed.returncode == 0, allowed.stderr

@@ -28,7 +28,10 @@ COMM_RULES = {"sync_every_microstep", "unused_parameter_search", "exposed_commun
 
 
 def _torchrun() -> list[str]:
-    return [shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node", "2"]
+    """torchrun for 2 ranks on a free port (--standalone): the default port 29500 is taken by any other
+    torchrun job on the machine, another suite's included."""
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
+    return [torchrun, "--standalone", "--nproc-per-node", "2"]
 
 
 def _comm_events(run: ProbeRun) -> dict[int, list[dict[str, Any]]]:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from gpudoctor.render.markdown import MarkdownRenderer
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, cli, run_cli
 
 SCRIPT = str(ROOT / "tests" / "scripts" / "doctor_fault_loop.py")
 
@@ -25,7 +25,7 @@ def _run(tmp: Path, *args: str) -> tuple[dict[str, Any], str]:
     folder = tmp / "run"
     proc = run_cli("run", "--out", str(folder), "--", sys.executable, SCRIPT, *args)
     assert proc.returncode == 1, proc.stderr[-2000:]  # the command's own exit code, as bare
-    gate = run_cli("check", str(folder), "--max-waste", "0.99")  # the CI gate says it too
+    gate = cli("check", str(folder), "--max-waste", "0.99")  # the CI gate says it too
     assert gate.returncode == 1
     return json.loads((folder / "report.json").read_text()), proc.stderr + gate.stderr
 

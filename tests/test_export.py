@@ -12,7 +12,7 @@ import pytest
 
 import gpudoctor
 from gpudoctor.tables import COLUMNS, TABLES
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, cli
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def probe(probe_run):
 
 def test_parquet_export_reads_back_as_the_loaded_tables(probe, tmp_path: Path) -> None:
     out = tmp_path / "exports" / "run-a"
-    proc = run_cli("export", str(probe.folder), "--format", "parquet", "-o", str(out))
+    proc = cli("export", str(probe.folder), "--format", "parquet", "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in out.iterdir()) == sorted(f"{t}.parquet" for t in TABLES)
     assert all((out / f"{t}.parquet").stat().st_mode & 0o077 == 0 for t in TABLES)  # private, like reports
@@ -35,7 +35,7 @@ def test_parquet_export_reads_back_as_the_loaded_tables(probe, tmp_path: Path) -
 
 
 def test_csv_export_of_a_report_json_alone_writes_headers_and_says_why(probe, tmp_path: Path) -> None:
-    proc = run_cli("export", str(probe.folder / "report.json"), "--format", "csv", "-o", str(tmp_path))
+    proc = cli("export", str(probe.folder / "report.json"), "--format", "csv", "-o", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     for name in TABLES:
         assert (tmp_path / f"{name}.csv").read_text().strip() == ",".join(COLUMNS[name])
@@ -48,16 +48,16 @@ def test_export_replaces_a_planted_link_instead_of_writing_through_it(probe, tmp
     out = tmp_path / "out"
     out.mkdir()
     (out / "steps.csv").symlink_to(victim)
-    proc = run_cli("export", str(probe.folder), "--format", "csv", "-o", str(out))
+    proc = cli("export", str(probe.folder), "--format", "csv", "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     assert victim.read_text() == "keep me" and not (out / "steps.csv").is_symlink()
     assert len(pd.read_csv(out / "steps.csv")) == probe.truth["steps"]
 
 
 def test_bad_input_is_one_line_and_a_nonzero_exit(tmp_path: Path) -> None:
-    proc = run_cli("export", str(tmp_path / "missing"), "-o", str(tmp_path / "o"))
+    proc = cli("export", str(tmp_path / "missing"), "-o", str(tmp_path / "o"))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "no such file or folder" in proc.stderr
-    proc = run_cli("export", str(tmp_path), "--format", "xlsx", "-o", str(tmp_path / "o"))
+    proc = cli("export", str(tmp_path), "--format", "xlsx", "-o", str(tmp_path / "o"))
     assert proc.returncode == 2 and "invalid choice: 'xlsx'" in proc.stderr
 
 

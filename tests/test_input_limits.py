@@ -17,7 +17,7 @@ from pathlib import Path
 
 from gpudoctor.recording.read import read_events, read_samples
 from gpudoctor.recording.validate import clean_host_row
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, cli, run_cli
 from tests.test_bad_input import assert_one_line_error
 
 SAMPLE_REPORT = ROOT / "tests" / "data" / "report_sample.json"
@@ -140,7 +140,7 @@ def test_a_report_json_over_the_cap_is_refused_before_it_is_read(tmp_path):
         fh.write(b'{"schema": "gpudoctor.report/1", "pad": "')
         fh.truncate(MAX_REPORT_BYTES + 1)
     out = tmp_path / "out.md"
-    proc = run_cli("report", str(big), "-o", str(out))
+    proc = cli("report", str(big), "-o", str(out))
     line = assert_one_line_error(proc, 2)
     assert f"over the {MAX_REPORT_BYTES // 2**20} MiB cap" in line and "gpudoctor report FOLDER" in line
     assert not out.exists()

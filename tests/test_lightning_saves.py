@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, run_cli, within
+from tests.conftest import ROOT, cli, run_cli, within
 
 pytest.importorskip("lightning")
 
@@ -63,7 +63,7 @@ def test_check_fails_the_lightning_run_that_saves_every_step(every_step):
     report, truth, folder = every_step
     # The gate at half the script's own saving share (startup's share varies with the machine's load).
     half = 0.5 * truth["save_s"] / report["run"]["duration_s"]
-    proc = run_cli("check", str(folder), "--max-waste", f"{half:.3f}")
+    proc = cli("check", str(folder), "--max-waste", f"{half:.3f}")
     assert proc.returncode == 1, proc.stdout + proc.stderr
 
 

@@ -19,7 +19,7 @@ from gpudoctor.render.diff_page import render_diff_markdown
 from gpudoctor.render.markdown import COMMENT_LIMIT, MarkdownRenderer, md_text
 from gpudoctor.report.build import build_report
 from gpudoctor.report.diff import diff_reports
-from tests.conftest import run_cli
+from tests.conftest import cli
 from tests.recording_builder import T0, RecordingBuilder
 from tests.report_fixtures import TRAINER_ARGS
 
@@ -63,7 +63,7 @@ def _balanced(md: str) -> bool:
 
 def test_64_rank_report_md_from_the_cli_fits_a_comment_with_every_rank_folded(runs, tmp_path) -> None:
     out = tmp_path / "report.md"
-    proc = run_cli("report", str(runs[0]), "-o", str(out))
+    proc = cli("report", str(runs[0]), "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     md = out.read_text()
     assert len(md) <= COMMENT_LIMIT and _balanced(md)
@@ -77,7 +77,7 @@ def test_64_rank_report_md_from_the_cli_fits_a_comment_with_every_rank_folded(ru
 
 def test_64_rank_diff_md_from_the_cli_fits_a_comment(runs, tmp_path) -> None:
     out = tmp_path / "diff.md"
-    proc = run_cli("diff", str(runs[0]), str(runs[1]), "-o", str(out))
+    proc = cli("diff", str(runs[0]), str(runs[1]), "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     md = out.read_text()
     assert len(md) <= COMMENT_LIMIT and _balanced(md)

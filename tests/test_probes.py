@@ -153,7 +153,7 @@ def test_torchrun_two_ranks_reported_per_rank_with_straggler(probe_run):
     from pathlib import Path
 
     torchrun = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
-    run = probe_run("ddp_two_ranks", "--slow-rank", "1", launcher=[torchrun, "--nproc-per-node", "2"])
+    run = probe_run("ddp_two_ranks", "--slow-rank", "1", launcher=[torchrun, "--standalone", "--nproc-per-node", "2"])
     assert run.returncode == 0, run.stderr[-2000:]
     ranks = {r["rank"]: r for r in run.report["per_rank"]}
     assert sorted(ranks) == [0, 1]

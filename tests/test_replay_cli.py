@@ -13,7 +13,7 @@ from gpudoctor.render import write_all
 from gpudoctor.replay.config import load_config
 from gpudoctor.replay.here import ON_CPU_NOTE, compare
 from gpudoctor.report.check import problem
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, cli, run_cli
 
 HEALTHY = ROOT / "sample_configs" / "healthy.yaml"
 
@@ -127,7 +127,7 @@ def test_rerendering_a_gpu_replay_folder_keeps_its_prediction_check(healthy_repl
     report["prediction_check"] = compare(load_config(HEALTHY), measure, report)
     assert problem(report) is None
     (folder / "report.json").write_text(json.dumps(report))
-    proc = run_cli("report", str(folder))
+    proc = cli("report", str(folder))
     assert proc.returncode == 0, proc.stderr
     again = json.loads((folder / "report.json").read_text())
     assert again["prediction_check"] == report["prediction_check"]

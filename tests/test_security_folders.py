@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import cli, run_cli
 from tests.recording_builder import RecordingBuilder
 
 VICTIM_TEXT = "# the victim's own file\n"
@@ -126,7 +126,7 @@ def test_report_of_an_untrusted_folder_never_writes_through_its_links(tmp_path, 
 def test_report_and_diff_outputs_are_private(tmp_path, recording, ext):
     for argv in (("report", str(recording)), ("diff", str(recording), str(recording))):
         out = tmp_path / f"{argv[0]}.{ext}"
-        proc = run_cli(*argv, "-o", str(out))
+        proc = cli(*argv, "-o", str(out))
         assert proc.returncode == 0, proc.stderr
         assert stat.S_IMODE(out.stat().st_mode) == 0o600 and out.stat().st_size > 0
 
@@ -137,6 +137,6 @@ def test_report_and_diff_outputs_never_go_through_a_link(tmp_path, recording, cm
     out = tmp_path / "out.md"
     out.symlink_to(victims["out.md"])
     argv = (cmd, str(recording)) if cmd == "report" else (cmd, str(recording), str(recording))
-    line = _one_line(run_cli(*argv, "-o", str(out)), 2)
+    line = _one_line(cli(*argv, "-o", str(out)), 2)
     assert str(out) in line and "link" in line
     _untouched(victims)

@@ -22,7 +22,7 @@ from tests.conftest import PROBES, run_cli
 def test_the_straggler_finding_says_the_slow_ranks_own_figures(tmp_path):
     torchrun = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
     folder = tmp_path / "run"
-    proc = run_cli("run", "--out", str(folder), "--", torchrun, "--nproc-per-node", "2",
+    proc = run_cli("run", "--out", str(folder), "--", torchrun, "--standalone", "--nproc-per-node", "2",
                    str(PROBES / "ddp_two_ranks.py"), "--slow-rank", "1", "--sleep-ms", "20", "--steps", "200",
                    "--truth", str(tmp_path / "truth.json"))
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from gpudoctor.report.check import problem
-from tests.conftest import PROBES, ROOT, run_cli
+from tests.conftest import PROBES, ROOT, cli, run_cli
 
 STALL = ROOT / "tests" / "scripts" / "stall_loop.py"
 
@@ -50,7 +50,7 @@ def test_try_applies_workers_and_compares_steps_per_s(tmp_path: Path) -> None:
     assert "Fix tried" in md and "applied: DataLoader: num_workers=2 (was 0)" in md
     assert "Fix tried on this command" in (out / "report.html").read_text()
     # re-rendering the folder rebuilds the baseline and keeps the trial
-    again = run_cli("report", str(out), "-o", str(tmp_path / "again.json"))
+    again = cli("report", str(out), "-o", str(tmp_path / "again.json"))
     assert again.returncode == 0, again.stderr
     assert json.loads((tmp_path / "again.json").read_text())["trial"] == trial
 
