@@ -23,7 +23,7 @@ from gpudoctor.common.errors import UserError
 from gpudoctor.replay.yamlsrc import LinedDict
 
 T = TypeVar("T")
-_ADAPTERS: dict[type, TypeAdapter[Any]] = {}  # one per section type checked alone (--grid), built once
+_ADAPTERS: dict[type, TypeAdapter[Any]] = {}  # building one compiles its validator: once per type
 
 _UNKNOWN_KEY = ("unexpected_keyword_argument", "invalid_key", "extra_forbidden")
 _NOT_A_SECTION = ("dataclass_type", "dataclass_args_type")
