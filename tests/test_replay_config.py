@@ -77,6 +77,13 @@ def test_wrong_type_is_reported_with_its_key() -> None:
     assert "cfg.yaml:5: training.dataloader_num_workers: must be a whole number" in message
 
 
+def test_of_several_problems_the_earliest_in_the_file_is_reported() -> None:
+    assert error_of(MINIMAL + "foo: 1\ntraining: {bf16: 3}\n").startswith("cfg.yaml:4: foo is not a known key")
+    assert error_of(MINIMAL + "training: {bf16: 3}\nfoo: 1\n").startswith(
+        "cfg.yaml:4: training.bf16: must be true or false, not 3"
+    )
+
+
 def test_missing_dataset_path_is_reported(tmp_path: Path) -> None:
     message = error_of("dataset:\n  kind: jsonl\n  path: data/train.jsonl\n")
     assert "cfg.yaml:3: dataset.path:" in message and "does not exist" in message

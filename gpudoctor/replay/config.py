@@ -2,8 +2,10 @@
 
 The YAML describes the real training run (dataset, formatting, tokenizer, padding,
 model, TrainingArguments, target hardware) plus how to scale it down for a local
-replay. Every key is documented in ``sample_configs/README.md``. Unknown keys and
-bad values are one-line ``UserError``s naming the key and its line.
+replay. Every key is documented in ``sample_configs/README.md``. The sections' types
+(:mod:`gpudoctor.replay.sections`) are checked by pydantic; unknown keys and bad values are
+one-line ``UserError``s naming the key and its line (:mod:`gpudoctor.replay.schema`), and what
+spans keys or looks at the disk is :mod:`gpudoctor.replay.checks`'.
 """
 
 from __future__ import annotations
@@ -14,8 +16,7 @@ from pathlib import Path
 
 from gpudoctor.common import safefs
 from gpudoctor.common.errors import UserError
-from gpudoctor.replay import checks
-from gpudoctor.replay.schema import Ctx, build
+from gpudoctor.replay import checks, schema
 from gpudoctor.replay.sections import (  # noqa: F401 - the config's types, imported from here too
     SECTION_TYPES,
     BpeSection,
@@ -54,14 +55,12 @@ def load_config_text(text: str, source: str = "<config>", base_dir: str = ".") -
     data = load_yaml(text, source)
     if data is None:
         raise UserError(f"{source}: the config is empty; it needs at least a dataset: section")
-    ctx = Ctx(source=source, lines={}, elsewhere=_owners())
-    cfg: ReplayConfig = build(ReplayConfig, data, ctx)
-    cfg.source, cfg.base_dir, cfg.lines = source, base_dir, ctx.lines
-    if "dataset" not in ctx.lines:
+    cfg = schema.validate(ReplayConfig, data, source, elsewhere=_owners())
+    if "dataset" not in data:
         raise UserError(
             f"{source}: dataset: section is missing (kind: synthetic | jsonl | text | arrow | disk)"
         )
-    checks.check(cfg)
+    checks.check(cfg.placed(source, base_dir, schema.key_lines(data)))
     return cfg
 
 

@@ -8,17 +8,19 @@ The config is then loaded like a hand-written one, with the same checks.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import statistics
+import typing
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpudoctor.common.errors import UserError
 from gpudoctor.replay.checks import ARCHS
 from gpudoctor.replay.config import TrainingSection
 from gpudoctor.replay.facts import RunFacts
+from gpudoctor.replay.schema import field_value
 from gpudoctor.replay.size import config_params
 
 SECTIONS = ("dataset", "text", "tokenizer", "max_length", "padding", "loop", "model", "training",
@@ -30,7 +32,7 @@ SIZE_KEYS = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_atten
              "num_key_value_heads", "head_dim", "n_layer", "n_embd", "n_head", "n_inner", "ffn_dim",
              "word_embed_proj_dim")
 MAX_BPE_VOCAB = 8000  # what a BPE trained on the replay's 2,000 synthetic examples can learn
-_TRAINING_FIELDS = {f.name: f for f in dataclasses.fields(TrainingSection)}
+_TRAINING_TYPES = typing.get_type_hints(TrainingSection)
 BATCHES = "the recorded batches"
 TOKENIZER = "the recorded tokenizer calls"
 DEFAULT = "a default (not recorded)"
@@ -209,7 +211,7 @@ def _training(d: Derived, f: RunFacts) -> None:
     args = f.training_args
     if args is not None:
         d.put("loop", "trainer", f.args_source)
-        for key in _TRAINING_FIELDS:
+        for key in _TRAINING_TYPES:
             value = _training_value(key, args, f)
             if value is not None:
                 d.put(f"training.{key}", value, f.args_source)
@@ -245,21 +247,13 @@ def _training_value(key: str, args: dict[str, Any], f: RunFacts) -> Any:
             return max(1, round(f.plan_max_steps / max(1.0, float(args.get("num_train_epochs") or 1))))
         if isinstance(value, float) and 0 < value < 1:  # a ratio of the total steps
             return max(1, round(value * f.plan_max_steps)) if f.plan_max_steps else None
-    spec = _TRAINING_FIELDS[key]
-    hint = str(spec.type)
-    if isinstance(value, float) and value.is_integer() and "int" in hint and "float" not in hint:
-        value = int(value)
-    if "bool" in hint:
-        return value if isinstance(value, bool) else None
-    if "str" in hint:
-        return value if isinstance(value, str) and 0 < len(value) < 100 else None
-    ok = _is_int(value) if "float" not in hint else isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value):
+    if isinstance(value, str) and _TRAINING_TYPES[key] is not str:
+        return None  # TrainingArguments writes a number as a number
+    try:  # typed and bounded as the config will be: e.g. logging_steps 0.1 (a ratio) keeps the default
+        typed = field_value(TrainingSection, key, value, f.args_source, f"training.{key}")
+    except UserError:
         return None
-    low, above = spec.metadata.get("ge"), spec.metadata.get("gt")
-    if (low is not None and value < low) or (above is not None and value <= above):
-        return None  # e.g. logging_steps 0.1 (a ratio): the default stays
-    return float(value) if "float" in hint else value
+    return None if isinstance(typed, str) and not 0 < len(typed) < 100 else typed
 
 
 def _dataset_size(d: Derived, f: RunFacts) -> None:

@@ -2,8 +2,9 @@
 
 Keys are the config's own (``training.dataloader_num_workers``,
 ``model.config.n_head``) or a bare ``TrainingArguments``-style name looked up in
-``training:`` first. Values are checked with the config loader's own coercion,
-so a grid accepts exactly what a config file would, and refuses it in one line.
+``training:`` first. Values are checked against the config's own types (pydantic, worded
+by :mod:`gpudoctor.replay.schema`), so a grid accepts exactly what a config file would, and
+refuses it in one line.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import yaml
 
 from gpudoctor.common.errors import UserError
 from gpudoctor.replay.config import SECTION_TYPES, ReplayConfig
-from gpudoctor.replay.schema import Ctx, coerce, one_line
+from gpudoctor.replay.schema import field_value, one_line
 
 WORKERS = "training.dataloader_num_workers"
 BATCH = "training.per_device_train_batch_size"
@@ -47,15 +48,15 @@ def _unwrap(hint: Any) -> Any:
     return hint
 
 
-def _fields(cls: type) -> dict[str, tuple[Any, Any]]:
+def _fields(cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
-    return {f.name: (hints[f.name], f.metadata) for f in dataclasses.fields(cls) if f.init}
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
 
 
 def leaf_keys(cls: type = ReplayConfig, prefix: str = "") -> list[str]:
     """Every dotted key that holds a value (for 'did you mean')."""
     keys: list[str] = []
-    for name, (hint, _) in _fields(cls).items():
+    for name, hint in _fields(cls).items():
         inner = _unwrap(hint)
         if isinstance(inner, type) and dataclasses.is_dataclass(inner):
             keys += leaf_keys(inner, f"{prefix}{name}.")
@@ -93,8 +94,9 @@ def _unknown(key: str) -> str:
     raise UserError(one_line(f"--grid {key}: not a config key{hint}"))
 
 
-def resolve_key(text: str) -> tuple[str, Any, Any]:
-    """``(dotted key, type hint, bounds metadata)`` for a grid key, or a one-line error."""
+def resolve_key(text: str) -> tuple[str, type | None]:
+    """``(dotted key, the section that types it)`` for a grid key, or a one-line error; the
+    section is None for a ``model.config`` field, which the architecture checks."""
     dotted = text if "." in text else _bare(text)
     cls: Any = ReplayConfig
     parts = dotted.split(".")
@@ -102,8 +104,7 @@ def resolve_key(text: str) -> tuple[str, Any, Any]:
         fields = _fields(cls)
         if part not in fields:
             return _unknown(dotted)
-        hint, meta = fields[part]
-        inner = _unwrap(hint)
+        inner = _unwrap(fields[part])
         rest = parts[i + 1 :]
         if isinstance(inner, type) and dataclasses.is_dataclass(inner):
             if not rest:
@@ -111,10 +112,10 @@ def resolve_key(text: str) -> tuple[str, Any, Any]:
             cls = inner
             continue
         if get_origin(inner) is dict and len(rest) == 1:
-            return dotted, Any, {}  # model.config.<field>: the architecture checks it
+            return dotted, None
         if rest or get_origin(inner) in (list, dict):
             raise UserError(f"--grid {dotted}: not a single value that a grid can vary")
-        return dotted, hint, meta
+        return dotted, cls
     raise UserError(f"--grid {text}: empty key")  # unreachable: split always yields a part
 
 
@@ -126,16 +127,16 @@ def parse_axis(spec: str) -> Axis:
         raise UserError(
             one_line(f"--grid {spec!r}: write it as KEY=V1,V2 (e.g. dataloader_num_workers=0,2,4)")
         )
-    dotted, hint, meta = resolve_key(key)
+    dotted, section = resolve_key(key)
     raw = [v.strip() for v in values_text.split(",")]
     if not values_text.strip() or any(not v for v in raw):
         raise UserError(
             one_line(f"--grid {key}={values_text}: an empty value; list values as V1,V2,...")
         )
-    ctx = Ctx(source="--grid", lines={}, elsewhere={})
+    name = dotted.rsplit(".", 1)[-1]
     values: list[Any] = []
     for text in raw:
-        value = coerce(_scalar(text), hint, ctx, dotted, None, meta)
+        value = _scalar(text) if section is None else field_value(section, name, _scalar(text), "--grid", dotted)
         if value not in values:
             values.append(value)
     return Axis(dotted, tuple(values))
