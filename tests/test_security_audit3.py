@@ -489,10 +489,12 @@ def test_the_doctor_prints_through_the_sanitiser_only():
 
     package = Path(__file__).resolve().parent.parent / "gpudoctor"
     patient_side = ("hooks", "_inject")
+    # a child whose stdout is a pipe the doctor parses (one JSON line), never a terminal
+    protocol = (Path("launch/length_cost_worker.py"),)
     found = []
     for path in package.rglob("*.py"):
         rel = path.relative_to(package)
-        if rel.parts[0] in patient_side or rel == Path("common/termtext.py"):
+        if rel.parts[0] in patient_side or rel == Path("common/termtext.py") or rel in protocol:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and (

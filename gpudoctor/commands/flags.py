@@ -126,14 +126,16 @@ def add_history(p: argparse.ArgumentParser, writes: bool = True) -> None:
 
 
 def history_location(args: argparse.Namespace) -> Path | None:
-    """The history database the command's flags and GPUDOCTOR_HISTORY name; None: skipped."""
+    """The history database the command's flags and GPUDOCTOR_HISTORY name; None: skipped. A
+    namespace built without the history flags (a command called from code) has the defaults."""
     from gpudoctor.history.store import location
 
-    return location(args.history, getattr(args, "no_history", False))
+    return location(getattr(args, "history", None), getattr(args, "no_history", False))
 
 
 def record_history(args: argparse.Namespace, report: Report, folder: Path, *, git: bool = True) -> int | None:
     """Add a written report to the history (:func:`gpudoctor.history.index.record`): never raises."""
     from gpudoctor.history.index import record
 
-    return record(report, folder, history_location(args), name=args.name, git=git, quiet=args.json)
+    return record(report, folder, history_location(args), name=getattr(args, "name", None), git=git,
+                  quiet=bool(getattr(args, "json", False)))
