@@ -187,3 +187,37 @@ def test_nanogpt_like_eval_fix_in_key_equals_value_form(probe_run):
     new = f["fix"]["config"]["eval_interval"]
     assert f"`--eval_interval={new}` instead of its default ({run.truth['eval_interval']})" in f["fix"]["summary"]
     assert f"--eval_interval={new}" in f["fix"]["snippet"]
+
+
+def _switch(dest: str) -> dict[str, object]:
+    return {"dest": dest, "flags": [f"--{dest.replace('_', '-')}"], "default": False, "value": False,
+            "takes_value": False, "const": True}
+
+
+def _tokenizing_loop(tmp_path: Path, switch: str) -> dict:
+    """A loop that waits 60 ms a batch, 20 ms of it tokenizing, beside 20 ms of compute; its script
+    takes an on/off ``--<switch>``."""
+    b = RecordingBuilder(tmp_path, cores=2, duration_s=60.0)
+    rows = b.process()
+    rows[0]["argv"] = ["/usr/bin/python3", "train.py"]
+    b.meta_extra["command"] = ["python", "train.py"]
+    rows.append({"k": "cli", "t": T0 + 0.5, "style": "argparse", "parser": "ArgumentParser", "from_argv": True,
+                 "args": None, "options": [_switch(switch)]})
+    end = b.training_loop(rows, start_s=2.0, steps=600, compute_s=0.02, wait_s=0.06, fetch_s=0.06)
+    b.tokenizer_counters(rows, start_s=2.0, end_s=end, total_s=0.02 * 600)
+    b.host_rows(cpu_total_pct=40.0, cpu_proc_pct=100.0)
+    return build_report(load_recording(b.write()))
+
+
+def test_a_caching_switch_promises_the_whole_build_a_pretokenizing_one_the_tokenizer(tmp_path):
+    # --pretokenize: the tokenizer's 20 ms of the 80 ms batch go (80 -> 60 ms)
+    tok = _finding(_tokenizing_loop(tmp_path / "pre", "pretokenize"), "tokenization_in_loop")
+    assert tok["fix"]["summary"].startswith("Run with `--pretokenize` instead of its default (False).")
+    assert "switch_kind" not in tok["data"]
+    assert tok["predicted_speedup"] == pytest.approx(0.08 / 0.06, rel=0.03)
+    # --precompute caches each whole item: the whole 60 ms wait goes (80 -> 20 ms), and it says so
+    cached = _finding(_tokenizing_loop(tmp_path / "cache", "precompute"), "tokenization_in_loop")
+    assert cached["fix"]["summary"].startswith("Run with `--precompute` instead of its default (False).")
+    assert cached["data"]["switch_kind"] == "cache" and "caches each whole item" in cached["fix"]["summary"]
+    assert cached["predicted_speedup"] == pytest.approx(0.08 / 0.02, rel=0.03)
+    assert cached["data"]["command_argv"] == ["python", "train.py", "--precompute"]

@@ -83,7 +83,7 @@ class Fix:
 
 
 # Fields of :class:`Finding` that settle the report's figures and are not written themselves.
-SETTLED_ONLY = frozenset({"speedup_up_to", "per_launch_s"})
+SETTLED_ONLY = frozenset({"speedup_up_to", "per_launch_s", "switch_claims"})
 # Keys of the report's finding that ``Finding.to_dict`` works out from the settled figures and the price.
 REPORT_ONLY = frozenset({"waste_usd_per_hour", "predicted_speedup_range"})
 
@@ -106,6 +106,9 @@ class Finding:
     data: dict[str, Any] = field(default_factory=dict)
     per_launch_s: float | None = None  # seconds each launch repeats (priced per launch when priced)
     risk: bool = False  # a risk, not a waste (memory that runs out): its rule sets the severity, no claims
+    # what the fix gives back when the script's own switch does more than the fix names: "cache"
+    # (each whole item computed once) where a pre-tokenizing fix meets a --precompute/--cache switch
+    switch_claims: dict[str, list[Claim]] = field(default_factory=dict)
 
     def to_dict(self, usd_per_hour: float | None) -> schema.Finding:
         """The report's finding (:class:`gpudoctor.core.schema.Finding`): the figures settled, rounded."""

@@ -70,8 +70,10 @@ def run_rules(analysis: Analysis) -> tuple[list[Finding], float]:
     claim at once (see :mod:`gpudoctor.rules.account`), so it is never a plain sum.
     """
     findings = [f for rule in all_rules() if (f := rule.match(analysis)) is not None]
+    # each fix also in the script's own flags, where it has them (a switch that caches whole items
+    # gives back more than pre-tokenizing: its claims), then every claim settled
+    script_flags.apply(analysis, findings)
     wasted = settle_findings(analysis.breakdown(), findings)
-    script_flags.apply(analysis, findings)  # each fix also in the script's own flags, where it has them
     return sorted(findings, key=lambda f: -f.waste_fraction), wasted
 
 

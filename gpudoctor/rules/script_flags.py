@@ -153,6 +153,13 @@ def _apply_one(a: Analysis, p: ProcessView | None, cli: ScriptCli, finding: Find
     switch = _precompute_switch(cli, finding.data.get(PRECOMPUTE))
     if switch is not None:  # the script's own switch does what the library's values say: it alone
         changes, leftover = [_Change(switch, switch.const)], False
+        caches = _caches(switch)
+        if caches and finding.switch_claims.get("cache"):
+            # named for caching items, not for tokenizing: each whole item once, the whole build gone
+            finding.claims = finding.switch_claims["cache"]
+            finding.data["switch_kind"] = "cache"
+            fix.summary = (f"{fix.summary} Its own switch {_flag(cli, switch)} caches each whole item, so the "
+                           "whole batch build leaves the loop, not only the tokenizing: that is the promise.")
     alternative = finding.data.get("alternative")
     alt, _ = _changes(a, p, cli, finding, [alternative]) if isinstance(alternative, dict) else ([], False)
     alt_switch = _precompute_switch(cli, finding.data.get("alternative_precompute"))
@@ -223,6 +230,14 @@ def _said(cli: ScriptCli, changes: list[_Change]) -> str:
 _SWITCHES = {"pretokenize": ("pretokenize", "pre_tokenize", "tokenize_once", "tokenize_offline", "precompute",
                              "preprocess", "pre_process", "cache", "cache_items", "cache_dataset"),
              "cache": ("cache", "cache_items", "cache_dataset", "precompute", "preload", "in_memory")}
+
+
+_PRETOKENIZE_ONLY = ("pretokenize", "pre_tokenize", "tokenize_once", "tokenize_offline")
+
+
+def _caches(option: Option) -> bool:
+    """A switch named for caching whole items (--precompute, --cache), not for tokenizing only."""
+    return not any(n.startswith(w) for n in option.names() for w in _PRETOKENIZE_ONLY)
 
 
 def _precompute_switch(cli: ScriptCli, kind: Any) -> Option | None:
