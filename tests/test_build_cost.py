@@ -244,6 +244,8 @@ def test_a_computing_build_of_a_map_style_dataset_leads_with_computing_each_item
     assert "if an item is the same every epoch (no random augmentation)" in f["fix"]["summary"]
     assert f["data"]["predicted_loop_speedup_cached"] == pytest.approx(0.08 / 0.02, rel=0.02)
     assert f["predicted_speedup"] == pytest.approx(0.08 / 0.02, rel=0.05)  # the wait's seconds, all of them
+    wait = [c for c in f["claims"] if c["bucket"] == "data_wait"]
+    assert len(wait) == 1 and wait[0]["part"] is None and wait[0]["fraction"] == 1.0  # the tokenizer's part too
     assert f["fix"]["config"] == {} and f["data"]["alternative"]["num_workers"] >= 1
     assert f["data"]["predicted_loop_speedup"] < f["data"]["predicted_loop_speedup_cached"]
     # an iterable dataset (no length) cannot be computed once by index: the workers stay the fix
