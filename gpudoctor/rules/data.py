@@ -84,6 +84,22 @@ class DataWait:
     def residual_s(self) -> float:
         return max(0.0, self.wait_s - self.tokenize_in_wait_s)
 
+    def whole_build_claims(self) -> list[Claim]:
+        """Every item computed once before training: the whole wait goes, and the tokenizing the
+        loop did outside it (a cache, or a switch that caches whole items)."""
+        return [claim("data_wait", self.wait_s, self.wait_s),
+                claim("compute", self.tokenize_in_loop_s - self.tokenize_in_wait_s, self.compute_s)]
+
+    def stall_data(self) -> dict[str, object]:
+        """The figures a data_stall finding carries, whichever fix leads it."""
+        return {
+            "data_wait_s": round(self.wait_s, 3),
+            "load_ms_per_batch": round(1000 * self.load_s_per_batch, 2) if self.load_s_per_batch else None,
+            "compute_ms_per_batch": round(1000 * self.compute_s_per_batch, 2) if self.compute_s_per_batch else None,
+            "cores": self.cores,
+            "free_cores": self.free_cores,
+        }
+
     def residual_claim(self, removed_s: float, up_to_s: float | None = None) -> Claim:
         """``removed_s`` of the wait that is not the tokenizer's (a disjoint part of data_wait)."""
         return claim("data_wait", removed_s, self.wait_s, part="loader", part_s=self.residual_s, up_to_s=up_to_s)
@@ -498,8 +514,7 @@ def _word_tokenize(fig: TokenizeFigures) -> Finding:
         ),
         data={**base, PRECOMPUTE: "pretokenize", **({"alternative": interim.config} if interim.config else {})},
         # a switch that caches each whole item removes the whole wait, not the tokenizer's part only
-        switch_claims={"cache": [claim("data_wait", d.wait_s, d.wait_s),
-                                 claim("compute", d.tokenize_in_loop_s - d.tokenize_in_wait_s, d.compute_s)]},
+        switch_claims={"cache": d.whole_build_claims()},
     )
 
 
@@ -606,18 +621,11 @@ def _word_cache(fig: CacheFigures) -> Finding:
     return Finding(
         rule=DataStall.name,
         title="The training loop waits for data",
-        # the whole build goes, its tokenizer calls too: the whole wait, and the tokenizing the
-        # loop did outside it
-        claims=[claim("data_wait", d.wait_s, d.wait_s),
-                claim("compute", d.tokenize_in_loop_s - d.tokenize_in_wait_s, d.compute_s)],
+        claims=d.whole_build_claims(),  # the whole build goes, its tokenizer calls too
         evidence=_wait_evidence(d),
         fix=Fix(summary=summary, snippet=snippet, library=d.names.library, call=d.names.call),
         data={
-            "data_wait_s": round(d.wait_s, 3),
-            "load_ms_per_batch": round(1000 * d.load_s_per_batch, 2) if d.load_s_per_batch else None,
-            "compute_ms_per_batch": round(1000 * d.compute_s_per_batch, 2) if d.compute_s_per_batch else None,
-            "cores": d.cores,
-            "free_cores": d.free_cores,
+            **d.stall_data(),
             "dataset_items": fig.items,
             "predicted_loop_speedup_cached": round(fig.speedup, 3),
             "recommended_workers": plan.workers,
@@ -640,11 +648,7 @@ def _word_stall(fig: StallFigures) -> Finding:
         evidence=_wait_evidence(d),
         fix=fix,
         data={
-            "data_wait_s": round(d.wait_s, 3),
-            "load_ms_per_batch": round(1000 * d.load_s_per_batch, 2) if d.load_s_per_batch else None,
-            "compute_ms_per_batch": round(1000 * d.compute_s_per_batch, 2) if d.compute_s_per_batch else None,
-            "cores": d.cores,
-            "free_cores": d.free_cores,
+            **d.stall_data(),
             "recommended_workers": fig.plan.workers,
             **_alone_data(d, fig.diag),
         },
