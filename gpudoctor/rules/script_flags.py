@@ -226,13 +226,13 @@ def _said(cli: ScriptCli, changes: list[_Change]) -> str:
     return " and ".join(f"`{_spell(cli, c.option, c.value)}` instead of {_was(cli, c.option)}" for c in changes)
 
 
-# What a pre-computing fix's switch may be called: the tokenizer's part, or the whole item.
-_SWITCHES = {"pretokenize": ("pretokenize", "pre_tokenize", "tokenize_once", "tokenize_offline", "precompute",
-                             "preprocess", "pre_process", "cache", "cache_items", "cache_dataset"),
-             "cache": ("cache", "cache_items", "cache_dataset", "precompute", "preload", "in_memory")}
-
-
+# What a pre-computing fix's switch may be called: for the tokenizer's part only, or for the whole
+# item (which also does the tokenizer's part).
 _PRETOKENIZE_ONLY = ("pretokenize", "pre_tokenize", "tokenize_once", "tokenize_offline")
+_WHOLE_ITEM = ("cache", "cache_items", "cache_dataset", "precompute", "preload", "in_memory")
+_SWITCHES = {"pretokenize": (*_PRETOKENIZE_ONLY, "precompute", "preprocess", "pre_process", "cache", "cache_items",
+                             "cache_dataset"),
+             "cache": _WHOLE_ITEM}
 
 
 def _caches(option: Option) -> bool:
