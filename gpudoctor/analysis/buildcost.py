@@ -124,6 +124,12 @@ class LoopModel:
     compute_cpu_s: float  # CPU per batch the run spends outside batch builds
     build: BuildCost
     workers_now: int
+    warm: float = 1.0  # the compute back to back over the compute as measured, after a build (≤ 1)
+
+    @property
+    def compute_alone_s(self) -> float:
+        """The compute per batch with no build before it: what a loop whose batches are ready runs at."""
+        return self.compute_s * self.warm
 
     def batch_s_with(self, workers: int, host_cores: float, crowd: float = 0.0) -> float:
         """Loop time per batch with ``workers`` background workers on a host of ``host_cores``
@@ -134,8 +140,8 @@ class LoopModel:
         if workers <= 0:  # builds back in the training process, with its threads as measured there
             in_process = self.build.wall_s if not self.build.in_workers else self.build.worker_wall_s
             return max(self.compute_s + in_process, (self.compute_cpu_s + self.build.build_cpu_s) / max(cores, 1e-9))
-        model = max(self.compute_s, self.build.worker_wall_s / workers,
-                    (self.compute_cpu_s + self.build.build_cpu_s) / max(cores, 1e-9))
+        model = max(self.compute_alone_s, self.build.worker_wall_s / workers,
+                    (self.compute_cpu_s * self.warm + self.build.build_cpu_s) / max(cores, 1e-9))
         if self.workers_now > 0:  # what the model misses now (IPC, collation) it misses with more workers too
             now = max(self.compute_s, self.build.worker_wall_s / self.workers_now,
                       (self.compute_cpu_s + self.build.build_cpu_s) / max(share(host_cores, self.workers_now, crowd), 1e-9))
@@ -151,14 +157,14 @@ class LoopModel:
         chosen with builds 25% slower than measured (``WORKER_HEADROOM``: build times vary, and a
         queue run at its exact rate is often empty); the time returned is the model's own."""
         # Past what Little's law asks for (with the headroom), a worker only takes cores from other programs.
-        need = math.ceil(WORKER_HEADROOM * self.build.worker_wall_s / max(self.compute_s, 1e-9))
+        need = math.ceil(WORKER_HEADROOM * self.build.worker_wall_s / max(self.compute_alone_s, 1e-9))
         cap = max(1, min(cap, MAX_WORKERS, need))
         if self.build.kind != "wait":  # a build that computes: never more workers than the host has cores
             cap = max(1, min(cap, math.floor(cores)))
         slack = LoopModel(self.batch_s, self.compute_s, self.compute_cpu_s,
                           replace(self.build, wall_s=self.build.wall_s * WORKER_HEADROOM,
                                   cpu_s=self.build.cpu_s * WORKER_HEADROOM,
-                                  run_delay_s=self.build.run_delay_s * WORKER_HEADROOM), self.workers_now)
+                                  run_delay_s=self.build.run_delay_s * WORKER_HEADROOM), self.workers_now, self.warm)
         times = {w: slack.batch_s_with(w, cores, crowd) for w in range(1, cap + 1)}
         best = min(times.values())
         workers = min(w for w, t in times.items() if t <= best * ENOUGH)

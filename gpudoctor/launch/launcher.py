@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from gpudoctor.analysis import Analysis
 from gpudoctor.common.errors import UserError
 from gpudoctor.common.termtext import say
 from gpudoctor.core.schema import Report
-from gpudoctor.launch import length_cost
+from gpudoctor.launch import length_cost, warm_compute
 from gpudoctor.launch.recorder import Recorder, RecorderOptions, child_env, default_out
 from gpudoctor.pipeline import conclude
 from gpudoctor.processes import priority
@@ -275,11 +276,18 @@ def _exit_code(code: int) -> int:
 
 def _report(folder: RunFolder, spec: RunSpec) -> Diagnosis:
     options = ReportOptions(price_per_gpu_hour=spec.price_per_gpu_hour, gpus=spec.gpus, price_source=spec.price_source,
-                            prepare=lambda a: length_cost.measure(a, folder.at))
+                            prepare=lambda a: _measure_after(a, folder.at))
     diagnosis = conclude(folder.at, options, trackers=spec.trackers, shown=folder.root)
     if spec.summary:
         print_summary(diagnosis.report, folder.root, spec.as_json)
     return diagnosis
+
+
+def _measure_after(a: Analysis, at: Path) -> str | None:
+    """What only this machine can tell after the training exited: the model at other row widths,
+    the compute back to back; their notes, where one failed."""
+    notes = [n for n in (length_cost.measure(a, at), warm_compute.measure(a, at)) if n]
+    return "; ".join(notes) or None
 
 
 def _restore(old: dict[int, Any]) -> None:

@@ -27,7 +27,8 @@ from gpudoctor.common import safefs
 from gpudoctor.common.errors import UserError
 
 RECORDING_NAMES = ("meta.json", "samples", "events", "attach", "report.json", "report.html", "report.md",
-                   "replay_measure.json", "trial", "apply.json", "length_cost.json")
+                   "replay_measure.json", "trial", "apply.json", "length_cost.json",
+                   "warm_compute.json")
 _held: dict[tuple[int, int], int] = {}  # (st_dev, st_ino) -> descriptor holding the lock, per process
 
 

@@ -26,7 +26,7 @@ from gpudoctor.common import safefs
 from gpudoctor.common.errors import UserError
 from gpudoctor.common.termtext import say
 from gpudoctor.common.wording import plural
-from gpudoctor.recording import claim, length_cost
+from gpudoctor.recording import claim, length_cost, warm_compute
 from gpudoctor.recording.length_cost import LengthCost
 from gpudoctor.recording.read import (  # noqa: F401 - read_jsonl re-exported
     Budget,
@@ -36,6 +36,7 @@ from gpudoctor.recording.read import (  # noqa: F401 - read_jsonl re-exported
 )
 from gpudoctor.recording.records import LoopData, Records
 from gpudoctor.recording.validate import clean_gpu_row, clean_host_row, clean_meta
+from gpudoctor.recording.warm_compute import WarmCompute
 
 META_SCHEMA = "gpudoctor.run/1"
 MAX_META_BYTES = 4 * 2**20  # meta.json is a few kB; a folder handed over may hold anything
@@ -217,6 +218,7 @@ class Recording:
     notes: list[str] = field(default_factory=list)
     event_owners: dict[int, int] = field(default_factory=dict)  # pid -> uid owning its events file
     length_cost: LengthCost | None = None  # seconds of a batch at several widths, timed after the run
+    warm_compute: WarmCompute | None = None  # a stand-in step back to back and after a build, timed after the run
 
     @property
     def loops(self) -> dict[int, LoopData]:
@@ -293,6 +295,7 @@ def _load(folder: RunFolder, meta_shown: Path) -> Recording:
     if rec.meta and rec.meta.get("status") == "running":
         rec.notes.append("the recording did not finish (doctor killed?); this report is partial")
     rec.length_cost = length_cost.read(folder.root)
+    rec.warm_compute = warm_compute.read(folder.root)
     _fill_missing_times(rec, extents)
     return rec
 

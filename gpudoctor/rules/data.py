@@ -20,6 +20,7 @@ from gpudoctor.analysis.buildcost import BuildCost, LoopModel, crowd_of, share, 
 from gpudoctor.common.wording import plural
 from gpudoctor.core.events import LoaderEvent
 from gpudoctor.core.thresholds import WASTE_SHARE, percent
+from gpudoctor.recording.warm_compute import WarmCompute
 from gpudoctor.rules import values, vocabulary
 from gpudoctor.rules.account import Claim, claim
 from gpudoctor.rules.base import Finding, Fix, Rule, pct
@@ -59,6 +60,7 @@ class DataWait:
     others: tuple[tuple[str, float], ...] = ()  # other programs: (command, cores busy)
     cap: tuple[int, str | None] = (32, None)  # most workers memory and the dataset allow, and why
     tokenize_cpu_s: float | None = None  # process CPU of the in-loop tokenizer calls, when timed
+    warm: WarmCompute | None = None  # the compute back to back against after a build, timed after the run
 
     @property
     def model(self) -> LoopModel | None:
@@ -66,7 +68,29 @@ class DataWait:
             return None
         return LoopModel(batch_s=self.batch_s, compute_s=self.compute_s_per_batch,
                          compute_cpu_s=self.compute_cpu_s if self.compute_cpu_s is not None else self.compute_s_per_batch,
-                         build=self.build, workers_now=self.num_workers or 0)
+                         build=self.build, workers_now=self.num_workers or 0, warm=self.warm_ratio)
+
+    @property
+    def warm_ratio(self) -> float:
+        """The compute back to back over the compute as measured between builds (1 where not timed)."""
+        return self.warm.ratio if self.warm is not None else 1.0
+
+    @property
+    def cold_s(self) -> float:
+        """Seconds of the loop's compute that a loop with its batches ready does not spend: the
+        compute runs colder right after a build than back to back (0 where not timed)."""
+        rest = max(0.0, self.compute_s - (self.tokenize_in_loop_s - self.tokenize_in_wait_s))
+        return rest * (1.0 - self.warm_ratio)
+
+    def ready_claims(self, removed_s: float, up_to_s: float | None = None) -> list[Claim]:
+        """A fix that gives back ``removed_s`` of the loop's time with its batches then ready: the
+        loader's part of the wait, and past the wait the compute's cold part (never more)."""
+        out = [self.residual_claim(min(self.residual_s, removed_s),
+                                   up_to_s=None if up_to_s is None else min(self.residual_s, up_to_s))]
+        colder = min(self.cold_s, max(0.0, removed_s - self.wait_s))
+        if colder > 0:
+            out.append(claim("compute", colder, self.compute_s, part="cold", part_s=self.cold_s))
+        return out
 
     def diagnose(self) -> Diagnosis | None:
         """Where the build's time went, and the worker count on this host and on the host alone."""
@@ -87,8 +111,11 @@ class DataWait:
     def whole_build_claims(self) -> list[Claim]:
         """Every item computed once before training: the whole wait goes, and the tokenizing the
         loop did outside it (a cache, or a switch that caches whole items)."""
-        return [claim("data_wait", self.wait_s, self.wait_s),
-                claim("compute", self.tokenize_in_loop_s - self.tokenize_in_wait_s, self.compute_s)]
+        out = [claim("data_wait", self.wait_s, self.wait_s),
+               claim("compute", self.tokenize_in_loop_s - self.tokenize_in_wait_s, self.compute_s)]
+        if self.cold_s > 0:  # and the compute then runs back to back
+            out.append(claim("compute", self.cold_s, self.compute_s, part="cold", part_s=self.cold_s))
+        return out
 
     def stall_data(self) -> dict[str, object]:
         """The figures a data_stall finding carries, whichever fix leads it."""
@@ -98,7 +125,18 @@ class DataWait:
             "compute_ms_per_batch": round(1000 * self.compute_s_per_batch, 2) if self.compute_s_per_batch else None,
             "cores": self.cores,
             "free_cores": self.free_cores,
+            **({"compute_alone_ms_per_batch": round(1000 * self.compute_s_per_batch * self.warm_ratio, 2),
+                "compute_alone_basis": self.warm_words()} if self.warm is not None and self.compute_s_per_batch else {}),
         }
+
+    def warm_words(self) -> str:
+        """How the compute back to back was found, for the evidence."""
+        w = self.warm
+        if w is None:
+            return ""
+        after = "a sleep" if w.gap == "wait" else "Python work"
+        return (f"a stand-in step ({w.stand_in}) took {1000 * w.warm_s:.1f} ms back to back and "
+                f"{1000 * w.cold_s:.1f} ms right after {1000 * w.gap_s:.0f} ms of {after} on this machine")
 
     def residual_claim(self, removed_s: float, up_to_s: float | None = None) -> Claim:
         """``removed_s`` of the wait that is not the tokenizer's (a disjoint part of data_wait)."""
@@ -224,6 +262,7 @@ def data_wait(a: Analysis) -> DataWait | None:
         compute_cpu_s=compute_cpu,
         tokenize_cpu_s=(p.tokenize_cpu_s * tokenize_s / p.tokenize_timed_s
                         if tokenize_s and p.tokenize_timed_s > 0 else None),
+        warm=a.rec.warm_compute,
         others=tuple(a.host.others),
         cap=cap,
     )
@@ -411,6 +450,9 @@ def _wait_evidence(d: DataWait) -> str:
     )
     if d.build is not None and d.compute_s_per_batch is not None:
         evidence += f"{d.build.describe()}, against {1000 * d.compute_s_per_batch:.0f} ms of compute per batch."
+        if d.warm is not None and d.warm_ratio < 1.0:
+            evidence += (f" Back to back that compute takes about {1000 * d.compute_s_per_batch * d.warm_ratio:.0f} ms "
+                         f"({d.warm_words()}).")
     elif d.load_s_per_batch is not None and d.compute_s_per_batch is not None:
         evidence += (
             f"building a batch costs {1000 * d.load_s_per_batch:.0f} ms against "
@@ -488,7 +530,9 @@ def _word_tokenize(fig: TokenizeFigures) -> Finding:
         removed = d.n_batches * (d.batch_s - fig.interim.predicted[0])
         return Finding(
             rule=TokenizationInLoop.name, title="Tokenizing inside the training loop",
-            claims=[claim("data_wait", min(d.wait_s, removed), d.wait_s)], evidence=evidence,
+            claims=[claim("data_wait", min(d.wait_s, removed), d.wait_s),
+                    *([claim("compute", min(d.cold_s, removed - d.wait_s), d.compute_s, part="cold", part_s=d.cold_s)]
+                      if removed > d.wait_s and d.cold_s > 0 else [])], evidence=evidence,
             fix=Fix(summary=f"{interim.summary} It beats pre-tokenizing alone, since the rest of the batch build "
                     f"is hidden too; or {pretokenize}.",
                     config=interim.config, snippet=interim.snippet, library=interim.library, call=interim.call),
@@ -539,7 +583,7 @@ class StallFigures:
     d: DataWait
     diag: Diagnosis | None
     plan: WorkerPlan
-    stall: Claim  # the part of the loader's wait the workers give back
+    stall: list[Claim]  # the part of the loader's wait the workers give back (and the cold compute past it)
     build_unmeasured: bool  # stack samples only: the whole wait at best
 
 
@@ -564,12 +608,12 @@ class DataStall(Rule):
         if predicted is not None and d.batch_s:
             # Seconds per batch the workers give back, taken from the loader's part of the wait.
             low_s, high_s = (d.n_batches * (d.batch_s - t) for t in predicted)
-            stall = d.residual_claim(min(d.residual_s, low_s), up_to_s=min(d.residual_s, high_s))
+            stall = d.ready_claims(low_s, up_to_s=high_s)
         elif d.load_s_per_batch is None:
             # Batch build cost unknown (stack samples only): the whole wait at best, say so.
-            stall = d.residual_claim(0.0, up_to_s=d.residual_s)
+            stall = [d.residual_claim(0.0, up_to_s=d.residual_s)]
         else:  # measured, and no worker count helps: the wait is still the loop's, all of it
-            stall = d.residual_claim(d.residual_s)
+            stall = [d.residual_claim(d.residual_s)]
         unmeasured = not (predicted is not None and d.batch_s) and d.load_s_per_batch is None
         cache = _cache_figures(a, d, diag, plan)
         if cache is not None:
@@ -644,7 +688,7 @@ def _word_stall(fig: StallFigures) -> Finding:
     return Finding(
         rule=DataStall.name,
         title="The training loop waits for data",
-        claims=[fig.stall],
+        claims=fig.stall,
         evidence=_wait_evidence(d),
         fix=fix,
         data={
@@ -698,7 +742,7 @@ class IoBound(Rule):
         predicted = plan.predicted
         removed = d.n_batches * (d.batch_s - predicted[0]) if predicted and d.batch_s else d.residual_s
         # A measured wait is never 0% waste: what the workers leave is still the storage's.
-        claims = [d.residual_claim(min(d.residual_s, removed), up_to_s=d.residual_s)]
+        claims = d.ready_claims(removed, up_to_s=max(removed, d.residual_s))
         return _word_io(IoFigures(d, diag, waste, a.host.read_mib_s, plan, plan.workers, claims))
 
 

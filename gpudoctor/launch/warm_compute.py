@@ -1,0 +1,90 @@
+"""Time a step's compute back to back as well as after a batch build, when the loop never ran it so.
+
+A loop that builds every batch on the training process (``num_workers=0``) runs its compute right
+after each build, colder than the same compute back to back: the build's code and data push the
+step's out of the caches. Caching the items or pre-tokenizing leaves the compute back to back, so
+what such a fix gives is the loop at its warm compute, which the recording holds no step of. After
+the training exited, a child (:mod:`gpudoctor.launch.warm_compute_worker`) times a stand-in step of
+the recorded compute's length on the training's threads, back to back and after a gap as long as
+the recorded build (Python work for a build that computes, sleep for one that waits), within
+:data:`BUDGET_S`; the two figures go to ``warm_compute.json`` (:mod:`gpudoctor.recording.warm_compute`)
+and the data rules scale the compute by their ratio, saying so. A CUDA run is not timed (its compute
+is the device's; the host's caches bend only its launches), and anything that fails leaves the
+compute as measured, said as such.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.analysis import Analysis
+from gpudoctor.processes import childpy, priority
+from gpudoctor.recording import warm_compute
+from gpudoctor.recording.warm_compute import WarmCompute
+from gpudoctor.rules.data import data_wait
+
+BUDGET_S = 10.0
+MAX_GAP_S = 1.0  # a longer build is timed as one this long: caches are cold well before
+MIN_GAP_SHARE = 0.5  # a build shorter than half the compute leaves no cold compute to speak of
+STAND_IN = "two linear layers of the training's weight count, sized to its compute"
+
+
+def job(a: Analysis) -> dict[str, Any] | None:
+    """What to time for this recording, or None where no fix would run the compute back to back."""
+    p = a.primary
+    if p is None or a.rec.warm_compute is not None:
+        return None
+    cfg: Mapping[str, Any] = p.torch_cfg or {}
+    if str(cfg.get("device") or "cpu") == "cuda":
+        return None
+    d = data_wait(a)
+    if d is None or d.build is None or d.build.in_workers or (d.num_workers or 0) > 0:
+        return None
+    compute, build = d.compute_s_per_batch, d.build.wall_s
+    if not compute or compute <= 0 or build < MIN_GAP_SHARE * compute or d.wait_s < 0.15 * d.wall_s:
+        return None
+    params = p.model.get("params") if p.model is not None else None
+    return {"compute_s": compute, "gap_s": min(MAX_GAP_S, build), "gap": "wait" if d.build.kind == "wait" else "cpu",
+            "params": params if isinstance(params, int) and params > 0 else None,
+            "threads": cfg.get("threads"), "budget_s": BUDGET_S}
+
+
+def measure(a: Analysis, folder: Path) -> str | None:
+    """Time what :func:`job` asks for, keep it in ``folder`` and on ``a.rec``; never raises.
+
+    Returns a note when the timing was wanted and failed (the report says the compute stood), else None.
+    """
+    wanted = job(a)
+    if wanted is None:
+        return None
+    env = childpy.doctor_env()
+    env.pop("GPUDOCTOR_RUN_DIR", None)
+    env["GPUDOCTOR_HOOKS"] = "0"  # the doctor's own timing is not a training to record
+    failed = "timing the compute back to back failed ({}); a fix that removes the build is predicted at the compute as measured"
+    try:
+        proc = priority.popen_normal(childpy.isolated("gpudoctor.launch.warm_compute_worker", json.dumps(wanted)),
+                                     env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     stdin=subprocess.DEVNULL, cwd=os.sep)
+        out, _ = proc.communicate(timeout=2 * BUDGET_S + 30)
+        doc = json.loads(out.decode(errors="replace").strip().splitlines()[-1])
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return failed.format("it took too long")
+    except (OSError, ValueError, IndexError) as exc:
+        return failed.format(type(exc).__name__)
+    parsed = warm_compute.parse({"schema": warm_compute.SCHEMA, **doc, "gap_s": wanted["gap_s"], "gap": wanted["gap"],
+                                 "threads": wanted["threads"], "stand_in": STAND_IN}) if isinstance(doc, dict) else None
+    if parsed is None:
+        return failed.format(str(doc.get("error") if isinstance(doc, dict) else "no figures")[:200])
+    cold = WarmCompute(parsed.warm_s, parsed.cold_s, parsed.gap_s, parsed.gap, parsed.threads, parsed.stand_in)
+    with contextlib.suppress(OSError):  # the report still uses it; a later ``report`` uses the compute as measured
+        warm_compute.write(folder, cold)
+    a.rec.warm_compute = cold
+    return None

@@ -1,0 +1,84 @@
+"""Child process: time a stand-in training step back to back and right after a build-like gap.
+
+Run by :mod:`gpudoctor.launch.warm_compute` after the training exited, with the threads the
+training had. The stand-in is two linear layers holding about as many weights as the training's
+model (the part of its footprint the recording knows), its batch grown until one step takes as
+long as the recorded compute; nothing of the user's code or files is run or read. Rounds
+interleave the two conditions, so a load that drifts bends both alike: ``gap`` seconds of Python
+work (or of sleep, for a build that waits), one step (cold), then steps back to back, the last of
+which is warm. Prints one JSON line ``{"warm_s", "cold_s", "rows", "width"}`` (medians), or
+``{"error": "..."}``.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from typing import Any
+
+MIN_ROUNDS = 5
+MAX_ROUNDS = 15
+WARM_AFTER = 3  # the step this many after the cold one counts as back to back
+MAX_WIDTH = 2048
+MAX_ROWS = 1 << 20
+
+
+def main(argv: list[str] | None = None) -> int:
+    job = json.loads((argv if argv is not None else sys.argv[1:])[0])
+    try:
+        out = _time(job)
+    except Exception as exc:  # out of memory, a torch that will not start: the doctor says so, nothing else
+        print(json.dumps({"error": f"{type(exc).__name__}: {str(exc)[:200]}"}))
+        return 1
+    print(json.dumps(out))
+    return 0
+
+
+def _time(job: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    if job.get("threads"):
+        torch.set_num_threads(int(job["threads"]))
+    torch.manual_seed(0)
+    width = int(min(MAX_WIDTH, max(16, (max(1, int(job.get("params") or 0)) / 2) ** 0.5)))
+    model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, width))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    target, gap, deadline = float(job["compute_s"]), float(job["gap_s"]), time.monotonic() + float(job["budget_s"])
+
+    def step(x: Any) -> float:
+        t0 = time.perf_counter()
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return time.perf_counter() - t0
+
+    rows = 64
+    while True:  # grow the batch until a step back to back takes the recorded compute
+        x = torch.rand(rows, width)
+        for _ in range(2):
+            step(x)
+        took = statistics.median(step(x) for _ in range(3))
+        if took >= target or rows >= MAX_ROWS or time.monotonic() > deadline:
+            break
+        rows = min(MAX_ROWS, int(rows * min(8.0, max(1.25, target / max(took, 1e-6)))))
+    wait = job.get("gap") == "wait"
+    cold: list[float] = []
+    warm: list[float] = []
+    while len(cold) < MAX_ROUNDS and (len(cold) < MIN_ROUNDS or time.monotonic() < deadline):
+        if wait:
+            time.sleep(gap)
+        else:
+            end = time.perf_counter() + gap
+            while time.perf_counter() < end:
+                sum(range(1000))
+        cold.append(step(x))
+        for _ in range(WARM_AFTER - 1):
+            step(x)
+        warm.append(step(x))
+    return {"warm_s": statistics.median(warm), "cold_s": statistics.median(cold), "rows": rows, "width": width}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
