@@ -490,7 +490,7 @@ def test_the_doctor_prints_through_the_sanitiser_only():
     package = Path(__file__).resolve().parent.parent / "gpudoctor"
     patient_side = ("hooks", "_inject")
     # a child whose stdout is a pipe the doctor parses (one JSON line), never a terminal
-    protocol = (Path("launch/length_cost_worker.py"),)
+    protocol = (Path("launch/length_cost_worker.py"), Path("launch/warm_compute_worker.py"))
     found = []
     for path in package.rglob("*.py"):
         rel = path.relative_to(package)

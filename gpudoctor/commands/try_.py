@@ -66,6 +66,7 @@ def main(args: argparse.Namespace) -> int:
     from gpudoctor.launch.launcher import RunSpec, run
     from gpudoctor.launch.recorder import default_out
     from gpudoctor.recording.store import load_recording
+    from gpudoctor.rules import knobs
     from gpudoctor.tryfix import plan as planning
     from gpudoctor.tryfix import section as trial_section
     from gpudoctor.tryfix import steady
@@ -127,7 +128,7 @@ def main(args: argparse.Namespace) -> int:
     length, unmeasured = _window(a, a_trial, crash)
     section = trial_section.build(
         plan,
-        prediction=steady.predict(a, findings, plan.rule, plan.workers),
+        prediction=knobs.predict(a, findings, plan.rule, plan.workers),
         baseline=steady.steady_rate(a, length) if unmeasured is None else None,
         trial=steady.steady_rate(a_trial, length) if unmeasured is None else None,
         applied=trial_section.applied_events(a_trial.rec.events),

@@ -6,7 +6,8 @@ step's out of the caches. Caching the items or pre-tokenizing leaves the compute
 what such a fix gives is the loop at its warm compute, which the recording holds no step of. After
 the training exited, a child (:mod:`gpudoctor.launch.warm_compute_worker`) times a stand-in step of
 the recorded compute's length on the training's threads, back to back and after a gap as long as
-the recorded build (Python work for a build that computes, sleep for one that waits), within
+the recorded build (Python work for a build that computes on the training process, sleep for one
+that waits or for the wait on workers), within
 :data:`BUDGET_S`; the two figures go to ``warm_compute.json`` (:mod:`gpudoctor.recording.warm_compute`)
 and the data rules scale the compute by their ratio, saying so. A CUDA run is not timed (its compute
 is the device's; the host's caches bend only its launches), and anything that fails leaves the
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.analysis import Analysis
+from gpudoctor.core.thresholds import WASTE_SHARE
 from gpudoctor.processes import childpy, priority
 from gpudoctor.recording import warm_compute
 from gpudoctor.recording.warm_compute import WarmCompute
@@ -44,13 +46,18 @@ def job(a: Analysis) -> dict[str, Any] | None:
     if str(cfg.get("device") or "cpu") == "cuda":
         return None
     d = data_wait(a)
-    if d is None or d.build is None or d.build.in_workers or (d.num_workers or 0) > 0:
+    if d is None or d.build is None or not d.n_batches:
         return None
-    compute, build = d.compute_s_per_batch, d.build.wall_s
-    if not compute or compute <= 0 or build < MIN_GAP_SHARE * compute or d.wait_s < 0.15 * d.wall_s:
+    compute = d.compute_s_per_batch
+    # Builds on the training process: the compute follows the build's own work. With workers the
+    # training process sleeps on their queue until a batch comes: the compute follows that wait.
+    in_process = not d.build.in_workers and not d.num_workers
+    gap = d.build.wall_s if in_process else d.wait_s / d.n_batches
+    if not compute or compute <= 0 or gap < MIN_GAP_SHARE * compute or d.wait_s < WASTE_SHARE * d.wall_s:
         return None
     params = p.model.get("params") if p.model is not None else None
-    return {"compute_s": compute, "gap_s": min(MAX_GAP_S, build), "gap": "wait" if d.build.kind == "wait" else "cpu",
+    return {"compute_s": compute, "gap_s": min(MAX_GAP_S, gap),
+            "gap": "cpu" if in_process and d.build.kind != "wait" else "wait",
             "params": params if isinstance(params, int) and params > 0 else None,
             "threads": cfg.get("threads"), "budget_s": BUDGET_S}
 

@@ -18,45 +18,12 @@ from typing import Any
 
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.process import ProcessView
+from gpudoctor.rules import knobs
 from gpudoctor.rules.base import Finding, Table
 from gpudoctor.rules.data import PRECOMPUTE
 from gpudoctor.rules.names import names_for
 
 LIBRARY = "your command line"
-
-# A fix key -> option names that mean the same knob in scripts seen in the wild.
-_ALIASES: dict[str, frozenset[str]] = {}
-for _keys, _names in (
-    (("save_steps",), ("save_steps", "save_every", "save_interval", "save_freq", "save_every_n_steps",
-                       "checkpoint_every", "checkpoint_interval", "checkpoint_steps", "ckpt_every",
-                       "ckpt_interval")),
-    (("eval_steps", "eval_interval"), ("eval_steps", "eval_interval", "eval_every", "eval_freq",
-                                       "eval_every_n_steps", "val_interval", "val_every",
-                                       "validation_interval")),
-    (("eval_iters", "max_eval_batches", "eval_batches"), ("eval_iters", "eval_batches", "max_eval_batches",
-                                                         "num_eval_batches", "eval_max_batches", "val_iters",
-                                                         "val_batches", "limit_val_batches")),
-    (("per_device_eval_batch_size", "eval_batch_size"), ("per_device_eval_batch_size", "eval_batch_size",
-                                                         "val_batch_size")),
-    (("num_workers", "dataloader_num_workers"), ("num_workers", "dataloader_num_workers", "workers",
-                                                 "n_workers", "loader_workers", "data_workers")),
-    (("num_proc",), ("num_proc", "preprocessing_num_workers", "preprocessing_workers", "dataset_num_proc",
-                     "map_num_proc")),
-    (("max_length", "model_max_length"), ("max_length", "max_seq_length", "max_seq_len", "max_len",
-                                          "seq_len", "seq_length", "sequence_length", "block_size",
-                                          "context_length", "model_max_length")),
-    (("per_device_train_batch_size", "batch_size"), ("per_device_train_batch_size", "batch_size",
-                                                     "train_batch_size", "micro_batch_size")),
-    (("gradient_accumulation_steps",), ("gradient_accumulation_steps", "grad_accum", "grad_accum_steps",
-                                        "accumulation_steps", "gradient_accumulation", "accum_steps")),
-):
-    for _key in _keys:
-        _ALIASES[_key] = frozenset(_names)
-# Keys whose "current" value the run only estimates (saves counted against steps).
-_APPROXIMATE = frozenset({"save_steps"})
-# Keys measured in another unit than the script's option (forwards per eval, every split).
-_PROPORTIONAL = frozenset({"eval_batches", "eval_iters", "max_eval_batches"})
-
 
 @dataclass
 class Option:
@@ -200,9 +167,9 @@ def _changes(a: Analysis, p: ProcessView | None, cli: ScriptCli, finding: Findin
         for key, wanted in config.items():
             option = _option_for(cli, key)
             current = _current(a, p, finding, key)
-            value = _scaled(option, wanted, current) if option and key in _PROPORTIONAL else wanted
-            if option is None or value is None or (key not in _PROPORTIONAL and not _agrees(
-                    option.value, current, key in _APPROXIMATE)):
+            value = _scaled(option, wanted, current) if option and key in knobs.PROPORTIONAL else wanted
+            if option is None or value is None or (key not in knobs.PROPORTIONAL and not _agrees(
+                    option.value, current, key in knobs.APPROXIMATE)):
                 leftover = True
                 continue
             if _same(option.value, value) or any(c.option is option for c in changes):
@@ -257,7 +224,7 @@ def _option_for(cli: ScriptCli, key: str) -> Option | None:
     exact = [o for o in cli.options if k in o.names()]
     if exact:
         return exact[0]
-    aliases = _ALIASES.get(k)
+    aliases = knobs.aliases(k)
     if not aliases:
         return None
     found = [o for o in cli.options if o.names() & aliases]
@@ -270,7 +237,7 @@ def _current(a: Analysis, p: ProcessView | None, finding: Finding, key: str) -> 
     """The value the run used for ``key``, where the recording says it."""
     if f"current_{key}" in finding.data:
         return finding.data[f"current_{key}"]
-    if key in _PROPORTIONAL:
+    if key in knobs.PROPORTIONAL:
         return finding.data.get(key)  # what each eval ran, measured
     names = names_for(p)
     if names.is_trainer and key in names.args:

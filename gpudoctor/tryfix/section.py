@@ -12,8 +12,9 @@ from typing import Any
 from gpudoctor.core.schema import Applied, NotApplied, Trial
 from gpudoctor.recording.records import Records
 from gpudoctor.render.trial import ran, speedups
+from gpudoctor.rules.knobs import Prediction
 from gpudoctor.tryfix.plan import COMMAND_LINE, Plan
-from gpudoctor.tryfix.steady import Prediction, Rate
+from gpudoctor.tryfix.steady import Rate
 
 SIDE_EFFECTS = ("The trial ran the command itself, with its side effects (outputs, checkpoints), and was "
                 "stopped after its seconds of training.")

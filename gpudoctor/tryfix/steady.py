@@ -12,9 +12,7 @@ import math
 from dataclasses import dataclass
 
 from gpudoctor.analysis import Analysis
-from gpudoctor.common.wording import plural
 from gpudoctor.core.schema import Rate as RateSection
-from gpudoctor.rules import Finding, account, data
 
 MIN_WARMUP_STEPS = 3
 WARMUP_SHARE = 0.1
@@ -54,39 +52,6 @@ def steady_rate(a: Analysis, length_s: float | None) -> Rate:
         return Rate(None, len(kept), warm, None)
     window = kept[-1] - kept[0]
     return Rate((len(kept) - 1) / window, len(kept), warm, window)
-
-
-@dataclass
-class Prediction:
-    speedup: float | None
-    up_to: float | None
-    basis: str
-
-
-def predict(a: Analysis, findings: list[Finding], rule: str, workers: int | None) -> Prediction:
-    """Steps/s after the fix over steps/s now: the finding's own figure, never a second model.
-
-    A worker count is predicted by :func:`gpudoctor.rules.data.loop_batch_s` (what the data
-    findings print for the same count); any other fix is its finding's ``predicted_speedup``,
-    settled on the training loop's buckets (:func:`gpudoctor.rules.account.steady_speedup`).
-    ``findings``: the rules' findings on ``a``, as the report was built from them (run once).
-    """
-    if workers is not None:
-        d = data.data_wait(a)
-        per_batch = data.loop_batch_s(d, workers) if d is not None else None
-        if d is None or per_batch is None or not d.batch_s:
-            return Prediction(None, None, "workers: batch build cost or compute per batch not measured")
-        low, high = d.batch_s / per_batch[0], d.batch_s / per_batch[1]
-        return Prediction(low, high if high > low + 5e-4 else None,
-                          f"loop time per batch with {plural(workers, 'worker')}, from the measured batch build "
-                          "cost, compute per batch and free cores (the data rules' model)")
-    finding = next((f for f in findings if f.rule == rule), None)
-    if finding is None or not finding.claims:
-        return Prediction(None, None, "the finding claims no seconds of the training loop")
-    if finding.predicted_speedup is None and account.loop_shares(a.breakdown()) is None:
-        return Prediction(None, None, "no training loop measured")
-    return Prediction(finding.predicted_speedup or 1.0, finding.speedup_up_to,
-                      f"{rule}'s claims on the training loop's seconds (startup left out)")
 
 
 def _r(x: float | None) -> float | None:

@@ -1,0 +1,109 @@
+"""The compute back to back, timed after the run (issue #40): a loop that builds each batch on the
+training process runs its compute colder than a loop whose batches are ready, so a fix that readies
+them (a cache, workers) gives back the cold part too, said in the evidence; what is kept on disk,
+and what a hostile or broken file gets."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.analysis import analyze
+from gpudoctor.launch import warm_compute as timing
+from gpudoctor.recording import warm_compute
+from gpudoctor.recording.store import load_recording
+from gpudoctor.recording.warm_compute import WarmCompute
+from gpudoctor.rules.catalog import run_rules
+from tests.recording_builder import T0, RecordingBuilder
+
+STEPS, COMPUTE_S, BUILD_S = 30, 0.02, 0.2
+
+
+def _stalled(tmp_path: Path, *, workers: int = 0, device: str = "cpu", compute_s: float = COMPUTE_S) -> Path:
+    """A CPU loop at ``workers`` workers whose batch build (0.2 s of CPU on the training process) is
+    ten times its compute, a map-style dataset of 512 items."""
+    b = RecordingBuilder(tmp_path / "run", cores=2, duration_s=STEPS * (BUILD_S + compute_s) + 3)
+    rows = b.process()
+    end = b.training_loop(rows, start_s=1.0, steps=STEPS, compute_s=compute_s, wait_s=BUILD_S, num_workers=workers,
+                          dataset_len=512)
+    b.fetch_counter(rows, t_s=end, calls=STEPS, wall_s=BUILD_S, cpu_s=BUILD_S)
+    rows.append({"k": "torch_cfg", "t": T0 + 1.0, "cuda": device == "cuda", "device": device, "threads": 2})
+    rows.append({"k": "model", "t": T0 + 1.0, "class": "Sequential", "params": 30_000, "config": {}})
+    b.host_rows(cpu_total_pct=50.0, cpu_proc_pct=100.0)
+    return b.write()
+
+
+def _top(folder: Path) -> dict[str, object]:
+    findings, _ = run_rules(analyze(load_recording(folder)))
+    return findings[0].to_dict(None)  # type: ignore[return-value]
+
+
+def test_the_stand_in_is_timed_both_ways_and_kept(tmp_path: Path) -> None:
+    folder = _stalled(tmp_path)
+    a = analyze(load_recording(folder))
+    job = timing.job(a)
+    assert job is not None and job["gap"] == "cpu" and job["threads"] == 2 and job["params"] == 30_000
+    assert job["gap_s"] == pytest.approx(BUILD_S) and job["compute_s"] == pytest.approx(COMPUTE_S, rel=0.05)
+    assert timing.measure(a, folder) is None
+    kept = warm_compute.read(folder)
+    assert kept is not None and kept == a.rec.warm_compute
+    assert kept.warm_s > 0 and kept.cold_s > 0 and 0 < kept.ratio <= 1.0 and kept.gap_s == pytest.approx(BUILD_S)
+    assert stat.S_IMODE(os.stat(folder / warm_compute.FILE).st_mode) == 0o600
+    # a later ``gpudoctor report`` reads what was timed, and times nothing again
+    assert timing.job(analyze(load_recording(folder))) is None
+
+
+def test_nothing_is_timed_where_no_fix_readies_the_batches(tmp_path: Path) -> None:
+    # on a GPU the compute is the device's; a build shorter than half the compute leaves nothing cold
+    assert timing.job(analyze(load_recording(_stalled(tmp_path / "gpu", device="cuda")))) is None
+    assert timing.job(analyze(load_recording(_stalled(tmp_path / "short", compute_s=0.5)))) is None
+
+
+def test_a_cache_claims_the_cold_compute_and_says_how_it_was_found(tmp_path: Path) -> None:
+    folder = _stalled(tmp_path)
+    before = _top(folder)
+    assert before["rule"] == "data_stall" and "back to back" not in str(before["evidence"])
+    warm_compute.write(folder, WarmCompute(0.010, 0.016, BUILD_S, "cpu", 2, "a stand-in"))
+    after = _top(folder)
+    data = after["data"]
+    assert isinstance(data, dict) and data["compute_alone_ms_per_batch"] == pytest.approx(1000 * COMPUTE_S * 10 / 16,
+                                                                                           rel=0.02)
+    assert "Back to back that compute takes about 12 ms" in str(after["evidence"])
+    # the loop then runs at its warm compute: the build and 3/8 of the compute go
+    loop_s = BUILD_S + COMPUTE_S
+    assert after["predicted_speedup"] == pytest.approx(loop_s / (COMPUTE_S * 10 / 16), rel=0.02)
+    assert before["predicted_speedup"] == pytest.approx(loop_s / COMPUTE_S, rel=0.02)
+
+
+def test_a_timing_that_says_a_gap_helps_is_read_as_no_change() -> None:
+    assert WarmCompute(0.02, 0.01, 0.2, "cpu", 1, "x").ratio == 1.0
+
+
+@pytest.mark.parametrize("doc", [
+    {"schema": "other/1", "warm_s": 0.01, "cold_s": 0.02, "gap_s": 0.2},
+    {"schema": warm_compute.SCHEMA, "warm_s": -0.01, "cold_s": 0.02, "gap_s": 0.2},
+    {"schema": warm_compute.SCHEMA, "warm_s": True, "cold_s": 0.02, "gap_s": 0.2},
+    {"schema": warm_compute.SCHEMA, "warm_s": 0.01, "cold_s": float("nan"), "gap_s": 0.2},
+    {"schema": warm_compute.SCHEMA, "warm_s": 0.01, "cold_s": 0.02},
+    [1, 2, 3],
+])
+def test_a_file_that_is_not_ours_is_refused_whole(doc: object) -> None:
+    assert warm_compute.parse(doc) is None
+
+
+def test_a_planted_link_or_a_huge_file_is_never_read(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere.json"
+    good = {"schema": warm_compute.SCHEMA, "warm_s": 0.01, "cold_s": 0.02, "gap_s": 0.2, "gap": "cpu"}
+    target.write_text(json.dumps(good))
+    (tmp_path / warm_compute.FILE).symlink_to(target)
+    assert warm_compute.read(tmp_path) is None
+    (tmp_path / warm_compute.FILE).unlink()
+    (tmp_path / warm_compute.FILE).write_text(json.dumps(good) + " " * warm_compute.MAX_BYTES)
+    assert warm_compute.read(tmp_path) is None
+    (tmp_path / warm_compute.FILE).write_text(json.dumps(good))
+    kept = warm_compute.read(tmp_path)
+    assert kept is not None and kept.ratio == pytest.approx(0.5)
