@@ -18,13 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.analysis import step_noise
+from gpudoctor.analysis import steady, step_noise
 from gpudoctor.common import batchlengths
 from gpudoctor.core.events import BatchEvent
 from gpudoctor.recording.read import EventLoad, read_events
 from gpudoctor.sweep.protocol import Protocol
 
-MIN_WARMUP_BATCHES = 2
 MIN_NOISE_STEPS = 4  # step intervals needed for a noise figure from them
 
 
@@ -152,13 +151,11 @@ def early_rate(events: TrialEvents, batch_size: int, protocol: Protocol) -> tupl
 def _warmed_up(
     events: TrialEvents, batch_size: int, protocol: Protocol
 ) -> tuple[list[Arrival], list[float], int] | None:
-    """The batch arrivals, their times and the index of the first one after the warm-up."""
+    """The batch arrivals, their times and the index of the first one after the warm-up
+    (:mod:`gpudoctor.analysis.steady`, with the protocol's warm-up seconds)."""
     arr = arrivals(events, batch_size)
-    if len(arr) < MIN_WARMUP_BATCHES + 2:
-        return None
     times = [a.t for a in arr]
-    start_t = times[0] + protocol.warmup_s
-    first = next((i for i, t in enumerate(times) if t >= start_t and i >= MIN_WARMUP_BATCHES), None)
+    first = steady.warm_start(times, protocol.warmup_s)
     return None if first is None else (arr, times, first)
 
 

@@ -11,12 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpudoctor.analysis import Analysis
+from gpudoctor.analysis import Analysis, steady
 from gpudoctor.core.schema import Rate as RateSection
-
-MIN_WARMUP_STEPS = 3
-WARMUP_SHARE = 0.1
-MIN_STEPS = 3
 
 
 @dataclass
@@ -40,18 +36,18 @@ def training_s(a: Analysis) -> float | None:
 
 
 def steady_rate(a: Analysis, length_s: float | None) -> Rate:
-    """Steps/s over ``length_s`` seconds of training (all of it: None), warm-up dropped."""
+    """Steps/s over ``length_s`` seconds of training (all of it: None), warm-up dropped
+    (:mod:`gpudoctor.analysis.steady`, the one definition of steady state)."""
     p = a.primary
     if p is None or not p.step_times or p.first_step is None:
         return Rate(None, 0, 0, None)
     end = p.first_step + length_s if length_s is not None else math.inf
     times = sorted(t for t in p.step_times if t <= end + 1e-9)
-    warm = max(MIN_WARMUP_STEPS, math.ceil(WARMUP_SHARE * len(times)))
-    kept = times[warm:]
-    if len(kept) < MIN_STEPS or kept[-1] <= kept[0]:
-        return Rate(None, len(kept), warm, None)
-    window = kept[-1] - kept[0]
-    return Rate((len(kept) - 1) / window, len(kept), warm, window)
+    first = steady.warm_start(times)
+    if first is None:
+        warm = min(len(times), max(steady.MIN_WARMUP, math.ceil(steady.WARMUP_SHARE * len(times))))
+        return Rate(None, len(times) - warm, warm, None)
+    return Rate(steady.rate(times, first), len(times) - first, first, times[-1] - times[first])
 
 
 def _r(x: float | None) -> float | None:
