@@ -57,6 +57,31 @@ def test_the_stand_in_is_timed_both_ways_and_kept(tmp_path: Path) -> None:
     assert timing.job(analyze(load_recording(folder))) is None
 
 
+def test_with_workers_the_gap_is_the_wait_for_their_batches(tmp_path: Path) -> None:
+    job = timing.job(analyze(load_recording(_stalled(tmp_path, workers=1))))
+    assert job is not None and job["gap"] == "wait" and job["gap_s"] == pytest.approx(BUILD_S)
+
+
+def test_a_known_architecture_is_timed_at_the_recorded_shape(tmp_path: Path) -> None:
+    # a GPT-2 of the recorded shape stands in for a model of the user's own class, at its batches' rows and width
+    folder = _stalled(tmp_path)
+    shape = {"matmul_params": 12 * 1 * 32 * 32 + 32 * 300, "n_layers": 1, "hidden": 32, "attention": True}
+    events = next((folder / "events").glob("*.jsonl"))
+    lines = [ln for ln in events.read_text().splitlines() if '"k": "model"' not in ln]
+    lines.append(json.dumps({"k": "model", "t": T0 + 1.0, "class": "MyLM", "params": 20_000, "config": {},
+                             "shape": shape}))
+    lines += [json.dumps({"k": "batch", "t": T0 + 1.1 + i, "tokens": 4 * 48, "pad": 20, "seq_len": 48,
+                          "lengths": [40, 44, 48, 40]}) for i in range(5)]
+    events.write_text("\n".join(lines) + "\n")
+    a = analyze(load_recording(folder))
+    job = timing.job(a)
+    assert job is not None and job["model"] == "GPT2LMHeadModel" and job["stand_in"]
+    assert (job["rows"], job["width"]) == (4, 48) and job["config"]["n_embd"] == 32
+    assert timing.measure(a, folder) is None
+    kept = warm_compute.read(folder)
+    assert kept is not None and kept.stand_in == "a GPT-2 of MyLM's shape, 4 rows of 48 tokens" and kept.warm_s > 0
+
+
 def test_nothing_is_timed_where_no_fix_readies_the_batches(tmp_path: Path) -> None:
     # on a GPU the compute is the device's; a build shorter than half the compute leaves nothing cold
     assert timing.job(analyze(load_recording(_stalled(tmp_path / "gpu", device="cuda")))) is None

@@ -47,7 +47,7 @@ def job(a: Analysis) -> dict[str, Any] | None:
     if p is None or a.rec.length_cost is not None or not p.batches:
         return None
     cfg: Mapping[str, Any] = p.torch_cfg or {}
-    built = _architecture(p.model or {})
+    built = architecture(p.model or {})
     if built is None:
         return None
     pad = a.padding()
@@ -119,7 +119,7 @@ def _monotone(points: list[LengthPoint]) -> bool:
     return by_width[0].seconds <= NOISE * by_width[-1].seconds
 
 
-def _architecture(model: Mapping[str, Any]) -> dict[str, Any] | None:
+def architecture(model: Mapping[str, Any]) -> dict[str, Any] | None:
     """The model to time: the recorded ``transformers`` class from its config, else a GPT-2 of the
     recorded shape (layers, width, the weights' count) standing in for a model of the user's own
     class, whose code the doctor never runs; None when neither is known."""

@@ -33,7 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _time(job: dict[str, Any]) -> list[list[float]]:
+def build(job: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
+    """(model, config, device, autocast dtype) of a job's ``transformers`` class and sizes, on the
+    job's device and threads, in train mode; refused when it is no model class or builds more
+    parameters than the training had."""
     import torch
     import transformers
 
@@ -57,24 +60,36 @@ def _time(job: dict[str, Any]) -> list[list[float]]:
     model.to(device)
     model.train()
     dtype = getattr(torch, str(job["autocast"]).replace("torch.", ""), None) if job.get("autocast") else None
-    labelled = str(job["model"]).endswith(LABELLED)
+    return model, config, device, dtype
+
+
+def loss_of(job: dict[str, Any], model: Any, ids: Any, dtype: Any) -> Any:
+    """The stand-in's loss on ``ids`` (labels where the class takes them), under the job's autocast."""
+    import torch
+
+    mask = torch.ones_like(ids)
+    with torch.autocast(ids.device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext():
+        out = model(input_ids=ids, attention_mask=mask, labels=ids) if str(job["model"]).endswith(LABELLED) else model(
+            input_ids=ids, attention_mask=mask)
+        return out.loss if getattr(out, "loss", None) is not None else out[0].float().mean()
+
+
+def _time(job: dict[str, Any]) -> list[list[float]]:
+    import torch
+
+    model, config, device, dtype = build(job)
     rows, deadline = int(job["rows"]), time.monotonic() + float(job["budget_s"])
     vocab = int(getattr(config, "vocab_size", 0) or 1000)
     points: list[list[float]] = []
     for width in job["widths"]:  # widest first: the width that ran, known to fit
         ids = torch.randint(0, vocab, (rows, int(width)), device=device)
-        mask = torch.ones_like(ids)
         times: list[float] = []
         start = time.monotonic()
         while len(times) < WARMUP + MIN_REPS or time.monotonic() - start < MIN_WIDTH_S:
             if time.monotonic() > deadline:
                 break
             t0 = time.perf_counter()
-            with torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext():
-                out = model(input_ids=ids, attention_mask=mask, labels=ids) if labelled else model(
-                    input_ids=ids, attention_mask=mask)
-                loss = out.loss if getattr(out, "loss", None) is not None else out[0].float().mean()
-            loss.backward()
+            loss_of(job, model, ids, dtype).backward()
             model.zero_grad(set_to_none=True)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)  # our own process: the GPU's time is the point

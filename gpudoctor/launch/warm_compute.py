@@ -20,12 +20,15 @@ import contextlib
 import json
 import os
 import subprocess
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from gpudoctor.analysis import Analysis
+from gpudoctor.common import batchlengths
 from gpudoctor.core.thresholds import WASTE_SHARE
+from gpudoctor.launch import length_cost
 from gpudoctor.processes import childpy, priority
 from gpudoctor.recording import warm_compute
 from gpudoctor.recording.warm_compute import WarmCompute
@@ -34,7 +37,7 @@ from gpudoctor.rules.data import data_wait
 BUDGET_S = 10.0
 MAX_GAP_S = 1.0  # a longer build is timed as one this long: caches are cold well before
 MIN_GAP_SHARE = 0.5  # a build shorter than half the compute leaves no cold compute to speak of
-STAND_IN = "two linear layers of the training's weight count, sized to its compute"
+LINEAR = "two linear layers of the training's weight count, sized to its compute"
 
 
 def job(a: Analysis) -> dict[str, Any] | None:
@@ -56,10 +59,19 @@ def job(a: Analysis) -> dict[str, Any] | None:
     if not compute or compute <= 0 or gap < MIN_GAP_SHARE * compute or d.wait_s < WASTE_SHARE * d.wall_s:
         return None
     params = p.model.get("params") if p.model is not None else None
-    return {"compute_s": compute, "gap_s": min(MAX_GAP_S, gap),
-            "gap": "cpu" if in_process and d.build.kind != "wait" else "wait",
-            "params": params if isinstance(params, int) and params > 0 else None,
-            "threads": cfg.get("threads"), "budget_s": BUDGET_S}
+    job: dict[str, Any] = {"compute_s": compute, "gap_s": min(MAX_GAP_S, gap),
+                           "gap": "cpu" if in_process and d.build.kind != "wait" else "wait",
+                           "params": params if isinstance(params, int) and params > 0 else None,
+                           "threads": cfg.get("threads"), "budget_s": BUDGET_S, "device": "cpu",
+                           "autocast": cfg.get("autocast_dtype") if cfg.get("autocast") else None}
+    built = length_cost.architecture(dict(p.model or {}))
+    shapes = Counter((batchlengths.rows(b), int(b.get("seq_len") or 0)) for b in p.batches)
+    rows, width = shapes.most_common(1)[0][0] if shapes else (None, 0)
+    if built is not None and rows and width > 0:  # the training's own kinds of kernels, at its shapes
+        if built["stand_in"]:
+            built["config"]["n_positions"] = max(width, 8)
+        job |= {**built, "rows": rows, "width": width}
+    return job
 
 
 def measure(a: Analysis, folder: Path) -> str | None:
@@ -87,7 +99,8 @@ def measure(a: Analysis, folder: Path) -> str | None:
     except (OSError, ValueError, IndexError) as exc:
         return failed.format(type(exc).__name__)
     parsed = warm_compute.parse({"schema": warm_compute.SCHEMA, **doc, "gap_s": wanted["gap_s"], "gap": wanted["gap"],
-                                 "threads": wanted["threads"], "stand_in": STAND_IN}) if isinstance(doc, dict) else None
+                                 "threads": wanted["threads"],
+                                 "stand_in": _stand_in(wanted)}) if isinstance(doc, dict) else None
     if parsed is None:
         return failed.format(str(doc.get("error") if isinstance(doc, dict) else "no figures")[:200])
     cold = WarmCompute(parsed.warm_s, parsed.cold_s, parsed.gap_s, parsed.gap, parsed.threads, parsed.stand_in)
@@ -95,3 +108,11 @@ def measure(a: Analysis, folder: Path) -> str | None:
         warm_compute.write(folder, cold)
     a.rec.warm_compute = cold
     return None
+
+
+def _stand_in(job: Mapping[str, Any]) -> str:
+    """What was timed, in the evidence's words."""
+    if not job.get("model"):
+        return LINEAR
+    shape = f"{job['rows']} rows of {job['width']} tokens"
+    return f"a GPT-2 of {job['shown']}'s shape, {shape}" if job.get("stand_in") else f"{job['model']}, {shape}"

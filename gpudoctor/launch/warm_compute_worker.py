@@ -1,14 +1,15 @@
 """Child process: time a stand-in training step back to back and right after a build-like gap.
 
 Run by :mod:`gpudoctor.launch.warm_compute` after the training exited, with the threads the
-training had. The stand-in is two linear layers holding about as many weights as the training's
-model (the part of its footprint the recording knows), its batch grown until one step takes as
-long as the recorded compute; nothing of the user's code or files is run or read. Rounds
-interleave the two conditions, so a load that drifts bends both alike: ``gap`` seconds of Python
-work (or of sleep, for a build that waits), one step (cold), then steps back to back, the last of
-which is warm. Prints one JSON line ``{"warm_s", "cold_s", "rows", "width"}`` (medians), or
-``{"error": "..."}``.
-"""
+training had. The stand-in is the recorded ``transformers`` architecture (or a GPT-2 of the
+recorded shape) at the recorded rows and width, random weights, forward, backward and an AdamW
+step (built as :mod:`gpudoctor.launch.length_cost_worker` builds it, with its checks); where the
+architecture is not known, two linear layers holding about as many weights as the training's
+model, the batch grown until one step takes as long as the recorded compute. Nothing of the
+user's code or files is run or read. Rounds interleave the two conditions, so a load that drifts
+bends both alike: ``gap`` seconds of Python work (or of sleep, for a build that waits), one step
+(cold), then steps back to back, the last of which is warm. Prints one JSON line
+``{"warm_s", "cold_s", "rows", "width"}`` (medians), or ``{"error": "..."}``."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 MIN_ROUNDS = 5
@@ -37,32 +39,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _time(job: dict[str, Any]) -> dict[str, Any]:
-    import torch
-
-    if job.get("threads"):
-        torch.set_num_threads(int(job["threads"]))
-    torch.manual_seed(0)
-    width = int(min(MAX_WIDTH, max(16, (max(1, int(job.get("params") or 0)) / 2) ** 0.5)))
-    model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, width))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    target, gap, deadline = float(job["compute_s"]), float(job["gap_s"]), time.monotonic() + float(job["budget_s"])
-
-    def step(x: Any) -> float:
-        t0 = time.perf_counter()
-        model(x).square().mean().backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return time.perf_counter() - t0
-
-    rows = 64
-    while True:  # grow the batch until a step back to back takes the recorded compute
-        x = torch.rand(rows, width)
-        for _ in range(2):
-            step(x)
-        took = statistics.median(step(x) for _ in range(3))
-        if took >= target or rows >= MAX_ROWS or time.monotonic() > deadline:
-            break
-        rows = min(MAX_ROWS, int(rows * min(8.0, max(1.25, target / max(took, 1e-6)))))
+    step, x, rows, width = _recorded(job) if job.get("model") else _linear(job)
+    gap, deadline = float(job["gap_s"]), time.monotonic() + float(job["budget_s"])
+    for _ in range(3):
+        step(x)
     wait = job.get("gap") == "wait"
     cold: list[float] = []
     warm: list[float] = []
@@ -78,6 +58,59 @@ def _time(job: dict[str, Any]) -> dict[str, Any]:
             step(x)
         warm.append(step(x))
     return {"warm_s": statistics.median(warm), "cold_s": statistics.median(cold), "rows": rows, "width": width}
+
+
+def _recorded(job: dict[str, Any]) -> tuple[Callable[[Any], float], Any, int, int]:
+    """The recorded ``transformers`` architecture (or a GPT-2 of its shape), random weights, at the
+    recorded rows and width, with an AdamW step: the training's own kinds of kernels."""
+    import torch
+
+    from gpudoctor.launch.length_cost_worker import build, loss_of
+
+    model, config, device, dtype = build(job)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    rows, width = int(job["rows"]), int(job["width"])
+    ids = torch.randint(0, int(getattr(config, "vocab_size", 0) or 1000), (rows, width), device=device)
+
+    def step(x: Any) -> float:
+        t0 = time.perf_counter()
+        loss_of(job, model, x, dtype).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return time.perf_counter() - t0
+
+    return step, ids, rows, width
+
+
+def _linear(job: dict[str, Any]) -> tuple[Callable[[Any], float], Any, int, int]:
+    """Two linear layers of the training's weight count, the batch grown until a step back to back
+    takes the recorded compute: where the architecture is not known."""
+    import torch
+
+    if job.get("threads"):
+        torch.set_num_threads(int(job["threads"]))
+    torch.manual_seed(0)
+    width = int(min(MAX_WIDTH, max(16, (max(1, int(job.get("params") or 0)) / 2) ** 0.5)))
+    model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, width))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    target, deadline = float(job["compute_s"]), time.monotonic() + float(job["budget_s"]) / 2
+
+    def step(x: Any) -> float:
+        t0 = time.perf_counter()
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return time.perf_counter() - t0
+
+    rows = 64
+    while True:
+        x = torch.rand(rows, width)
+        for _ in range(2):
+            step(x)
+        took = statistics.median(step(x) for _ in range(3))
+        if took >= target or rows >= MAX_ROWS or time.monotonic() > deadline:
+            return step, x, rows, width
+        rows = min(MAX_ROWS, int(rows * min(8.0, max(1.25, target / max(took, 1e-6)))))
 
 
 if __name__ == "__main__":
