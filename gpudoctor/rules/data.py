@@ -106,7 +106,14 @@ class DataWait:
 
     @property
     def residual_s(self) -> float:
-        return max(0.0, self.wait_s - self.tokenize_in_wait_s)
+        # The tokenizer's part is tokenization_in_loop's only when that rule fires; else no finding
+        # would claim it, and the loader's fixes (workers, a cache) remove it with the rest.
+        return max(0.0, self.wait_s - self.tokenize_in_wait_s) if self.tokenizer_fires else self.wait_s
+
+    @property
+    def tokenizer_fires(self) -> bool:
+        """Whether tokenization_in_loop claims the tokenizer's part of the wait (its threshold)."""
+        return self.wall_s > 0 and self.tokenize_in_loop_s / self.wall_s >= MIN_SHARE
 
     def whole_build_claims(self) -> list[Claim]:
         """Every item computed once before training: the whole wait goes, and the tokenizing the
