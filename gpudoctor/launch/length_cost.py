@@ -20,9 +20,6 @@ FLOPs stand, said as such.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import subprocess
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,7 +28,7 @@ from typing import Any
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.workload import MIN_WIDTH_SPREAD
 from gpudoctor.common import batchlengths
-from gpudoctor.processes import childpy, priority
+from gpudoctor.launch import timing_child
 from gpudoctor.recording import length_cost
 from gpudoctor.recording.length_cost import LengthCost, LengthPoint
 
@@ -77,21 +74,14 @@ def measure(a: Analysis, folder: Path) -> str | None:
     wanted = job(a)
     if wanted is None:
         return None
-    env = childpy.doctor_env()
-    env.pop("GPUDOCTOR_RUN_DIR", None)
-    env["GPUDOCTOR_HOOKS"] = "0"  # the doctor's own timing is not a training to record
     try:
-        proc = priority.popen_normal(childpy.isolated("gpudoctor.launch.length_cost_worker", json.dumps(wanted)),
-                                     env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     stdin=subprocess.DEVNULL, cwd=os.sep)
-        out, _ = proc.communicate(timeout=2 * BUDGET_S + 30)
-        doc = json.loads(out.decode(errors="replace").strip().splitlines()[-1])
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        return "timing the model at other row widths took too long; the padding prediction uses its FLOPs"
-    except (OSError, ValueError, IndexError) as exc:
-        return f"timing the model at other row widths failed ({type(exc).__name__}); the padding prediction uses its FLOPs"
+        doc = timing_child.run("gpudoctor.launch.length_cost_worker", wanted, BUDGET_S)
+    except timing_child.Failed as exc:
+        if exc.timed_out:
+            return "timing the model at other row widths took too long; the padding prediction uses its FLOPs"
+        return f"timing the model at other row widths failed ({exc}); the padding prediction uses its FLOPs"
+    if not isinstance(doc, dict):
+        return "timing the model at other row widths failed (no figures); the padding prediction uses its FLOPs"
     points = [LengthPoint(int(r), int(w), float(s)) for r, w, s in doc.get("points") or [] if s > 0]
     if len(points) < 2:
         why = str(doc.get("error") or "fewer than two widths timed")[:200]

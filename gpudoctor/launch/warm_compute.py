@@ -17,9 +17,6 @@ compute as measured, said as such.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import subprocess
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,8 +25,7 @@ from typing import Any
 from gpudoctor.analysis import Analysis
 from gpudoctor.common import batchlengths
 from gpudoctor.core.thresholds import WASTE_SHARE
-from gpudoctor.launch import length_cost
-from gpudoctor.processes import childpy, priority
+from gpudoctor.launch import length_cost, timing_child
 from gpudoctor.recording import warm_compute
 from gpudoctor.recording.warm_compute import WarmCompute
 from gpudoctor.rules.data import data_wait
@@ -82,22 +78,11 @@ def measure(a: Analysis, folder: Path) -> str | None:
     wanted = job(a)
     if wanted is None:
         return None
-    env = childpy.doctor_env()
-    env.pop("GPUDOCTOR_RUN_DIR", None)
-    env["GPUDOCTOR_HOOKS"] = "0"  # the doctor's own timing is not a training to record
     failed = "timing the compute back to back failed ({}); a fix that removes the build is predicted at the compute as measured"
     try:
-        proc = priority.popen_normal(childpy.isolated("gpudoctor.launch.warm_compute_worker", json.dumps(wanted)),
-                                     env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     stdin=subprocess.DEVNULL, cwd=os.sep)
-        out, _ = proc.communicate(timeout=2 * BUDGET_S + 30)
-        doc = json.loads(out.decode(errors="replace").strip().splitlines()[-1])
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        return failed.format("it took too long")
-    except (OSError, ValueError, IndexError) as exc:
-        return failed.format(type(exc).__name__)
+        doc = timing_child.run("gpudoctor.launch.warm_compute_worker", wanted, BUDGET_S)
+    except timing_child.Failed as exc:
+        return failed.format(exc)
     parsed = warm_compute.parse({"schema": warm_compute.SCHEMA, **doc, "gap_s": wanted["gap_s"], "gap": wanted["gap"],
                                  "threads": wanted["threads"],
                                  "stand_in": _stand_in(wanted)}) if isinstance(doc, dict) else None
