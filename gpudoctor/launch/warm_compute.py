@@ -1,8 +1,9 @@
 """Time a step's compute back to back as well as after a batch build, when the loop never ran it so.
 
 A loop that builds every batch on the training process (``num_workers=0``) runs its compute right
-after each build, colder than the same compute back to back: the build's code and data push the
-step's out of the caches. Caching the items or pre-tokenizing leaves the compute back to back, so
+after each build, slower than the same compute back to back (the build's code and data push the
+step's out of the caches; on a VM a core that idled wakes slowly: measured here up to 3-4x on a CNN
+step, and it drifts). Caching the items or pre-tokenizing leaves the compute back to back, so
 what such a fix gives is the loop at its warm compute, which the recording holds no step of. After
 the training exited, a child (:mod:`gpudoctor.launch.warm_compute_worker`) times a stand-in step of
 the recorded compute's length on the training's threads, back to back and after a gap as long as

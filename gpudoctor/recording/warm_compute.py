@@ -2,7 +2,7 @@
 
 A loop that builds each batch on the training process runs its compute between two long builds;
 that compute is slower than the same compute back to back (the build's code and data push the
-step's out of the caches, a sleeping core wakes). A fix that takes the build out of the loop (a
+step's out of the caches, a core that idled wakes slowly). A fix that takes the build out of the loop (a
 cache, pre-tokenizing) leaves the compute back to back, which the recording never saw. After the
 training exits, ``run`` and ``try`` time a stand-in step of the recorded compute's length both ways
 on the same threads (:mod:`gpudoctor.launch.warm_compute`) and keep the two figures here, so
