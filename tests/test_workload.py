@@ -14,9 +14,8 @@ from gpudoctor.analysis.workload import Shape
 from gpudoctor.hooks.torch_hooks import model_shape
 from gpudoctor.recording.store import load_recording
 from gpudoctor.replay import costmodel
-from gpudoctor.rules import account, run_rules
+from gpudoctor.rules import account, knobs, run_rules
 from gpudoctor.tryfix import plan as planning
-from gpudoctor.tryfix import steady
 from tests.conftest import within
 
 
@@ -149,7 +148,7 @@ def test_padding_value_and_prediction_are_one_in_run_and_try(probe_run) -> None:
     plan = planning.make_plan(run.report, a, None, {})
     assert plan is not None and plan.rule == "padding_waste"
     assert plan.spec()["tokenizer"]["max_length"] == new_max
-    predicted = steady.predict(a, run_rules(a)[0], "padding_waste", plan.workers)
+    predicted = knobs.predict(a, run_rules(a)[0], "padding_waste", plan.workers)
     assert predicted.up_to is None and predicted.speedup == pytest.approx(finding["predicted_speedup"], abs=1e-3)
     # the one speedup: steady-state steps/s, settled on the training loop's seconds alone
     shares = a.breakdown()
