@@ -131,6 +131,13 @@ class LoopModel:
         """The compute per batch with no build before it: what a loop whose batches are ready runs at."""
         return self.compute_s * self.warm
 
+    @property
+    def workers_warm(self) -> float:
+        """The warm ratio promised beside workers: a build that waits takes no core from the compute,
+        which then runs back to back; workers that compute take cores the compute used, and the
+        cold-start gain is not promised for them."""
+        return self.warm if self.build.kind == "wait" else 1.0
+
     def batch_s_with(self, workers: int, host_cores: float, crowd: float = 0.0) -> float:
         """Loop time per batch with ``workers`` background workers on a host of ``host_cores``
         where ``crowd`` other processes compete for them."""
@@ -140,9 +147,7 @@ class LoopModel:
         if workers <= 0:  # builds back in the training process, with its threads as measured there
             in_process = self.build.wall_s if not self.build.in_workers else self.build.worker_wall_s
             return max(self.compute_s + in_process, (self.compute_cpu_s + self.build.build_cpu_s) / max(cores, 1e-9))
-        # A build that waits takes no core from the compute, which then runs back to back; workers
-        # that compute take cores the compute used, and the cold-start gain is not promised for them.
-        warm = self.warm if self.build.kind == "wait" else 1.0
+        warm = self.workers_warm
         model = max(self.compute_s * warm, self.build.worker_wall_s / workers,
                     (self.compute_cpu_s * warm + self.build.build_cpu_s) / max(cores, 1e-9))
         if self.workers_now > 0:  # what the model misses now (IPC, collation) it misses with more workers too
@@ -160,8 +165,7 @@ class LoopModel:
         chosen with builds 25% slower than measured (``WORKER_HEADROOM``: build times vary, and a
         queue run at its exact rate is often empty); the time returned is the model's own."""
         # Past what Little's law asks for (with the headroom), a worker only takes cores from other programs.
-        floor = self.compute_alone_s if self.build.kind == "wait" else self.compute_s
-        need = math.ceil(WORKER_HEADROOM * self.build.worker_wall_s / max(floor, 1e-9))
+        need = math.ceil(WORKER_HEADROOM * self.build.worker_wall_s / max(self.compute_s * self.workers_warm, 1e-9))
         cap = max(1, min(cap, MAX_WORKERS, need))
         if self.build.kind != "wait":  # a build that computes: never more workers than the host has cores
             cap = max(1, min(cap, math.floor(cores)))

@@ -17,11 +17,16 @@ WARMUP_SHARE = 0.1
 MIN_STEADY = 3  # events past the warm-up needed for a rate
 
 
+def warmup(events: int) -> int:
+    """Events the warm-up takes of ``events`` (the protocol's seconds aside)."""
+    return max(MIN_WARMUP, math.ceil(WARMUP_SHARE * events))
+
+
 def warm_start(times: Sequence[float], after_s: float = 0.0) -> int | None:
     """Index of the first steady event of ``times`` (sorted), or None without :data:`MIN_STEADY` past it."""
     if not times:
         return None
-    first = max(MIN_WARMUP, math.ceil(WARMUP_SHARE * len(times)))
+    first = warmup(len(times))
     if after_s > 0:
         first = max(first, next((i for i, t in enumerate(times) if t >= times[0] + after_s), len(times)))
     return first if len(times) - first >= MIN_STEADY and times[-1] > times[first] else None

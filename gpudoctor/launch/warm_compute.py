@@ -28,7 +28,6 @@ from gpudoctor.common import batchlengths
 from gpudoctor.core.thresholds import WASTE_SHARE
 from gpudoctor.launch import length_cost, timing_child
 from gpudoctor.recording import warm_compute
-from gpudoctor.recording.warm_compute import WarmCompute
 from gpudoctor.rules.data import data_wait
 
 BUDGET_S = 10.0
@@ -89,10 +88,9 @@ def measure(a: Analysis, folder: Path) -> str | None:
                                  "stand_in": _stand_in(wanted)}) if isinstance(doc, dict) else None
     if parsed is None:
         return failed.format(str(doc.get("error") if isinstance(doc, dict) else "no figures")[:200])
-    cold = WarmCompute(parsed.warm_s, parsed.cold_s, parsed.gap_s, parsed.gap, parsed.threads, parsed.stand_in)
     with contextlib.suppress(OSError):  # the report still uses it; a later ``report`` uses the compute as measured
-        warm_compute.write(folder, cold)
-    a.rec.warm_compute = cold
+        warm_compute.write(folder, parsed)
+    a.rec.warm_compute = parsed
     return None
 
 

@@ -87,10 +87,12 @@ class DataWait:
         loader's part of the wait, and past the wait the compute's cold part (never more)."""
         out = [self.residual_claim(min(self.residual_s, removed_s),
                                    up_to_s=None if up_to_s is None else min(self.residual_s, up_to_s))]
-        colder = min(self.cold_s, max(0.0, removed_s - self.wait_s))
-        if colder > 0:
-            out.append(claim("compute", colder, self.compute_s, part="cold", part_s=self.cold_s))
-        return out
+        return out + self.cold_claims(removed_s - self.wait_s)
+
+    def cold_claims(self, removed_s: float) -> list[Claim]:
+        """``removed_s`` of the compute's cold part (at most all of it), where it was timed."""
+        colder = min(self.cold_s, max(0.0, removed_s))
+        return [claim("compute", colder, self.compute_s, part="cold", part_s=self.cold_s)] if colder > 0 else []
 
     def diagnose(self) -> Diagnosis | None:
         """Where the build's time went, and the worker count on this host and on the host alone."""
@@ -120,9 +122,7 @@ class DataWait:
         loop did outside it (a cache, or a switch that caches whole items)."""
         out = [claim("data_wait", self.wait_s, self.wait_s),
                claim("compute", self.tokenize_in_loop_s - self.tokenize_in_wait_s, self.compute_s)]
-        if self.cold_s > 0:  # and the compute then runs back to back
-            out.append(claim("compute", self.cold_s, self.compute_s, part="cold", part_s=self.cold_s))
-        return out
+        return out + self.cold_claims(self.cold_s)  # and the compute then runs back to back
 
     def stall_data(self) -> dict[str, object]:
         """The figures a data_stall finding carries, whichever fix leads it."""
@@ -538,8 +538,7 @@ def _word_tokenize(fig: TokenizeFigures) -> Finding:
         return Finding(
             rule=TokenizationInLoop.name, title="Tokenizing inside the training loop",
             claims=[claim("data_wait", min(d.wait_s, removed), d.wait_s),
-                    *([claim("compute", min(d.cold_s, removed - d.wait_s), d.compute_s, part="cold", part_s=d.cold_s)]
-                      if removed > d.wait_s and d.cold_s > 0 else [])], evidence=evidence,
+                    *d.cold_claims(removed - d.wait_s)], evidence=evidence,
             fix=Fix(summary=f"{interim.summary} It beats pre-tokenizing alone, since the rest of the batch build "
                     f"is hidden too; or {pretokenize}.",
                     config=interim.config, snippet=interim.snippet, library=interim.library, call=interim.call),
@@ -650,7 +649,7 @@ def _cache_figures(a: Analysis, d: DataWait, diag: Diagnosis | None, plan: Worke
     if diag is None or d.build is None or d.build.kind == "wait" or not isinstance(items, int) or items < 1:
         return None
     m = diag.model
-    speedup = m.speedup(m.compute_s) if m.compute_s > 0 else 0.0
+    speedup = m.speedup(m.compute_alone_s) if m.compute_alone_s > 0 else 0.0  # its claims' figure
     workers = m.speedup(plan.predicted[0]) if plan.predicted is not None and plan.workers else None
     if speedup < BETTER or (workers is not None and speedup < BETTER * workers):
         return None

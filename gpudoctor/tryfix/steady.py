@@ -45,7 +45,7 @@ def steady_rate(a: Analysis, length_s: float | None) -> Rate:
     times = sorted(t for t in p.step_times if t <= end + 1e-9)
     first = steady.warm_start(times)
     if first is None:
-        warm = min(len(times), max(steady.MIN_WARMUP, math.ceil(steady.WARMUP_SHARE * len(times))))
+        warm = min(len(times), steady.warmup(len(times)))
         return Rate(None, len(times) - warm, warm, None)
     return Rate(steady.rate(times, first), len(times) - first, first, times[-1] - times[first])
 
