@@ -107,6 +107,8 @@ class AttachSession:
         try:
             self._watch(view)
         finally:
+            self._unidle()
+            self.stacks.stop()
             self._detach()
             for sig, handler in old.items():
                 signal.signal(sig, handler)
@@ -258,6 +260,17 @@ class AttachSession:
             **self.options.doctor_priority, "cpu": f"{got['cpu']} once hooked (before: "
             f"{self.options.doctor_priority['cpu']})", "io": f"{got['io']} once hooked"}
 
+    def _unidle(self) -> None:
+        """The window is over: the detach and the files go at normal priority again (where allowed).
+
+        At idle priority beside a patient and other programs that keep every core busy, the
+        doctor's detach and files took minutes (it polled the patient's confirmation a few times
+        before its deadline and called a confirmed detach unconfirmed), and the training gains
+        nothing from the wait: its hooks are coming out either way.
+        """
+        if self.stacks.idle:
+            priority.restore_doctor()
+
     # -- hooks out --------------------------------------------------------------------
     def _detach(self) -> None:
         """Ask every hooked process to remove its hooks; wait a little for them to confirm."""
@@ -300,7 +313,6 @@ class AttachSession:
         return self.record.detach_wait_s
 
     def _finish(self) -> None:
-        self.stacks.stop()
         self.record.stack_samples = self.stacks.samples
         self.record.stack_errors = list(self.stacks.errors)
         self.record.sample_rate_hz = self.options.sample_rate_hz
