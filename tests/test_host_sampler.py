@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 from itertools import pairwise
+
+import psutil
 
 from gpudoctor.recording import JsonlAppender
 from gpudoctor.recording.store import read_jsonl
@@ -99,3 +102,36 @@ def test_another_gpudoctor_is_named_apart_by_pid(tmp_path) -> None:
         for proc in (other, patient):
             proc.kill()
             proc.wait()
+
+
+LATE_CHILD = r"""
+import subprocess, sys, time
+time.sleep(0.5)  # born after the sampler's first listing
+busy = "import time\nt = time.time()\nwhile time.time() - t < 1.0: pass\ntime.sleep(30)"
+kid = subprocess.Popen([sys.executable, "-c", busy])
+print(kid.pid, flush=True)
+time.sleep(30)
+"""
+
+
+def test_a_child_found_late_is_rated_over_its_life_not_the_last_tick() -> None:
+    """The tree is re-listed every few ticks: a child found a second after its birth has a second
+    of CPU, which over the last 10 ms tick read as 100 single-threaded cores (a report of a
+    busy torchrun job failed its own check with cpu_pct over 10000)."""
+    parent = subprocess.Popen([sys.executable, "-c", LATE_CHILD], stdout=subprocess.PIPE, text=True)
+    try:
+        sampler = HostSampler(parent.pid, None, tree_refresh_s=3600.0)  # lists the parent alone
+        child = int(parent.stdout.readline())
+        time.sleep(1.3)  # the child burns its second of CPU, then sleeps
+        sampler.sample()  # a tick that does not re-list the tree
+        sampler.tree_refresh_s = 0.0
+        time.sleep(0.01)
+        row = sampler.sample()  # re-lists: the child is new, its CPU since birth all in one short tick
+        assert row is not None and str(child) in row["procs"]
+        assert 20.0 < row["procs"][str(child)] <= 105.0  # one thread: at most one core, and it did work
+        assert row["cpu_proc_pct"] <= 100.0 * (os.cpu_count() or 1)
+    finally:
+        for proc in psutil.Process(parent.pid).children(recursive=True):
+            proc.kill()
+        parent.kill()
+        parent.wait()

@@ -44,6 +44,7 @@ from gpudoctor.processes.proctree import ProcTree
 from gpudoctor.samplers.base import RowWriter, Sampler
 
 _MIB = 1024 * 1024
+_CORES = os.cpu_count() or 1  # no process tree runs on more cores than the machine has
 OTHERS_EVERY_S = 3.0  # a scan of every process on the machine: rare, not at the 10 Hz tick
 OTHERS_MIN_PCT = 10.0  # a program under a tenth of a core is not what takes the run's cores
 OTHERS_TOP = 5
@@ -57,6 +58,9 @@ class _Tracked:
     ppid: int | None
     cpu_s: float | None
     io_bytes: tuple[int, int] | None
+    # when a process counted from zero was born (wall clock), until its first tick: the tree is
+    # re-listed every few ticks, so its CPU can span more than one interval
+    born: float | None = None
 
 
 class HostSampler(Sampler):
@@ -126,12 +130,14 @@ class HostSampler(Sampler):
                 continue
             try:
                 ppid = proc.ppid()
-                born_after_start = proc.create_time() >= self._watch_since
+                born = proc.create_time()
+                born_after_start = born >= self._watch_since
             except psutil.NoSuchProcess:
                 continue
             start_at_zero = born_after_start and not prime
             tracked[proc.pid] = _Tracked(
-                proc, ppid, 0.0 if start_at_zero else None, (0, 0) if start_at_zero else None
+                proc, ppid, 0.0 if start_at_zero else None, (0, 0) if start_at_zero else None,
+                born if start_at_zero else None,
             )
         self._tracked = tracked
         self._tree_pids = frozenset(tracked)
@@ -150,8 +156,12 @@ class HostSampler(Sampler):
             except psutil.AccessDenied as exc:  # another user's process: say so, skip it
                 self._record_error(exc)
                 continue
-            cpu_pct[pid] = _rate(cpu_s, tr.cpu_s, dt, 100.0)  # a zombie's last tick counts
-            tr.cpu_s = cpu_s
+            # a zombie's last tick counts; a newcomer's CPU since its birth, which may be before this tick's
+            # interval; at most every core busy (a short interval reads CPU time in whole clock ticks)
+            span = max(dt or 0.0, time.time() - tr.born) if tr.born is not None else dt
+            rate = _rate(cpu_s, tr.cpu_s, span, 100.0)
+            cpu_pct[pid] = min(rate, 100.0 * _CORES) if rate is not None else None
+            tr.cpu_s, tr.born = cpu_s, None
             if zombie:  # exited, not yet reaped: not a live process any more
                 del self._tracked[pid]
                 continue
@@ -168,7 +178,7 @@ class HostSampler(Sampler):
             if pid == self.root_pid or self._tracked[pid].ppid == self.root_pid
         }
         return {
-            "cpu_proc_pct": round(sum(p for p in cpu_pct.values() if p is not None), 1),
+            "cpu_proc_pct": round(min(100.0 * _CORES, sum(p for p in cpu_pct.values() if p is not None)), 1),
             "cpu_main_pct": _round(cpu_pct.get(self.root_pid)) if self.root_pid in alive else None,
             "procs": top,
             "n_procs": len(alive),
