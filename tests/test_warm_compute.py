@@ -10,6 +10,7 @@ import os
 import stat
 from pathlib import Path
 
+import psutil
 import pytest
 
 from gpudoctor.analysis import analyze
@@ -62,6 +63,24 @@ def test_with_workers_the_gap_is_the_wait_for_their_batches(tmp_path: Path) -> N
     assert job is not None and job["gap"] == "wait" and job["gap_s"] == pytest.approx(BUILD_S)
 
 
+def test_the_cold_step_runs_beside_as_many_busy_processes_as_the_workers_kept_busy(tmp_path: Path) -> None:
+    # the worker's build is 0.2 s of CPU a batch of 0.22 s: one core busy beside the compute (on 2
+    # cores a worker decoding images took one of torch's two threads' cores: 9x slower than alone)
+    folder = _stalled(tmp_path, workers=1)
+    a = analyze(load_recording(folder))
+    job = timing.job(a)
+    assert job is not None and job["beside"] == 1
+    assert timing.job(analyze(load_recording(_stalled(tmp_path / "alone"))))["beside"] == 0  # type: ignore[index]
+    assert timing.measure(a, folder) is None
+    kept = warm_compute.read(folder)
+    assert kept is not None and kept.beside == 1 and kept.warm_s > 0 and kept.cold_s > 0
+    spinners = [c for c in psutil.Process().children(recursive=True) if "getppid" in " ".join(c.cmdline())]
+    assert spinners == []  # the busy processes went with the timing
+    data = _top(folder)["data"]
+    assert isinstance(data, dict)
+    assert "beside 1 busy process standing in for the workers' CPU" in str(data["compute_alone_basis"])
+
+
 def test_a_known_architecture_is_timed_at_the_recorded_shape(tmp_path: Path) -> None:
     # a GPT-2 of the recorded shape stands in for a model of the user's own class, at its batches' rows and width
     folder = _stalled(tmp_path)
@@ -106,6 +125,11 @@ def test_a_cache_claims_the_cold_compute_and_says_how_it_was_found(tmp_path: Pat
 
 def test_a_timing_that_says_a_gap_helps_is_read_as_no_change() -> None:
     assert WarmCompute(0.02, 0.01, 0.2, "cpu", 1, "x").ratio == 1.0
+
+
+def test_what_was_timed_beside_busy_processes_is_kept_and_read_back(tmp_path: Path) -> None:
+    warm_compute.write(tmp_path, WarmCompute(0.01, 0.03, 0.05, "wait", 2, "a stand-in", beside=2))
+    assert warm_compute.read(tmp_path) == WarmCompute(0.01, 0.03, 0.05, "wait", 2, "a stand-in", 2)
 
 
 @pytest.mark.parametrize("doc", [

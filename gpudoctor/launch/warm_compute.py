@@ -8,7 +8,8 @@ what such a fix gives is the loop at its warm compute, which the recording holds
 the training exited, a child (:mod:`gpudoctor.launch.warm_compute_worker`) times a stand-in step of
 the recorded compute's length on the training's threads, back to back and after a gap as long as
 the recorded build (Python work for a build that computes on the training process, sleep for one
-that waits or for the wait on workers), within
+that waits or for the wait on workers, with as many busy processes beside it as the cores the
+workers kept busy: their CPU is what a cache takes away too), within
 :data:`BUDGET_S`; the two figures go to ``warm_compute.json`` (:mod:`gpudoctor.recording.warm_compute`)
 and the data rules scale the compute by their ratio, saying so. A CUDA run is not timed (its compute
 is the device's; the host's caches bend only its launches), and anything that fails leaves the
@@ -28,10 +29,11 @@ from gpudoctor.common import batchlengths
 from gpudoctor.core.thresholds import WASTE_SHARE
 from gpudoctor.launch import length_cost, timing_child
 from gpudoctor.recording import warm_compute
-from gpudoctor.rules.data import data_wait
+from gpudoctor.rules.data import DataWait, data_wait
 
 BUDGET_S = 10.0
 MAX_GAP_S = 1.0  # a longer build is timed as one this long: caches are cold well before
+MAX_BESIDE = 16  # busy processes the timing starts beside the stand-in, at most
 MIN_GAP_SHARE = 0.5  # a build shorter than half the compute leaves no cold compute to speak of
 LINEAR = "two linear layers of the training's weight count, sized to its compute"
 
@@ -52,10 +54,12 @@ def job(a: Analysis) -> dict[str, Any] | None:
     # training process sleeps on their queue until a batch comes: the compute follows that wait.
     in_process = not d.build.in_workers and not d.num_workers
     gap = d.build.wall_s if in_process else d.wait_s / d.n_batches
-    if not compute or compute <= 0 or gap < MIN_GAP_SHARE * compute or d.wait_s < WASTE_SHARE * d.wall_s:
+    threads = cfg.get("threads")
+    beside = _busy_workers(d, threads if isinstance(threads, int) else None)  # a short wait leaves the compute warm, not alone on its cores
+    if not compute or compute <= 0 or (gap < MIN_GAP_SHARE * compute and not beside) or d.wait_s < WASTE_SHARE * d.wall_s:
         return None
     params = p.model.get("params") if p.model is not None else None
-    job: dict[str, Any] = {"compute_s": compute, "gap_s": min(MAX_GAP_S, gap),
+    job: dict[str, Any] = {"compute_s": compute, "gap_s": min(MAX_GAP_S, gap), "beside": beside,
                            "gap": "cpu" if in_process and d.build.kind != "wait" else "wait",
                            "params": params if isinstance(params, int) and params > 0 else None,
                            "threads": cfg.get("threads"), "budget_s": BUDGET_S, "device": "cpu",
@@ -68,6 +72,18 @@ def job(a: Analysis) -> dict[str, Any] | None:
             built["config"]["n_positions"] = max(width, 8)
         job |= {**built, "rows": rows, "width": width}
     return job
+
+
+def _busy_workers(d: DataWait, threads: int | None) -> int:
+    """Cores the loader's workers kept busy while the training computed on ``threads``: their
+    build's CPU over the loop's time per batch, in whole processes; 0 where they and the compute's
+    threads fit the machine's cores (they took none of the compute's), without workers, or for a
+    build that waits. On 2 cores a worker decoding images took one of torch's two threads' cores,
+    and the step ran 9x slower than back to back."""
+    if d.build is None or not d.num_workers or d.build.kind == "wait" or not d.batch_s or not threads:
+        return 0
+    busy = min(d.num_workers, MAX_BESIDE, round(d.build.cpu_s / d.batch_s))
+    return busy if threads + busy > d.cores else 0
 
 
 def measure(a: Analysis, folder: Path) -> str | None:
@@ -84,7 +100,7 @@ def measure(a: Analysis, folder: Path) -> str | None:
     except timing_child.Failed as exc:
         return failed.format(exc)
     parsed = warm_compute.parse({"schema": warm_compute.SCHEMA, **doc, "gap_s": wanted["gap_s"], "gap": wanted["gap"],
-                                 "threads": wanted["threads"],
+                                 "threads": wanted["threads"], "beside": wanted["beside"],
                                  "stand_in": _stand_in(wanted)}) if isinstance(doc, dict) else None
     if parsed is None:
         return failed.format(str(doc.get("error") if isinstance(doc, dict) else "no figures")[:200])

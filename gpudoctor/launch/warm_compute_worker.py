@@ -14,7 +14,10 @@ bends both alike: ``gap`` seconds of Python work (or of sleep, for a build that 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -46,18 +49,54 @@ def _time(job: dict[str, Any]) -> dict[str, Any]:
     wait = job.get("gap") == "wait"
     cold: list[float] = []
     warm: list[float] = []
-    while len(cold) < MAX_ROUNDS and (len(cold) < MIN_ROUNDS or time.monotonic() < deadline):
-        if wait:
-            time.sleep(gap)
-        else:
-            end = time.perf_counter() + gap
-            while time.perf_counter() < end:
-                sum(range(1000))
-        cold.append(step(x))
-        for _ in range(WARM_AFTER - 1):
-            step(x)
-        warm.append(step(x))
+    with _Busy(int(job.get("beside") or 0)) as busy:
+        while len(cold) < MAX_ROUNDS and (len(cold) < MIN_ROUNDS or time.monotonic() < deadline):
+            busy.go()
+            if wait:
+                time.sleep(gap)
+            else:
+                end = time.perf_counter() + gap
+                while time.perf_counter() < end:
+                    sum(range(1000))
+            cold.append(step(x))
+            busy.pause()
+            for _ in range(WARM_AFTER - 1):
+                step(x)
+            warm.append(step(x))
     return {"warm_s": statistics.median(warm), "cold_s": statistics.median(cold), "rows": rows, "width": width}
+
+
+class _Busy:
+    """``n`` processes that keep a core busy each, beside the cold step only (stopped with SIGSTOP
+    during the warm ones): the loader's workers the training computed beside. Each exits by itself
+    once this process is gone; the ``with`` kills them."""
+
+    def __init__(self, n: int) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+        spin = f"import os\nwhile os.getppid() == {os.getpid()}: pass"
+        for _ in range(max(0, n)):
+            proc = subprocess.Popen([sys.executable, "-c", spin], stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.procs.append(proc)
+        if self.procs:
+            time.sleep(0.2)  # into their loops: the first cold step is beside busy cores, not their start
+            self.pause()
+
+    def go(self) -> None:
+        for proc in self.procs:
+            proc.send_signal(signal.SIGCONT)
+
+    def pause(self) -> None:
+        for proc in self.procs:
+            proc.send_signal(signal.SIGSTOP)
+
+    def __enter__(self) -> _Busy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()
 
 
 def _recorded(job: dict[str, Any]) -> tuple[Callable[[Any], float], Any, int, int]:

@@ -34,6 +34,7 @@ class WarmCompute:
     gap: str  # "cpu": the gap computed in Python, "wait": it slept
     threads: int | None
     stand_in: str  # what was timed, in words
+    beside: int = 0  # busy processes beside the step after the gap (the workers' busy cores)
 
     @property
     def ratio(self) -> float:
@@ -42,7 +43,8 @@ class WarmCompute:
 
     def to_json(self) -> str:
         return json.dumps({"schema": SCHEMA, "warm_s": self.warm_s, "cold_s": self.cold_s, "gap_s": self.gap_s,
-                           "gap": self.gap, "threads": self.threads, "stand_in": self.stand_in})
+                           "gap": self.gap, "threads": self.threads, "stand_in": self.stand_in,
+                           "beside": self.beside})
 
 
 def write(folder: Path, warm: WarmCompute) -> None:
@@ -68,10 +70,11 @@ def parse(doc: object) -> WarmCompute | None:
     if not all(_positive(x) for x in (warm, cold, gap)):
         return None
     assert isinstance(warm, (int, float)) and isinstance(cold, (int, float)) and isinstance(gap, (int, float))
-    threads = doc.get("threads")
+    threads, beside = doc.get("threads"), doc.get("beside")
     return WarmCompute(float(warm), float(cold), float(gap), "wait" if doc.get("gap") == "wait" else "cpu",
                        int(threads) if isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1
-                       else None, str(doc.get("stand_in") or "a stand-in step")[:120])
+                       else None, str(doc.get("stand_in") or "a stand-in step")[:120],
+                       int(beside) if isinstance(beside, int) and not isinstance(beside, bool) and 0 <= beside <= 64 else 0)
 
 
 def _positive(x: object) -> bool:

@@ -142,8 +142,10 @@ class DataWait:
         if w is None:
             return ""
         after = "a sleep" if w.gap == "wait" else "Python work"
+        beside = (f", beside {plural(w.beside, 'busy process', 'busy processes')} standing in for the "
+                  "workers' CPU" if w.beside else "")
         return (f"a stand-in step ({w.stand_in}) took {1000 * w.warm_s:.1f} ms back to back and "
-                f"{1000 * w.cold_s:.1f} ms right after {1000 * w.gap_s:.0f} ms of {after} on this machine")
+                f"{1000 * w.cold_s:.1f} ms right after {1000 * w.gap_s:.0f} ms of {after}{beside} on this machine")
 
     def residual_claim(self, removed_s: float, up_to_s: float | None = None) -> Claim:
         """``removed_s`` of the wait that is not the tokenizer's (a disjoint part of data_wait)."""
