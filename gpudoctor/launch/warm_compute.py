@@ -33,7 +33,6 @@ from gpudoctor.rules.data import DataWait, data_wait
 
 BUDGET_S = 10.0
 MAX_GAP_S = 1.0  # a longer build is timed as one this long: caches are cold well before
-MAX_BESIDE = 16  # busy processes the timing starts beside the stand-in, at most
 MIN_GAP_SHARE = 0.5  # a build shorter than half the compute leaves no cold compute to speak of
 LINEAR = "two linear layers of the training's weight count, sized to its compute"
 
@@ -62,7 +61,7 @@ def job(a: Analysis) -> dict[str, Any] | None:
     job: dict[str, Any] = {"compute_s": compute, "gap_s": min(MAX_GAP_S, gap), "beside": beside,
                            "gap": "cpu" if in_process and d.build.kind != "wait" else "wait",
                            "params": params if isinstance(params, int) and params > 0 else None,
-                           "threads": cfg.get("threads"), "budget_s": BUDGET_S, "device": "cpu",
+                           "threads": threads, "budget_s": BUDGET_S, "device": "cpu",
                            "autocast": cfg.get("autocast_dtype") if cfg.get("autocast") else None}
     built = length_cost.architecture(dict(p.model or {}))
     shapes = Counter((batchlengths.rows(b), int(b.get("seq_len") or 0)) for b in p.batches)
@@ -82,7 +81,7 @@ def _busy_workers(d: DataWait, threads: int | None) -> int:
     and the step ran 9x slower than back to back."""
     if d.build is None or not d.num_workers or d.build.kind == "wait" or not d.batch_s or not threads:
         return 0
-    busy = min(d.num_workers, MAX_BESIDE, round(d.build.cpu_s / d.batch_s))
+    busy = min(d.num_workers, warm_compute.MAX_BESIDE, round(d.build.cpu_s / d.batch_s))
     return busy if threads + busy > d.cores else 0
 
 

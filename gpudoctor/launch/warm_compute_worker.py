@@ -68,12 +68,14 @@ def _time(job: dict[str, Any]) -> dict[str, Any]:
 
 class _Busy:
     """``n`` processes that keep a core busy each, beside the cold step only (stopped with SIGSTOP
-    during the warm ones): the loader's workers the training computed beside. Each exits by itself
-    once this process is gone; the ``with`` kills them."""
+    during the warm ones): the loader's workers the training computed beside. The ``with`` kills
+    them; if this process is killed first (the doctor's timeout), the kernel kills them too, stopped
+    or not (``PR_SET_PDEATHSIG``), and a running one also ends when its parent is gone."""
 
     def __init__(self, n: int) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
-        spin = f"import os\nwhile os.getppid() == {os.getpid()}: pass"
+        spin = (f"import ctypes, os, signal\nctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG\n"
+                f"while os.getppid() == {os.getpid()}: pass")
         for _ in range(max(0, n)):
             proc = subprocess.Popen([sys.executable, "-c", spin], stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

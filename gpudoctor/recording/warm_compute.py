@@ -22,6 +22,7 @@ from gpudoctor.common import safefs
 FILE = "warm_compute.json"
 SCHEMA = "gpudoctor.warm_compute/1"
 MAX_BYTES = 16 * 1024
+MAX_BESIDE = 16  # busy processes a timing runs beside its stand-in, at most (the timing's cap, the reader's check)
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ def parse(doc: object) -> WarmCompute | None:
     return WarmCompute(float(warm), float(cold), float(gap), "wait" if doc.get("gap") == "wait" else "cpu",
                        int(threads) if isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1
                        else None, str(doc.get("stand_in") or "a stand-in step")[:120],
-                       int(beside) if isinstance(beside, int) and not isinstance(beside, bool) and 0 <= beside <= 64 else 0)
+                       int(beside) if isinstance(beside, int) and not isinstance(beside, bool) and 0 <= beside <= MAX_BESIDE else 0)
 
 
 def _positive(x: object) -> bool:
