@@ -16,11 +16,12 @@ from tests.conftest import PROBES, ROOT, run_cli
 
 def test_try_sets_a_save_interval_through_the_scripts_own_flag(tmp_path: Path) -> None:
     """A loop whose interval is a flag (--save-every): the trial runs the command with the finding's
-    value, as ``run`` prescribes it (one knob, one value: #40), and saves that often."""
-    out = tmp_path / "try"
+    value, as ``run`` prescribes it (one knob, one value: #40), and saves that often, into its own copy
+    of the checkpoint folder the baseline made (the baseline's left as it was)."""
+    out, ckpts = tmp_path / "try", tmp_path / "ckpts"
     proc = run_cli("try", "--out", str(out), "--seconds", "12", "--fix", "checkpoint_overhead", "--",
                    "python", str(PROBES / "fsync_checkpoints.py"), "--steps", "300", "--n-embd", "128",
-                   timeout=600)
+                   "--out-dir", str(ckpts), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     finding = next(f for f in report["findings"] if f["rule"] == "checkpoint_overhead")
@@ -35,6 +36,18 @@ def test_try_sets_a_save_interval_through_the_scripts_own_flag(tmp_path: Path) -
     p = a.primary
     assert p is not None and len(p.step_times) >= 3
     assert len(split_saves(p).checkpoints) <= len(p.step_times) // save_steps + 1
+    # the checkpoint folder the baseline made is the baseline's: the trial saved into its own
+    [moved] = trial["trial_run"]["outputs"]
+    assert (moved["argument"], moved["kind"], moved["baseline"]) == (str(ckpts), "folder", "created")
+    assert moved["trial"].startswith("trial/outputs/") and f"--out-dir {out / moved['trial']}" in proc.stderr
+    assert any("trial wrote its own under trial/outputs/" in n for n in trial["notes"])
+
+    def steps(folder: Path) -> list[int]:
+        return sorted(int(f.stem.split("-")[1]) for f in folder.glob("checkpoint-*.pt"))
+
+    assert steps(out / moved["trial"]) and all(s % save_steps == 0 for s in steps(out / moved["trial"]))
+    base = steps(ckpts)  # the baseline's last two, a step apart: it saved every step, and nothing rotated them since
+    assert len(base) == 2 and base[1] - base[0] == 1
 
 
 def test_try_thins_a_loops_saves_and_says_so(tmp_path: Path) -> None:

@@ -5,7 +5,8 @@ Profiles CMD for S seconds of training as ``run`` does (the baseline), picks the
 with the fix's values set by the same hooks that watch the Trainer, the DataLoader and the
 tokenizer (:mod:`gpudoctor.hooks.apply`), and writes the baseline's report with a ``trial``
 section: predicted vs achieved steady-state steps/s. A fix that needs a code change is said,
-not tried. Both runs are the user's own command, with its side effects.
+not tried. Both runs are the user's own command, with its side effects, except that the
+trial writes its own copies of the outputs the command line names (:mod:`gpudoctor.tryfix.outputs`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from gpudoctor.core.schema import Report, Trial
     from gpudoctor.launch.launcher import View
     from gpudoctor.live.view import Limited
+    from gpudoctor.tryfix.outputs import Output
     from gpudoctor.tryfix.plan import Plan
 
 HELP = "measure a finding's fix on the command itself, before editing code"
@@ -36,12 +38,14 @@ DESCRIPTION = ("Profile CMD for S seconds of training (the baseline), then run C
                "fields, DataLoader workers/pin memory/prefetch, tokenizer max_length/padding, save interval, "
                "DistributedDataParallel/fully_shard/FSDP arguments, DDP's no_sync on accumulation. A "
                "fix that needs a code change is said, not tried. The report compares predicted and achieved "
-               "steady-state steps/s. Both runs are your command itself, with its side effects (it may write "
-               "outputs and checkpoints).")
+               "steady-state steps/s. Both runs are your command itself, with its side effects; a file or folder "
+               "on its command line that the baseline wrote is kept as the baseline left it: the trial writes its "
+               "own under OUT/trial/outputs/.")
 
 STARTUP_CAP_MIN_S = 120.0  # a trial that never reaches a step is stopped after this (or 3x baseline's)
 APPLY_FILE = "apply.json"
 TRIAL_DIR = "trial"
+OUTPUTS_DIR = "outputs"  # under TRIAL_DIR: the trial's own copies of what the baseline wrote
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -67,9 +71,9 @@ def main(args: argparse.Namespace) -> int:
     from gpudoctor.launch.recorder import default_out
     from gpudoctor.recording.store import load_recording
     from gpudoctor.rules import knobs
+    from gpudoctor.tryfix import outputs, steady
     from gpudoctor.tryfix import plan as planning
     from gpudoctor.tryfix import section as trial_section
-    from gpudoctor.tryfix import steady
     from gpudoctor.tryfix.limit import TrainingLimit
 
     command = list(args.command)
@@ -82,6 +86,7 @@ def main(args: argparse.Namespace) -> int:
     seconds = float(args.seconds)
     out = args.out or default_out("try")
 
+    seen = outputs.before(command)  # what the command line names, before the baseline writes any of it
     say(f"gpudoctor try: baseline: profiling {seconds:g} s of training", file=sys.stderr)
     base_limit = TrainingLimit(Path(out) / "events", seconds, math.inf)  # its startup is what it is
     spec = RunSpec(command, out, args.interval, args.price_per_gpu_hour, args.gpus, mode="try")
@@ -110,18 +115,20 @@ def main(args: argparse.Namespace) -> int:
     startup = report["steps"].get("first_step_at_s") or 0.0
     limit = TrainingLimit(folder / TRIAL_DIR / "events", seconds, max(STARTUP_CAP_MIN_S, 3 * startup))
     edited = plan.command(command)
+    written = outputs.written(seen, folder / TRIAL_DIR / OUTPUTS_DIR)
+    trial_command = outputs.redirect(edited or command, written)
     values = "; ".join(f"{p.call}({', '.join(f'{k}={v!r}' for k, v in p.apply.items())})"
                        for p in plan.parts if p.apply and p.target != planning.COMMAND_LINE)
-    if edited is not None:
-        values = "; ".join(x for x in (shlex.join(edited), values) if x)
+    if trial_command != command:
+        values = "; ".join(x for x in (shlex.join(trial_command), values) if x)
     say(f"gpudoctor try: trial: {plan.rule} with {values}, {seconds:g} s of training", file=sys.stderr)
-    trial = run(replace(spec, command=edited or command, out=folder / TRIAL_DIR,
+    trial = run(replace(spec, command=trial_command, out=folder / TRIAL_DIR,
                         extra_env={ENV: str((folder / APPLY_FILE).resolve())}, limit=limit, summary=False,
                         view=_progress(args, f"try: trial of {plan.rule}", limit)))
     trial_code, trial_report = trial.code, trial.report
     # the trial's report failed (said on stderr): its recording is still read for the comparison
     a_trial = trial.diagnosis.analysis if trial.diagnosis is not None else analyze(load_recording(trial.folder))
-    notes = _plan_notes(plan)
+    notes = _plan_notes(plan) + _output_notes(written)
     if limit.note:
         notes.append(limit.note)
     crash = _crash(trial_code, limit.stopped, a_trial)
@@ -134,7 +141,7 @@ def main(args: argparse.Namespace) -> int:
         applied=trial_section.applied_events(a_trial.rec.events),
         seconds=seconds,
         trial_run={"folder": TRIAL_DIR, "exit_code": trial_code, "stopped": limit.stopped,
-                   "command_edited": edited is not None,
+                   "command_edited": edited is not None, "outputs": [_output(o) for o in written],
                    "status": trial_report["run"].get("status") if trial_report else None, "window_s": length,
                    "crash": crash},
         notes=notes,
@@ -213,6 +220,25 @@ def _plan_notes(plan: Plan) -> list[str]:
     workers_set = any(k in plan.user_set for k in ("num_workers", "dataloader_num_workers"))
     if plan.user_set and not workers_set:
         notes.append("Values set with --set: the prediction is the finding's, for its own values.")
+    return notes
+
+
+def _output(o: Output) -> dict[str, Any]:
+    return {"argument": o.text, "kind": o.kind, "baseline": o.how,
+            "trial": str(o.trial.relative_to(o.trial.parents[2])) if o.trial is not None else None}
+
+
+def _output_notes(written: list[Output]) -> list[str]:
+    """What the trial wrote where, in a sentence per kind: its own copies, and what it shared."""
+    own = [o.text for o in written if o.trial is not None]
+    shared = [o.text for o in written if o.trial is None]
+    notes = []
+    if own:
+        notes.append(f"The baseline's outputs named on the command line ({', '.join(own)}) are kept as it left "
+                     f"them: the trial wrote its own under {TRIAL_DIR}/{OUTPUTS_DIR}/.")
+    if shared:
+        notes.append(f"The trial wrote into {', '.join(shared)} as the baseline did (a folder that was there "
+                     "before the run, or a file too large to copy), so what is there now is partly the trial's.")
     return notes
 
 

@@ -16,7 +16,8 @@ from gpudoctor.rules.knobs import Prediction
 from gpudoctor.tryfix.plan import COMMAND_LINE, Plan
 from gpudoctor.tryfix.steady import Rate
 
-SIDE_EFFECTS = ("The trial ran the command itself, with its side effects (outputs, checkpoints), and was "
+SIDE_EFFECTS = ("The trial ran the command itself, with its side effects (what it writes to paths the command line "
+                "does not name: checkpoints, caches), and was "
                 "stopped after its seconds of training.")
 
 
