@@ -148,6 +148,8 @@ def test_attach_doctor_goes_idle_once_hooked(tmp_path: Path) -> None:
     assert meta["attach"]["targets"][0]["installed_at"]
     assert meta["doctor_priority"]["cpu"] == "SCHED_IDLE once hooked (before: nice 10)"
     assert meta["doctor_priority"]["io"] == "idle once hooked" and "normal" in meta["doctor_priority"]["gdb"]
+    # the window over, the doctor went back to normal priority for its detach and report (root here)
+    assert meta["doctor_priority"]["after_window"] == "normal: SCHED_OTHER, nice 0"
     assert {"samplers", "py_spy", "stacks_thread", "live_view"} <= set(meta["doctor_cpu_s"])
 
 

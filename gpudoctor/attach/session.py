@@ -266,10 +266,13 @@ class AttachSession:
         At idle priority beside a patient and other programs that keep every core busy, the
         doctor's detach and files took minutes (it polled the patient's confirmation a few times
         before its deadline and called a confirmed detach unconfirmed), and the training gains
-        nothing from the wait: its hooks are coming out either way.
+        nothing from the wait: its hooks are coming out either way. Whatever it was lowered to
+        (nice 10 before the hooks, idle once hooked), it goes back here, once, for the report too.
         """
-        if self.stacks.idle:
-            priority.restore_doctor()
+        if self.options.doctor_priority is not None:
+            back = priority.restore_doctor()
+            self.recorder.meta.setdefault("doctor_priority", dict(self.options.doctor_priority))["after_window"] = (
+                "normal: SCHED_OTHER, nice 0" if back else "unchanged (going back needs CAP_SYS_NICE)")
 
     # -- hooks out --------------------------------------------------------------------
     def _detach(self) -> None:

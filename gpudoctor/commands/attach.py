@@ -78,8 +78,8 @@ def main(args: argparse.Namespace) -> int:
     finally:
         scratch.end_session()  # py-spy's output and gdb's commands; a killed doctor's: by the next attach
     observed_s = (record.end_time or record.attach_time) - record.attach_time
-    # The hooks are out: the report must not wait behind a patient that keeps every core busy.
-    priority.restore_doctor()  # best effort (root, CAP_SYS_NICE); else it stays idle
+    # The session put the doctor back at normal priority when its window ended (session.py::_unidle):
+    # the report must not wait behind a patient that keeps every core busy.
     return _report(session.folder.at, session.folder.root, args, observed_s)
 
 

@@ -159,25 +159,26 @@ def lower_doctor() -> dict[str, str]:
     return {"cpu": cpu, "io": io}
 
 
-def restore_doctor() -> None:
+def restore_doctor() -> bool:
     """Best effort: every thread back to SCHED_OTHER, nice 0, default I/O (needs CAP_SYS_NICE).
 
-    For a process that runs on after being a doctor (``run`` called in-process, ``try``'s trials).
+    For a process that runs on after being a doctor (``run`` called in-process, ``try``'s trials,
+    attach's detach and report). True when the calling thread is back at normal priority.
     """
     global _saved_switch_s
     if _saved_switch_s is not None:
         sys.setswitchinterval(_saved_switch_s)
         _saved_switch_s = None
-    try:
-        tids = [int(t) for t in os.listdir("/proc/self/task")]
-    except OSError:
-        return
-    for tid in tids:
+    for tid in _tids():
         with contextlib.suppress(OSError, AttributeError):
             os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
         with contextlib.suppress(OSError, AttributeError):
             os.setpriority(os.PRIO_PROCESS, tid, 0)
         set_ioprio(tid, IOPRIO_CLASS_NONE)
+    try:
+        return os.sched_getscheduler(0) == os.SCHED_OTHER and os.getpriority(os.PRIO_PROCESS, 0) == 0
+    except OSError:
+        return False
 
 
 def nice_doctor(nice: int) -> dict[str, str]:
