@@ -49,6 +49,7 @@ def test_what_the_baseline_wrote_goes_to_the_trials_own_folder(tmp_path: Path) -
 
 def test_a_folder_that_was_there_and_a_file_over_the_budget_are_shared_and_said(tmp_path: Path,
                                                                               monkeypatch) -> None:
+    (tmp_path / "train.py").write_text("pass\n")
     (tmp_path / "ckpts").mkdir()
     (tmp_path / "big.bin").write_bytes(b"0" * 10)
     command = ["python", "train.py", "--out-dir", str(tmp_path / "ckpts"), "--dump", str(tmp_path / "big.bin")]
@@ -61,7 +62,24 @@ def test_a_folder_that_was_there_and_a_file_over_the_budget_are_shared_and_said(
     assert outputs.redirect(command, written) == command
 
 
+def test_a_file_the_baseline_had_not_written_when_it_stopped_is_the_trials_own_too(tmp_path: Path) -> None:
+    """``try`` stops the baseline after its seconds; a script that writes its metrics at the end never
+    wrote them. The trial, run to the same seconds, must not be the one whose file is found there."""
+    command = ["python", "train.py", "--truth", str(tmp_path / "truth.json"), "--lr", "0.5", "--seed", "1",
+               "--out", "runs/today", "--name", "baseline"]
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "train.py").write_text("pass\n")
+    seen = outputs.before(command, tmp_path)
+    written = outputs.written(seen, tmp_path / "trial" / "outputs")  # the baseline wrote nothing
+    assert [(o.text, o.kind, o.how) for o in written] == [(str(tmp_path / "truth.json"), "path", "unwritten"),
+                                                         ("runs/today", "path", "unwritten")]
+    edited = outputs.redirect(command, written)
+    assert [edited[i] for i in (5, 7, 11)] == ["0.5", "1", "baseline"]  # words and numbers are not paths
+    assert Path(edited[3]).parent == tmp_path / "trial" / "outputs" and not Path(edited[3]).exists()
+
+
 def test_links_and_untouched_paths_are_never_redirected(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("pass\n")
     target = tmp_path / "elsewhere.txt"
     target.write_text("not ours to move")
     os.symlink(target, tmp_path / "link.txt")

@@ -234,8 +234,9 @@ def _output_notes(written: list[Output]) -> list[str]:
     shared = [o.text for o in written if o.trial is None]
     notes = []
     if own:
-        notes.append(f"The baseline's outputs named on the command line ({', '.join(own)}) are kept as it left "
-                     f"them: the trial wrote its own under {TRIAL_DIR}/{OUTPUTS_DIR}/.")
+        notes.append(f"The outputs named on the command line ({', '.join(own)}) hold what the baseline left "
+                     f"there (nothing, where it was stopped before writing them): the trial wrote its own under "
+                     f"{TRIAL_DIR}/{OUTPUTS_DIR}/.")
     if shared:
         notes.append(f"The trial wrote into {', '.join(shared)} as the baseline did (a folder that was there "
                      "before the run, or a file too large to copy), so what is there now is partly the trial's.")

@@ -6,7 +6,9 @@ trial would overwrite it, and what the user (or a program reading it after ``try
 would describe the trial with the fix, not the run they asked about. So the trial gets that
 argument pointed into its own folder (``trial/outputs/``):
 
-* a file or folder the baseline created starts absent there, as it did for the baseline;
+* a file or folder the baseline created starts absent there, as it did for the baseline; so does
+  a path that looks like a file's (a folder in it, or an extension) and was still absent when the
+  baseline ended (stopped after its seconds, before it wrote what it writes at the end);
 * a file that was there before and was rewritten is copied there first (up to a budget), so the
   trial reads what a second run of the command would;
 * a folder that was there before is left as it is (it may hold the inputs), and said.
@@ -18,6 +20,7 @@ and the report's note says so. Links, and files another user owns, are never fol
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 from dataclasses import dataclass
@@ -44,8 +47,8 @@ class Output:
     """A path the baseline wrote, and where the trial's own copy goes."""
 
     text: str
-    kind: str  # "file" or "folder"
-    how: str  # "created" or "rewritten"
+    kind: str  # "file", "folder" or "path" (not written yet: which one is not known)
+    how: str  # "created", "rewritten" or "unwritten"
     trial: Path | None  # None: left shared (a folder that was there before, a file over the budget)
 
 
@@ -92,9 +95,12 @@ def written(seen: list[Seen], folder: Path) -> list[Output]:
     budget = COPY_BUDGET_BYTES
     for i, s in enumerate(seen):
         kind, stamp = _look(s.path)
+        own = folder / f"{i}-{s.path.name or 'out'}"
+        if s.kind is None and kind is None and _file_like(s.text):
+            outs.append(Output(s.text, "path", "unwritten", own))
+            continue
         if kind not in ("file", "folder") or not _ours(s.path):
             continue
-        own = folder / f"{i}-{s.path.name or 'out'}"
         if s.kind is None:
             outs.append(Output(s.text, kind, "created", own))
         elif s.kind == kind and stamp != s.stamp and stamp is not None:
@@ -102,6 +108,12 @@ def written(seen: list[Seen], folder: Path) -> list[Output]:
             budget -= stamp[1] if fits else 0
             outs.append(Output(s.text, kind, "rewritten", own if fits else None))
     return outs
+
+
+def _file_like(text: str) -> bool:
+    """A path, not a word or a number: it holds a folder (``out/m.json``) or ends in an extension
+    that starts with a letter (``metrics.json``, not ``0.5``)."""
+    return "/" in text or re.search(r"\.[A-Za-z][A-Za-z0-9]{0,9}$", text) is not None
 
 
 def _ours(path: Path) -> bool:
