@@ -35,8 +35,12 @@ def test_try_applies_workers_and_compares_steps_per_s(tmp_path: Path) -> None:
     assert applied["call"] == "DataLoader" and applied["skipped"] == {}
     assert applied["values"]["num_workers"] == 2 and applied["was"]["num_workers"] == 0
     assert set(applied["values"]) <= {"num_workers", "persistent_workers", "prefetch_factor"}
-    seen = sorted(json.loads(p.read_text())["num_workers"] for p in tmp_path.glob("loader.*.json"))
-    assert seen == [0, 2]  # the baseline's loader as written, the trial's with the fix
+    # the baseline's loader as written; the trial's with the fix, written under the prefix the command
+    # line names, which try pointed into the trial's own folder (the user's path holds the baseline's)
+    [moved] = trial["trial_run"]["outputs"]
+    assert (moved["argument"], moved["baseline"]) == (str(loader_file), "unwritten")
+    assert [json.loads(p.read_text())["num_workers"] for p in tmp_path.glob("loader.*.json")] == [0]
+    assert [json.loads(p.read_text())["num_workers"] for p in (out / "trial" / "outputs").glob("*.json")] == [2]
     events = [json.loads(line) for f in (out / "trial" / "events").glob("*.jsonl")
               for line in f.read_text().splitlines()]
     assert any(e["k"] == "applied" and e["values"] == applied["values"] for e in events)
