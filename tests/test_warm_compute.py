@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import os
 import stat
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
 import pytest
 
 from gpudoctor.analysis import analyze
+from gpudoctor.analysis.buildcost import BuildCost, LoopModel
 from gpudoctor.launch import warm_compute as timing
 from gpudoctor.recording import warm_compute
 from gpudoctor.recording.store import load_recording
@@ -102,9 +104,41 @@ def test_a_known_architecture_is_timed_at_the_recorded_shape(tmp_path: Path) -> 
 
 
 def test_nothing_is_timed_where_no_fix_readies_the_batches(tmp_path: Path) -> None:
-    # on a GPU the compute is the device's; a build shorter than half the compute leaves nothing cold
+    # on a GPU the compute is the device's
     assert timing.job(analyze(load_recording(_stalled(tmp_path / "gpu", device="cuda")))) is None
-    assert timing.job(analyze(load_recording(_stalled(tmp_path / "short", compute_s=0.5)))) is None
+    # a build shorter than half the compute leaves nothing cold: only a worker's CPU beside it is timed
+    job = timing.job(analyze(load_recording(_stalled(tmp_path / "short", compute_s=0.5))))
+    assert job is not None and job["worker_cpu_s"] == pytest.approx(BUILD_S)
+
+
+def test_a_build_workers_would_take_over_is_timed_beside_a_process_burning_its_cpu(tmp_path: Path) -> None:
+    """A build of 0.2 s of CPU on the training process moved to a worker burns that CPU beside the
+    compute, on the cores its two threads use (issue #40, a proving loop: 1 worker predicted 1.61x
+    by CPU summed over the cores, 1.27x measured). The timing keeps that step and the worker
+    prediction takes it."""
+    folder = _stalled(tmp_path, compute_s=0.5)
+    a = analyze(load_recording(folder))
+    assert timing.measure(a, folder) is None
+    kept = warm_compute.read(folder)
+    assert kept is not None and kept.worker_cpu_s == pytest.approx(BUILD_S)
+    assert kept.worker_s is not None and kept.worker_s > 0 and kept.with_workers is not None
+    assert not [c for c in psutil.Process().children(recursive=True) if "process_time" in " ".join(c.cmdline())]
+    data = _top(folder)["data"]
+    assert isinstance(data, dict) and "as a background worker would" in str(data["compute_alone_basis"])
+    assert data["compute_with_workers_ms_per_batch"] == pytest.approx(500 * kept.with_workers, rel=0.01)
+
+
+def test_workers_are_predicted_at_the_compute_timed_beside_their_cpu() -> None:
+    """One model for the knob: the loop with workers runs its compute as timed beside a worker's CPU
+    (never faster than the CPU summed over the cores allows)."""
+    build = BuildCost(wall_s=0.2, cpu_s=0.2, thread_cpu_s=0.2, run_delay_s=0.0, in_workers=False)
+    fluid = LoopModel(batch_s=0.7, compute_s=0.5, compute_cpu_s=1.0, build=build, workers_now=0)
+    timed = replace(fluid, with_workers=1.3)
+    assert fluid.batch_s_with(1, 2.0) == pytest.approx(0.6)  # (1.0 + 0.2) / 2 cores
+    assert timed.batch_s_with(1, 2.0) == pytest.approx(0.65)  # 0.5 x 1.3 beside the worker's CPU
+    assert replace(fluid, with_workers=0.5).batch_s_with(1, 2.0) == pytest.approx(0.6)  # the cores still bound it
+    assert timed.batch_s_with(0, 2.0) == pytest.approx(0.7)  # the loop as it ran
+    assert WarmCompute(0.01, 0.02, 0.2, "cpu", 2, "x", worker_s=0.03, worker_cpu_s=0.2).with_workers == 1.5
 
 
 def test_a_cache_claims_the_cold_compute_and_says_how_it_was_found(tmp_path: Path) -> None:
@@ -130,6 +164,8 @@ def test_a_timing_that_says_a_gap_helps_is_read_as_no_change() -> None:
 def test_what_was_timed_beside_busy_processes_is_kept_and_read_back(tmp_path: Path) -> None:
     warm_compute.write(tmp_path, WarmCompute(0.01, 0.03, 0.05, "wait", 2, "a stand-in", beside=2))
     assert warm_compute.read(tmp_path) == WarmCompute(0.01, 0.03, 0.05, "wait", 2, "a stand-in", 2)
+    warm_compute.write(tmp_path, WarmCompute(0.01, 0.03, 0.05, "cpu", 2, "a stand-in", 0, 0.04, 0.02))
+    assert warm_compute.read(tmp_path) == WarmCompute(0.01, 0.03, 0.05, "cpu", 2, "a stand-in", 0, 0.04, 0.02)
 
 
 @pytest.mark.parametrize("doc", [

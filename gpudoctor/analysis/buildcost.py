@@ -125,6 +125,9 @@ class LoopModel:
     build: BuildCost
     workers_now: int
     warm: float = 1.0  # the compute back to back over the compute as measured, after a build (≤ 1)
+    # the compute beside background workers burning the build's CPU over the compute as measured
+    # (timed: warm_compute.json); None where not timed
+    with_workers: float | None = None
 
     @property
     def compute_alone_s(self) -> float:
@@ -148,7 +151,11 @@ class LoopModel:
             in_process = self.build.wall_s if not self.build.in_workers else self.build.worker_wall_s
             return max(self.compute_s + in_process, (self.compute_cpu_s + self.build.build_cpu_s) / max(cores, 1e-9))
         warm = self.workers_warm
-        model = max(self.compute_s * warm, self.build.worker_wall_s / workers,
+        # Timed beside a process burning the build's CPU, where no worker ran: the compute's threads
+        # lose a core to it for that long (each op then waits for the thread it lost), which the
+        # CPU summed over the cores below does not see.
+        beside = self.with_workers if self.with_workers is not None and self.workers_now == 0 else warm
+        model = max(self.compute_s * beside, self.build.worker_wall_s / workers,
                     (self.compute_cpu_s * warm + self.build.build_cpu_s) / max(cores, 1e-9))
         if self.workers_now > 0:  # what the model misses now (IPC, collation) it misses with more workers too
             now = max(self.compute_s, self.build.worker_wall_s / self.workers_now,
@@ -172,7 +179,8 @@ class LoopModel:
         slack = LoopModel(self.batch_s, self.compute_s, self.compute_cpu_s,
                           replace(self.build, wall_s=self.build.wall_s * WORKER_HEADROOM,
                                   cpu_s=self.build.cpu_s * WORKER_HEADROOM,
-                                  run_delay_s=self.build.run_delay_s * WORKER_HEADROOM), self.workers_now, self.warm)
+                                  run_delay_s=self.build.run_delay_s * WORKER_HEADROOM), self.workers_now, self.warm,
+                          self.with_workers)
         times = {w: slack.batch_s_with(w, cores, crowd) for w in range(1, cap + 1)}
         best = min(times.values())
         workers = min(w for w, t in times.items() if t <= best * ENOUGH)

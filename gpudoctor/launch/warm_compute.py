@@ -9,7 +9,9 @@ the training exited, a child (:mod:`gpudoctor.launch.warm_compute_worker`) times
 the recorded compute's length on the training's threads, back to back and after a gap as long as
 the recorded build (Python work for a build that computes on the training process, sleep for one
 that waits or for the wait on workers, with as many busy processes beside it as the cores the
-workers kept busy: their CPU is what a cache takes away too), within
+workers kept busy: their CPU is what a cache takes away too), and, where workers would take over a
+build made on the training process, back to back beside a process burning the build's CPU each
+step (what the compute becomes beside them), within
 :data:`BUDGET_S`; the two figures go to ``warm_compute.json`` (:mod:`gpudoctor.recording.warm_compute`)
 and the data rules scale the compute by their ratio, saying so. A CUDA run is not timed (its compute
 is the device's; the host's caches bend only its launches), and anything that fails leaves the
@@ -34,6 +36,7 @@ from gpudoctor.rules.data import DataWait, data_wait
 BUDGET_S = 10.0
 MAX_GAP_S = 1.0  # a longer build is timed as one this long: caches are cold well before
 MIN_GAP_SHARE = 0.5  # a build shorter than half the compute leaves no cold compute to speak of
+MIN_WORKER_CPU_SHARE = 0.05  # a worker's CPU under this share of the compute takes nothing worth timing from it
 LINEAR = "two linear layers of the training's weight count, sized to its compute"
 
 
@@ -55,14 +58,18 @@ def job(a: Analysis) -> dict[str, Any] | None:
     gap = d.build.wall_s if in_process else d.wait_s / d.n_batches
     threads = cfg.get("threads")
     beside = _busy_workers(d, threads if isinstance(threads, int) else None)  # a short wait leaves the compute warm, not alone on its cores
-    if not compute or compute <= 0 or (gap < MIN_GAP_SHARE * compute and not beside) or d.wait_s < WASTE_SHARE * d.wall_s:
+    # Workers would take over a build made on the training process: its CPU then runs beside the compute.
+    worker_cpu = d.build.build_cpu_s if in_process and d.build.build_cpu_s >= MIN_WORKER_CPU_SHARE * (compute or 0.0) else 0.0
+    if (not compute or compute <= 0 or (gap < MIN_GAP_SHARE * compute and not beside and not worker_cpu)
+            or d.wait_s < WASTE_SHARE * d.wall_s):
         return None
     params = p.model.get("params") if p.model is not None else None
     job: dict[str, Any] = {"compute_s": compute, "gap_s": min(MAX_GAP_S, gap), "beside": beside,
                            "gap": "cpu" if in_process and d.build.kind != "wait" else "wait",
                            "params": params if isinstance(params, int) and params > 0 else None,
                            "threads": threads, "budget_s": BUDGET_S, "device": "cpu",
-                           "autocast": cfg.get("autocast_dtype") if cfg.get("autocast") else None}
+                           "autocast": cfg.get("autocast_dtype") if cfg.get("autocast") else None,
+                           "worker_cpu_s": worker_cpu or None}
     built = length_cost.architecture(dict(p.model or {}))
     shapes = Counter((batchlengths.rows(b), int(b.get("seq_len") or 0)) for b in p.batches)
     rows, width = shapes.most_common(1)[0][0] if shapes else (None, 0)
@@ -99,6 +106,7 @@ def measure(a: Analysis, folder: Path) -> str | None:
     except timing_child.Failed as exc:
         return failed.format(exc)
     parsed = warm_compute.parse({"schema": warm_compute.SCHEMA, **doc, "gap_s": wanted["gap_s"], "gap": wanted["gap"],
+                                 "worker_cpu_s": wanted["worker_cpu_s"],
                                  "threads": wanted["threads"], "beside": wanted["beside"],
                                  "stand_in": _stand_in(wanted)}) if isinstance(doc, dict) else None
     if parsed is None:

@@ -8,8 +8,10 @@ architecture is not known, two linear layers holding about as many weights as th
 model, the batch grown until one step takes as long as the recorded compute. Nothing of the
 user's code or files is run or read. Rounds interleave the two conditions, so a load that drifts
 bends both alike: ``gap`` seconds of Python work (or of sleep, for a build that waits), one step
-(cold), then steps back to back, the last of which is warm. Prints one JSON line
-``{"warm_s", "cold_s", "rows", "width"}`` (medians), or ``{"error": "..."}``."""
+(cold), then steps back to back, the last of which is warm. Where the job names a worker's CPU
+per batch (a build on the training process that workers would take over), steps back to back
+beside a process burning that CPU from each step's start (``worker_s``). Prints one JSON line
+``{"warm_s", "cold_s", "rows", "width"[, "worker_s"]}`` (medians), or ``{"error": "..."}``."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ MAX_ROUNDS = 15
 WARM_AFTER = 3  # the step this many after the cold one counts as back to back
 MAX_WIDTH = 2048
 MAX_ROWS = 1 << 20
+MAX_WORKER_CPU_S = 2.0  # a worker's burn per step, at most (a longer build keeps a core busy all along anyway)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,7 +66,56 @@ def _time(job: dict[str, Any]) -> dict[str, Any]:
             for _ in range(WARM_AFTER - 1):
                 step(x)
             warm.append(step(x))
-    return {"warm_s": statistics.median(warm), "cold_s": statistics.median(cold), "rows": rows, "width": width}
+    out = {"warm_s": statistics.median(warm), "cold_s": statistics.median(cold), "rows": rows, "width": width}
+    worker_cpu = float(job.get("worker_cpu_s") or 0.0)
+    if worker_cpu > 0:
+        out["worker_s"] = _beside_a_worker(step, x, min(worker_cpu, MAX_WORKER_CPU_S),
+                                           time.monotonic() + float(job["budget_s"]) / 2)
+    return out
+
+
+def _beside_a_worker(step: Callable[[Any], float], x: Any, cpu_s: float, deadline: float) -> float:
+    """Steps back to back, each beside a process that burns ``cpu_s`` of CPU from the step's start:
+    what the compute takes once a background worker builds the batches (its CPU lands on the
+    cores the compute's threads use; a thread pool waits at each op for the thread it lost)."""
+    took: list[float] = []
+    with _Burner(cpu_s) as burner:
+        step(x)
+        while len(took) < MAX_ROUNDS and (len(took) < MIN_ROUNDS or time.monotonic() < deadline):
+            burner.go()
+            took.append(step(x))
+            burner.wait()
+    return statistics.median(took)
+
+
+class _Burner:
+    """A process that burns ``cpu_s`` of its own CPU each time it is told (one byte on a pipe) and
+    says when it is done: a DataLoader worker building a batch. It dies with this process
+    (``PR_SET_PDEATHSIG``), and ends when its pipe closes."""
+
+    def __init__(self, cpu_s: float) -> None:
+        code = ("import ctypes, os, signal, sys, time\nctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG\n"
+                f"while sys.stdin.buffer.read(1):\n    end = time.process_time() + {cpu_s!r}\n"
+                "    while time.process_time() < end: pass\n    sys.stdout.buffer.write(b'.'); sys.stdout.flush()\n")
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL)
+
+    def go(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(b".")
+        self.proc.stdin.flush()
+
+    def wait(self) -> None:
+        """Until its burn is over: the next step starts beside a fresh one, as with a worker per batch."""
+        assert self.proc.stdout is not None
+        self.proc.stdout.read(1)
+
+    def __enter__(self) -> _Burner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.proc.kill()
+        self.proc.wait()
 
 
 class _Busy:

@@ -22,6 +22,7 @@ from gpudoctor.common import safefs
 FILE = "warm_compute.json"
 SCHEMA = "gpudoctor.warm_compute/1"
 MAX_BYTES = 16 * 1024
+MAX_WORKER_RATIO = 20.0  # the compute beside a worker over as measured, at most (and at least its inverse)
 MAX_BESIDE = 16  # busy processes a timing runs beside its stand-in, at most (the timing's cap, the reader's check)
 
 
@@ -36,6 +37,16 @@ class WarmCompute:
     threads: int | None
     stand_in: str  # what was timed, in words
     beside: int = 0  # busy processes beside the step after the gap (the workers' busy cores)
+    worker_s: float | None = None  # a step back to back beside a process burning ``worker_cpu_s`` each step
+    worker_cpu_s: float | None = None  # the build's CPU a background worker would burn per batch
+
+    @property
+    def with_workers(self) -> float | None:
+        """The compute once background workers build the batches over the compute as measured (a
+        worker's CPU taken from the compute's cores can make it slower than measured); None: not timed."""
+        if self.worker_s is None or self.cold_s <= 0:
+            return None
+        return min(MAX_WORKER_RATIO, max(1.0 / MAX_WORKER_RATIO, self.worker_s / self.cold_s))
 
     @property
     def ratio(self) -> float:
@@ -45,7 +56,9 @@ class WarmCompute:
     def to_json(self) -> str:
         return json.dumps({"schema": SCHEMA, "warm_s": self.warm_s, "cold_s": self.cold_s, "gap_s": self.gap_s,
                            "gap": self.gap, "threads": self.threads, "stand_in": self.stand_in,
-                           "beside": self.beside})
+                           "beside": self.beside,
+                           **({"worker_s": self.worker_s, "worker_cpu_s": self.worker_cpu_s}
+                              if self.worker_s is not None else {})})
 
 
 def write(folder: Path, warm: WarmCompute) -> None:
@@ -72,10 +85,14 @@ def parse(doc: object) -> WarmCompute | None:
         return None
     assert isinstance(warm, (int, float)) and isinstance(cold, (int, float)) and isinstance(gap, (int, float))
     threads, beside = doc.get("threads"), doc.get("beside")
+    worker, worker_cpu = doc.get("worker_s"), doc.get("worker_cpu_s")
+    both = (float(worker), float(worker_cpu)) if (_positive(worker) and _positive(worker_cpu) and isinstance(
+        worker, (int, float)) and isinstance(worker_cpu, (int, float))) else (None, None)
     return WarmCompute(float(warm), float(cold), float(gap), "wait" if doc.get("gap") == "wait" else "cpu",
                        int(threads) if isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1
                        else None, str(doc.get("stand_in") or "a stand-in step")[:120],
-                       int(beside) if isinstance(beside, int) and not isinstance(beside, bool) and 0 <= beside <= MAX_BESIDE else 0)
+                       int(beside) if isinstance(beside, int) and not isinstance(beside, bool) and 0 <= beside <= MAX_BESIDE else 0,
+                       *both)
 
 
 def _positive(x: object) -> bool:

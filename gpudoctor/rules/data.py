@@ -68,7 +68,8 @@ class DataWait:
             return None
         return LoopModel(batch_s=self.batch_s, compute_s=self.compute_s_per_batch,
                          compute_cpu_s=self.compute_cpu_s if self.compute_cpu_s is not None else self.compute_s_per_batch,
-                         build=self.build, workers_now=self.num_workers or 0, warm=self.warm_ratio)
+                         build=self.build, workers_now=self.num_workers or 0, warm=self.warm_ratio,
+                         with_workers=self.warm.with_workers if self.warm is not None else None)
 
     @property
     def warm_ratio(self) -> float:
@@ -134,6 +135,8 @@ class DataWait:
             "free_cores": self.free_cores,
             **({"compute_alone_ms_per_batch": round(1000 * self.compute_s_per_batch * self.warm_ratio, 2),
                 "compute_alone_basis": self.warm_words()} if self.warm is not None and self.compute_s_per_batch else {}),
+            **({"compute_with_workers_ms_per_batch": round(1000 * self.compute_s_per_batch * self.warm.with_workers, 2)}
+               if self.warm is not None and self.warm.with_workers is not None and self.compute_s_per_batch else {}),
         }
 
     def warm_words(self) -> str:
@@ -144,8 +147,12 @@ class DataWait:
         after = "a sleep" if w.gap == "wait" else "Python work"
         beside = (f", beside {plural(w.beside, 'busy process', 'busy processes')} standing in for the "
                   "workers' CPU" if w.beside else "")
+        workers = (f", and {1000 * w.worker_s:.1f} ms back to back beside a process burning the build's "
+                   f"{1000 * w.worker_cpu_s:.0f} ms of CPU each step, as a background worker would"
+                   if w.worker_s is not None and w.worker_cpu_s is not None else "")
         return (f"a stand-in step ({w.stand_in}) took {1000 * w.warm_s:.1f} ms back to back and "
-                f"{1000 * w.cold_s:.1f} ms right after {1000 * w.gap_s:.0f} ms of {after}{beside} on this machine")
+                f"{1000 * w.cold_s:.1f} ms right after {1000 * w.gap_s:.0f} ms of {after}{beside}{workers} "
+                "on this machine")
 
     def residual_claim(self, removed_s: float, up_to_s: float | None = None) -> Claim:
         """``removed_s`` of the wait that is not the tokenizer's (a disjoint part of data_wait)."""
