@@ -74,6 +74,9 @@ def test_python_314_patient_is_hooked_by_remote_exec_and_runs_on_after_detach(tm
     assert target["installed_at"] is not None and target["error"] is None, meta["attach_notes"]
     assert target["detached"] is True, meta["attach"]
     assert target["tries"] >= 1 and target["try_budget_s"] >= 20.0  # what it did is on record
+    # idle once hooked; its window over, back at normal priority for the detach and the report (root here)
+    assert meta["doctor_priority"]["cpu"].endswith("once hooked (before: nice 10)")
+    assert meta["doctor_priority"]["after_window"] == "normal: SCHED_OTHER, nice 0"
     out, err = patient.communicate(timeout=60)
     assert patient.returncode == 0 and "Traceback" not in err, err[-2000:]
     left = json.loads(out.strip().splitlines()[-1])
