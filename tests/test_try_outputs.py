@@ -78,6 +78,21 @@ def test_a_file_the_baseline_had_not_written_when_it_stopped_is_the_trials_own_t
     assert Path(edited[3]).parent == tmp_path / "trial" / "outputs" and not Path(edited[3]).exists()
 
 
+def test_a_pattern_and_the_prefix_of_input_files_are_inputs_left_as_they_are(tmp_path: Path) -> None:
+    """``--train-files 'data/*.jsonl'`` and Megatron's ``--data-path data/corpus_text_document`` (beside
+    ``corpus_text_document.bin`` and ``.idx``) name no path that exists, and the trial must read them."""
+    (tmp_path / "train.py").write_text("pass\n")
+    (tmp_path / "data").mkdir()
+    for name in ("corpus_text_document.bin", "corpus_text_document.idx", "a.jsonl"):
+        (tmp_path / "data" / name).write_text("x")
+    command = ["python", "train.py", "--train-files", "data/*.jsonl", "--data-path", "data/corpus_text_document",
+               "--save", "data/ckpt.pt"]
+    written = outputs.written(outputs.before(command, tmp_path), tmp_path / "trial" / "outputs")
+    assert [(o.text, o.how) for o in written] == [("data/ckpt.pt", "unwritten")]
+    edited = outputs.redirect(command, written)
+    assert edited[:6] == command[:6] and edited[7] != command[7]
+
+
 def test_links_and_untouched_paths_are_never_redirected(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text("pass\n")
     target = tmp_path / "elsewhere.txt"

@@ -11,7 +11,9 @@ argument pointed into its own folder (``trial/outputs/``):
   baseline ended (stopped after its seconds, before it wrote what it writes at the end);
 * a file that was there before and was rewritten is copied there first (up to a budget), so the
   trial reads what a second run of the command would;
-* a folder that was there before is left as it is (it may hold the inputs), and said.
+* a folder that was there before is left as it is (it may hold the inputs), and said;
+* a pattern (``data/*.json``) and the prefix of files that were there (``data/corpus`` beside
+  ``data/corpus.bin``) are inputs, left as they are.
 
 Only what the command line names is seen: paths the script builds itself are its own business,
 and the report's note says so. Links, and files another user owns, are never followed or copied.
@@ -30,6 +32,8 @@ from gpudoctor.common import safefs
 
 COPY_BUDGET_BYTES = 256 * 2**20  # rewritten files copied for the trial, in all; a larger one is left shared
 _MAX_ARG_CHARS = 4096
+_MAX_LISTED = 100_000  # names read from one folder to tell an input's prefix; past it, taken as one
+_GLOB = "*?["
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,7 @@ class Seen:
     path: Path  # resolved against the folder the command runs in
     kind: str | None  # "file", "folder" or None (absent)
     stamp: tuple[int, int, int] | None  # (inode, size, mtime_ns); None when absent
+    prefix: bool = False  # absent, but names beside it start with it: an input's prefix (data/corpus -> corpus.bin)
 
 
 @dataclass(frozen=True)
@@ -79,13 +84,14 @@ def before(command: list[str], cwd: Path | None = None) -> list[Seen]:
     seen: list[Seen] = []
     for token in command[1:]:
         value = _value(token)
-        if not value or len(value) > _MAX_ARG_CHARS or "\0" in value or value in {s.text for s in seen}:
+        if (not value or len(value) > _MAX_ARG_CHARS or "\0" in value or value in {s.text for s in seen}
+                or any(c in value for c in _GLOB)):  # a pattern names inputs the trial must read as they are
             continue
         path = where / value
         if not path.parent.is_dir():  # not a path at all ("longest", "0.5"), or one whose folder is missing
             continue
         kind, stamp = _look(path)
-        seen.append(Seen(value, path, kind, stamp))
+        seen.append(Seen(value, path, kind, stamp, kind is None and _prefix_of_others(path)))
     return seen
 
 
@@ -96,7 +102,7 @@ def written(seen: list[Seen], folder: Path) -> list[Output]:
     for i, s in enumerate(seen):
         kind, stamp = _look(s.path)
         own = folder / f"{i}-{s.path.name or 'out'}"
-        if s.kind is None and kind is None and _file_like(s.text):
+        if s.kind is None and kind is None and _file_like(s.text) and not s.prefix:
             outs.append(Output(s.text, "path", "unwritten", own))
             continue
         if kind not in ("file", "folder") or not _ours(s.path):
@@ -108,6 +114,21 @@ def written(seen: list[Seen], folder: Path) -> list[Output]:
             budget -= stamp[1] if fits else 0
             outs.append(Output(s.text, kind, "rewritten", own if fits else None))
     return outs
+
+
+def _prefix_of_others(path: Path) -> bool:
+    """Whether names in ``path``'s folder start with its name (``corpus_text_document`` beside
+    ``corpus_text_document.bin``): a prefix the script reads files by; unknown (a folder too large
+    to list) counts as one."""
+    name = path.name
+    try:
+        with os.scandir(path.parent) as entries:
+            for n, entry in enumerate(entries):
+                if n >= _MAX_LISTED or (name and entry.name.startswith(name)):
+                    return True
+    except OSError:
+        return True
+    return False
 
 
 def _file_like(text: str) -> bool:
