@@ -65,17 +65,18 @@ def _value(token: str) -> str | None:
     return token
 
 
-def _look(path: Path) -> tuple[str | None, tuple[int, int, int] | None]:
+def _look(path: Path) -> tuple[str | None, tuple[int, int, int] | None, int | None]:
+    """(kind, (inode, size, mtime_ns), owner uid) of ``path``, never following a link."""
     try:
         st = os.lstat(path)
     except (OSError, ValueError):
-        return None, None
+        return None, None, None
     stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
     if stat.S_ISDIR(st.st_mode):
-        return "folder", stamp
+        return "folder", stamp, st.st_uid
     if stat.S_ISREG(st.st_mode):
-        return "file", stamp
-    return "other", None  # a link, a FIFO, a device: never redirected
+        return "file", stamp, st.st_uid
+    return "other", None, st.st_uid  # a link, a FIFO, a device: never redirected
 
 
 def before(command: list[str], cwd: Path | None = None) -> list[Seen]:
@@ -90,7 +91,7 @@ def before(command: list[str], cwd: Path | None = None) -> list[Seen]:
         path = where / value
         if not path.parent.is_dir():  # not a path at all ("longest", "0.5"), or one whose folder is missing
             continue
-        kind, stamp = _look(path)
+        kind, stamp, _ = _look(path)
         seen.append(Seen(value, path, kind, stamp, kind is None and _prefix_of_others(path)))
     return seen
 
@@ -100,12 +101,12 @@ def written(seen: list[Seen], folder: Path) -> list[Output]:
     outs: list[Output] = []
     budget = COPY_BUDGET_BYTES
     for i, s in enumerate(seen):
-        kind, stamp = _look(s.path)
+        kind, stamp, owner = _look(s.path)
         own = folder / f"{i}-{s.path.name or 'out'}"
         if s.kind is None and kind is None and _file_like(s.text) and not s.prefix:
             outs.append(Output(s.text, "path", "unwritten", own))
             continue
-        if kind not in ("file", "folder") or not _ours(s.path):
+        if kind not in ("file", "folder") or owner != os.geteuid():
             continue
         if s.kind is None:
             outs.append(Output(s.text, kind, "created", own))
@@ -137,13 +138,6 @@ def _file_like(text: str) -> bool:
     return "/" in text or re.search(r"\.[A-Za-z][A-Za-z0-9]{0,9}$", text) is not None
 
 
-def _ours(path: Path) -> bool:
-    try:
-        return os.lstat(path).st_uid == os.geteuid()
-    except OSError:
-        return False
-
-
 def _copy(src: Path, dst: Path) -> bool:
     """Copy a regular file of ours without following a link; False when it cannot be."""
     dst.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -160,13 +154,13 @@ def _copy(src: Path, dst: Path) -> bool:
 
 def redirect(command: list[str], outs: list[Output]) -> list[str]:
     """``command`` with each output the trial has its own copy of pointed there (``--x=path`` kept as such)."""
-    moved = {o.text: str(o.trial) for o in outs if o.trial is not None}
-    if moved:
-        next(iter(o.trial for o in outs if o.trial is not None)).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    moved = {o.text: o.trial for o in outs if o.trial is not None}
+    for trial in moved.values():
+        trial.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     edited = command[:1]
     for token in command[1:]:
         value = _value(token)
         if value is not None and value in moved:
-            token = token[: len(token) - len(value)] + moved[value]
+            token = token[: len(token) - len(value)] + str(moved[value])
         edited.append(token)
     return edited
