@@ -28,7 +28,7 @@ from gpudoctor.attach.stacks import StackSampler
 from gpudoctor.attach.window import AttachRecord, TargetRecord
 from gpudoctor.common.errors import UserError
 from gpudoctor.launch.recorder import Recorder, RecorderOptions, default_out, doctor_cpu
-from gpudoctor.processes import priority
+from gpudoctor.processes import priority, waker
 from gpudoctor.processes.proctree import ProcTree
 from gpudoctor.recording.store import RunFolder
 
@@ -96,6 +96,7 @@ class AttachSession:
             self.folder.share(*self.patient_ids, ("attach", "events"))
         self.recorder.options.events_owner = self.status_owner
         self.live_cpu_s = 0.0  # the live view's CPU on the main thread
+        self._waker: waker.Waker | None = None  # keeps the window's end and Ctrl-C on time once idle
 
     # -- the session ----------------------------------------------------------------
     def run(self, view: Any = None) -> AttachRecord:
@@ -104,6 +105,8 @@ class AttachSession:
         self.recorder.start(self.root.pid, self.record.attach_time)
         self.stacks.start()
         old = {s: signal.signal(s, self.stop) for s in (signal.SIGINT, signal.SIGTERM)}
+        if self.options.doctor_priority is not None:  # started now: spawned once idle, it came late or not at all
+            self._waker = waker.start(self._deadline(), (self.root.pid,))
         try:
             self._watch(view)
         finally:
@@ -115,8 +118,11 @@ class AttachSession:
             self._finish()
         return self.record
 
+    def _deadline(self) -> float | None:
+        return self.record.attach_time + self.options.duration_s if self.options.duration_s else None
+
     def _watch(self, view: Any) -> None:
-        deadline = self.record.attach_time + self.options.duration_s if self.options.duration_s else None
+        deadline = self._deadline()
         next_scan = next_tick = 0.0
         while True:
             now = time.time()
@@ -269,6 +275,9 @@ class AttachSession:
         nothing from the wait: its hooks are coming out either way. Whatever it was lowered to
         (nice 10 before the hooks, idle once hooked), it goes back here, once, for the report too.
         """
+        if self._waker is not None:
+            self._waker.stop()
+            self._waker = None
         if self.options.doctor_priority is not None:
             back = priority.restore_doctor()
             self.recorder.meta.setdefault("doctor_priority", dict(self.options.doctor_priority))["after_window"] = (

@@ -26,7 +26,7 @@ from gpudoctor.core.schema import Report
 from gpudoctor.launch import length_cost, warm_compute
 from gpudoctor.launch.recorder import Recorder, RecorderOptions, child_env, default_out
 from gpudoctor.pipeline import conclude
-from gpudoctor.processes import priority
+from gpudoctor.processes import priority, waker
 from gpudoctor.processes.pids import ExitWaiter
 from gpudoctor.recording.store import RunFolder
 from gpudoctor.render.terminal import print_summary
@@ -163,6 +163,7 @@ def run(spec: RunSpec) -> Launched:
                         127 if isinstance(exc, FileNotFoundError) else 126) from None
     handler.proc = proc
     # The child is spawned at normal priority; from here the doctor takes only idle cycles.
+    wake = waker.start(None, (proc.pid,))  # the child's end and Ctrl-C reach the idle doctor on time
     recorder.options.doctor_priority = priority.lower_doctor()
     recorder.start(proc.pid, start)
     shown = spec.view(folder.at) if spec.view is not None else None
@@ -174,6 +175,8 @@ def run(spec: RunSpec) -> Launched:
         if shown is not None:
             shown.stop()
         _restore(old)
+        if wake is not None:
+            wake.stop()
         priority.restore_doctor()  # where allowed (root): a process that goes on is not left idle
     stopped = handler.count or (limit is not None and limit.stopped)
     status = "finished" if code == 0 else ("interrupted" if stopped else "crashed")

@@ -11,7 +11,9 @@ creator's. Hence: :func:`lower_doctor` lowers every thread of the doctor and is
 called after the training child is spawned (``run``); gdb, which holds the
 patient stopped, must never wait behind an idle doctor, so it is spawned from
 :func:`popen_normal`'s thread, kept at normal priority (an unprivileged process
-cannot leave ``SCHED_IDLE``), and :func:`restore_normal` runs in its preexec too.
+cannot leave ``SCHED_IDLE``), and :func:`restore_normal` runs in its preexec too. What must
+happen on time once the doctor is idle (its window's end, Ctrl-C) is kept by
+:mod:`gpudoctor.processes.waker`, outside the GIL.
 """
 
 from __future__ import annotations
