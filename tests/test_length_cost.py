@@ -38,7 +38,8 @@ def test_a_transformers_model_is_timed_at_the_width_that_ran_and_narrower(tmp_pa
     a = analyze(load_recording(folder))
     job = timing.job(a)
     assert job is not None and (job["model"], job["stand_in"], job["rows"]) == ("GPT2LMHeadModel", False, 4)
-    assert job["widths"][0] == 256 and set(job["widths"]) == {256, 128, 64, 32, 16}
+    # the width that ran, then where the fix goes (each batch's longest row, 54 at most: 56), then fractions
+    assert job["widths"] == [256, 56, 128, 64, 32, 16]
     assert timing.measure(a, folder) is None
     kept = length_cost.read(folder)
     assert kept == a.rec.length_cost and kept is not None and not kept.stand_in
@@ -110,3 +111,12 @@ def test_sizes_that_build_more_than_the_training_had_are_refused(tmp_path: Path)
     note = timing.measure(a, folder)
     assert note is not None and "parameters where the training had 100000" in note
     assert a.rec.length_cost is None and not (folder / length_cost.FILE).exists()
+
+
+def test_the_widths_a_fix_goes_to_are_timed_before_the_fractions() -> None:
+    """A slow wide pass can spend the budget: the widths the prediction is read at come right after the
+    width that ran (the batches' median and widest longest row, the p99 cap), each rounded up to 8."""
+    batches = [{"lengths": [100, 300]}, {"lengths": [222, 400]}, {"lengths": [460, 90]}]
+    assert timing.widths_to_time(1024, batches, 455) == [1024, 464, 456, 400, 512, 256, 128, 64]
+    # rows as long as the width that ran: nothing narrower for the fix, only the fractions
+    assert timing.widths_to_time(128, [{"lengths": [128]}], 128) == [128, 64, 32, 16]
