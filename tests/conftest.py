@@ -45,15 +45,21 @@ def gpudoctor_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "gpudoctor", *args]
 
 
-def run_cli(*args: str, timeout: float = 300, env: dict[str, str] | None = None,
-            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def cli_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a ``gpudoctor`` command runs in under test: this checkout first on the path,
+    no run folder inherited from the caller, then ``env``."""
     full_env = dict(os.environ)
     full_env.pop("GPUDOCTOR_RUN_DIR", None)
     full_env["PYTHONPATH"] = str(ROOT) + (os.pathsep + full_env["PYTHONPATH"] if full_env.get("PYTHONPATH") else "")
     if env:
         full_env.update(env)
+    return full_env
+
+
+def run_cli(*args: str, timeout: float = 300, env: dict[str, str] | None = None,
+            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(gpudoctor_cmd(*args), capture_output=True, text=True, timeout=timeout,
-                          env=full_env, cwd=cwd or ROOT)
+                          env=cli_env(env), cwd=cwd or ROOT)
 
 
 def cli(*args: str, env: dict[str, str] | None = None,

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.attach.inject import PKG_PARENT
-from tests.conftest import ROOT, gpudoctor_cmd, run_cli
+from tests.conftest import ROOT, cli_env, gpudoctor_cmd, run_cli
 
 
 def python314() -> str | None:
@@ -99,10 +99,8 @@ def _interrupted_once_hooked(pid: int, out: Path) -> subprocess.CompletedProcess
     """Beside busy programs: attach with no window, wait (however long load makes it) until the hooks are
     in, then Ctrl-C. An idle doctor on saturated cores must still end on time: the waker puts it back at
     normal priority on the signal (before it, an idle doctor's window ran on for minutes)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("GPUDOCTOR_RUN_DIR", None)
     doctor = subprocess.Popen(gpudoctor_cmd("attach", str(pid), "--out", str(out)), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+                              stderr=subprocess.PIPE, text=True, env=cli_env(), cwd=ROOT)
     try:
         deadline = time.time() + 240
         while time.time() < deadline and doctor.poll() is None:

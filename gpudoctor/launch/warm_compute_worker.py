@@ -25,13 +25,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpudoctor.processes.pids import DIES_WITH_PARENT
+
 MIN_ROUNDS = 5
 MAX_ROUNDS = 15
 WARM_AFTER = 3  # the step this many after the cold one counts as back to back
 MAX_WIDTH = 2048
 MAX_ROWS = 1 << 20
-# The first lines of every helper process here: the kernel kills it when this process dies, stopped or not.
-_DIES_WITH_PARENT = "import ctypes, signal\nctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG\n"
 MAX_WORKER_CPU_S = 2.0  # a worker's burn per step, at most (a longer build keeps a core busy all along anyway)
 
 
@@ -96,7 +96,7 @@ class _Burner:
     (``PR_SET_PDEATHSIG``), and ends when its pipe closes."""
 
     def __init__(self, cpu_s: float) -> None:
-        code = (_DIES_WITH_PARENT + "import sys, time\n"
+        code = (DIES_WITH_PARENT + "import sys, time\n"
                 f"while sys.stdin.buffer.read(1):\n    end = time.process_time() + {cpu_s!r}\n"
                 "    while time.process_time() < end: pass\n    sys.stdout.buffer.write(b'.'); sys.stdout.flush()\n")
         self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -128,7 +128,7 @@ class _Busy:
 
     def __init__(self, n: int) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
-        spin = _DIES_WITH_PARENT + f"import os\nwhile os.getppid() == {os.getpid()}: pass"
+        spin = DIES_WITH_PARENT + f"import os\nwhile os.getppid() == {os.getpid()}: pass"
         for _ in range(max(0, n)):
             proc = subprocess.Popen([sys.executable, "-c", spin], stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -1,8 +1,9 @@
 """Is a process alive, and waiting for a child to end: one answer for every caller.
 
 ``pid_alive``: attach's locks and sessions and replay's scratch folders. ``ExitWaiter``:
-``run`` and the sweep waiting for the training they measure. Stdlib only: the attach
-payload imports this module inside the patient.
+``run`` and the sweep waiting for the training they measure. ``DIES_WITH_PARENT``: the first
+lines of every ``python -c`` helper the doctor starts. Stdlib only: the attach payload imports
+this module inside the patient.
 """
 
 from __future__ import annotations
@@ -11,6 +12,10 @@ import contextlib
 import os
 import select
 import subprocess
+
+# The first lines of a ``python -c`` helper: the kernel kills it when the process that started it dies,
+# stopped or not (PR_SET_PDEATHSIG), so no helper outlives the doctor.
+DIES_WITH_PARENT = "import ctypes, signal\nctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG\n"
 
 
 def pid_alive(pid: int) -> bool:

@@ -26,15 +26,15 @@ import threading
 import time
 
 from gpudoctor.processes import priority
+from gpudoctor.processes.pids import DIES_WITH_PARENT
 
 ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 # argv: deadline (epoch s, 0: none), the wakeup fd (-1: none), pidfds to watch. Ctrl-C in the terminal
 # reaches the waker too: it ignores SIGINT itself and learns of it through the doctor's wakeup fd.
-_CODE = """\
-import ctypes, os, select, signal, sys, time
+_CODE = DIES_WITH_PARENT + """\
+import os, select, sys, time
 signal.signal(signal.SIGINT, signal.SIG_IGN)
-ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: never outlive the doctor
 doctor = os.getppid()
 if doctor == 1:
     sys.exit(0)
