@@ -224,6 +224,29 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(_HISTORY_DIR, ignore_errors=True)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Where the suite's time goes (issue #35): with GPUDOCTOR_TEST_CPU_LOG set, one JSON line per test
+    (its wall time and the CPU of this process and of the children it reaped), summed by file with
+    ``python -m tests.cpu_by_file LOG``."""
+    log = os.environ.get("GPUDOCTOR_TEST_CPU_LOG")
+    if not log:
+        yield
+        return
+    import resource
+    import time
+
+    def cpu() -> float:
+        own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+    wall0, cpu0 = time.monotonic(), cpu()
+    yield
+    line = {"test": item.nodeid, "wall_s": round(time.monotonic() - wall0, 3), "cpu_s": round(cpu() - cpu0, 3)}
+    with open(log, "a") as out:
+        out.write(json.dumps(line) + "\n")
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("gdb_inject") is not None:
         from tests.gdb_probe import gdb_cannot_inject
