@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -83,7 +84,7 @@ class Analysis:
             return {k: None for k in BREAKDOWN_KEYS}
         if len(self.trainings) <= 1:
             return {k: statistics.fmean(p.breakdown[k] for p in self.procs) for k in BREAKDOWN_KEYS}
-        return {k: self._over_trainings(lambda p, k=k: p.seconds(k)) for k in BREAKDOWN_KEYS}
+        return {k: self._over_trainings(functools.partial(ProcessView.seconds, key=k)) for k in BREAKDOWN_KEYS}
 
     def _over_trainings(self, seconds: Callable[[ProcessView], float]) -> float:
         """Seconds per process, averaged within each training, summed over trainings, as a fraction."""
@@ -222,7 +223,7 @@ def _host_stats(rec: Recording, leads: list[ProcessView]) -> HostStats:
     if not cores and rows and rows[0].get("cpu_percore_pct"):
         cores = len(rows[0]["cpu_percore_pct"])
     run_pct = time_mean(rows, "cpu_proc_pct")
-    rss = [r.get("rss_mib") for r in rec.host if r.get("rss_mib") is not None]
+    rss = [v for r in rec.host if isinstance(v := r.get("rss_mib"), (int, float))]
     return HostStats(
         cores=cores,
         cpu_total_pct=time_mean(rows, "cpu_total_pct"),

@@ -67,7 +67,8 @@ def _clean_row(row: Any) -> dict[str, Any] | None:
     if type(row) is not dict or not is_time(row.get("t")) or type(row.get("pid")) is not int:
         return None
     rate = row.get("rate_hz")
-    if type(rate) not in (int, float) or not 0 < rate <= 10_000 or type(row.get("codes")) is not str:
+    if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0 < rate <= 10_000 \
+            or type(row.get("codes")) is not str:
         return None
     return row
 

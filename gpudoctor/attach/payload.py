@@ -126,7 +126,7 @@ def _call_again_after_imports(fn: Any) -> None:
     """
 
     def wait() -> None:
-        main = threading.main_thread().ident
+        main = threading.main_thread().ident or 0  # the main thread has started: it has an ident
         while os.path.isdir(_state.control_dir) and not os.path.exists(os.path.join(_state.control_dir, "detach")):
             time.sleep(0.05)
             if not _importing(sys._current_frames().get(main)):
@@ -164,9 +164,9 @@ def _live_objects() -> dict[str, list[Any]]:
     # A set lookup on type(obj): ~3x faster than isinstance over a few 100k objects, and
     # isinstance reads __class__, which some proxies answer with a warning.
     for obj in gc.get_objects():
-        key = owner.get(type(obj))
-        if key is not None:
-            found[key].append(obj)
+        kind = owner.get(type(obj))
+        if kind is not None:
+            found[kind].append(obj)
     found["optimizers"] = [o for o in found["optimizers"] if getattr(o, "state", None)]
     return found
 
@@ -187,9 +187,10 @@ def _params_trained(modules: list[Any]) -> bool:
 
 
 def _subclasses(cls: type) -> set[type]:
-    seen = {cls}
-    todo = [cls]
+    seen: set[type] = {cls}
+    todo: list[type] = [cls]
     while todo:
+        sub: type
         for sub in todo.pop().__subclasses__():
             if sub not in seen:
                 seen.add(sub)

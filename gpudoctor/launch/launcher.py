@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -293,6 +293,6 @@ def _measure_after(a: Analysis, at: Path) -> str | None:
     return "; ".join(notes) or None
 
 
-def _restore(old: dict[int, Any]) -> None:
+def _restore(old: Mapping[signal.Signals, Any]) -> None:
     for sig, h in old.items():
         signal.signal(sig, h)

@@ -86,7 +86,8 @@ def _fix_padding(plan: Plan, w: Workload, config: ReplayConfig) -> Fix | None:
         f"{k}={v}" for k, v in changes.items()
     )
     if "max_length" in changes:
-        cut = sum(x > new_len for x in w.raw_lengths) / len(w.raw_lengths) if w.raw_lengths else None
+        cap = changes["max_length"]
+        cut = sum(x > cap for x in w.raw_lengths) / len(w.raw_lengths) if w.raw_lengths else None
         summary += (
             f" (p99 of {w.length_basis} rounded up to {multiple}"
             + (f"; truncates {cut:.1%} of the sampled examples" if cut is not None else "")

@@ -14,7 +14,7 @@ import difflib
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any, Union, get_args, get_origin
+from typing import Any, NoReturn, Union, get_args, get_origin
 
 import yaml
 
@@ -81,10 +81,10 @@ def _bare(name: str) -> str:
         raise UserError(
             f"--grid {name}: ambiguous; write it as one of {', '.join(f'{o}.{name}' for o in owners)}"
         )
-    return _unknown(name)
+    _unknown(name)
 
 
-def _unknown(key: str) -> str:
+def _unknown(key: str) -> NoReturn:
     known = leaf_keys()
     last = key.rsplit(".", 1)[-1]
     close = [k for k in known if k.endswith("." + last)][:1] or difflib.get_close_matches(
@@ -103,7 +103,7 @@ def resolve_key(text: str) -> tuple[str, type | None]:
     for i, part in enumerate(parts):
         fields = _fields(cls)
         if part not in fields:
-            return _unknown(dotted)
+            _unknown(dotted)
         inner = _unwrap(fields[part])
         rest = parts[i + 1 :]
         if isinstance(inner, type) and dataclasses.is_dataclass(inner):

@@ -140,13 +140,14 @@ def finalize(doc: dict[str, Any]) -> dict[str, Any]:
     if best is None:
         doc["best"] = doc["change"] = None
         return doc
+    top = score(best)
     doc["best"] = {
         "index": best["index"],
         "label": best["label"],
         "params": best["params"],
-        OBJECTIVE: score(best),
+        OBJECTIVE: top,
         "spread": best["metrics"].get("spread"),
-        "speedup_vs_current": score(best) / base_score if base_score else None,
+        "speedup_vs_current": top / base_score if top is not None and base_score else None,
         "current_index": base["index"] if base else None,
         "current_status": base["status"] if base else None,
         "noise": best["metrics"].get("noise"),

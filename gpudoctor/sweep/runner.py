@@ -140,7 +140,9 @@ def prepare_key(cfg: ReplayConfig) -> str:
 
 
 def _plain(value: Any) -> Any:
-    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return value
 
 
 def _free_dir(folder: Path) -> Path:

@@ -138,7 +138,8 @@ def run_tpe(
 ) -> Search:
     """Ask, measure, tell until the stop rule; every measured entry goes into ``doc["points"]``."""
     axes = list(choices)
-    space = {k: optuna.distributions.CategoricalDistribution(v) for k, v in choices.items()}
+    space: dict[str, optuna.distributions.BaseDistribution] = {
+        k: optuna.distributions.CategoricalDistribution(v) for k, v in choices.items()}
     search = Search(study.study_name, "")
     runnable = {i.point.index: i for i in items if not i.point.skip and i.key}
     by_params = {_params_key(i.point.params, axes): i for i in runnable.values()}
@@ -148,7 +149,8 @@ def run_tpe(
     base = next((i for i in runnable.values() if i.point.baseline), None)
     if base is not None and not known:
         study.enqueue_trial({a: base.point.params[a] for a in axes}, skip_if_exists=True)
-    since_better, best = 0, max(known.values(), default=None, key=_speed)
+    measured = [e for e in known.values() if _speed(e) is not None]  # a crashed point has no speed to rank
+    since_better, best = 0, max(measured, default=None, key=lambda e: _speed(e) or 0.0)
     asks = 0
     while True:
         stop = _stop_reason(known, runnable, since_better, max_trials, search, asks)
@@ -199,7 +201,8 @@ def run_climb(
 ) -> Search:
     """Coordinate ascent (:mod:`gpudoctor.sweep.adaptive`) whose every trial is a trial of the
     study: the same storage, resume, sharing and pruning as the TPE search."""
-    space = {k: optuna.distributions.CategoricalDistribution(v) for k, v in choices.items()}
+    space: dict[str, optuna.distributions.BaseDistribution] = {
+        k: optuna.distributions.CategoricalDistribution(v) for k, v in choices.items()}
     search = Search(study.study_name, "")
     runnable = {i.point.index: i for i in items if not i.point.skip and i.key}
     if not runnable:
@@ -295,7 +298,9 @@ def _replay_history(
     done = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
     for trial in study.get_trials(deepcopy=False, states=done):
         index = trial.user_attrs.get("index")
-        item = runnable.get(index) if isinstance(index, int) else None
+        if not isinstance(index, int):
+            continue
+        item = runnable.get(index)
         if item is None or index in known:
             continue
         search.resumed_trials += 1

@@ -7,6 +7,7 @@ report could not observe (null) is left out, never sent as 0.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,8 +39,8 @@ class Figures:
         findings = [f for f in report.get("findings") or [] if isinstance(f, dict)]
         figures._put("findings", len([f for f in findings if f.get("severity") != "info"]))
         figures.rows = [_row(f) for f in findings[:TOP_FINDINGS]]
-        count = _dict(report.get("steps")).get("count")
-        figures.step = int(count) if _number(count) is not None and count > 0 else 0
+        count = _number(_dict(report.get("steps")).get("count"))
+        figures.step = int(count) if count is not None and count > 0 else 0
         return figures
 
     def _put(self, name: str, value: Any) -> None:
@@ -57,7 +58,7 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _row(finding: dict[str, Any]) -> list[Any]:
+def _row(finding: Mapping[str, Any]) -> list[Any]:
     summary = str(_dict(finding.get("fix")).get("summary") or "")
     if len(summary) > MAX_CELL:
         summary = summary[: MAX_CELL - 3] + "..."
