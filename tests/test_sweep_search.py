@@ -187,3 +187,27 @@ def test_dollars_per_token_follow_the_measured_speed_at_the_price():
     assert given["usd_per_mtok"] == pytest.approx(2.0 / 3600 / 6000 * 1e6)
     none = point_cost(cfg(), slow, None, "cpu", None, target=None, price=None, gpus_count=None)
     assert none["usd_per_mtok"] is None and none["basis"] is None  # never an invented price
+
+
+class CrashEveryOtherBackend(SurfaceBackend):
+    """The surface, but every second trial crashes (a status with no speed)."""
+
+    def next_done(self):
+        job, run = super().next_done()
+        if len(self.ran) % 2 == 0:
+            return job, TrialRun("crashed", reason="exit 1")
+        return job, run
+
+
+def test_tpe_resumes_a_study_whose_known_points_include_a_crash(tmp_path):
+    """A resumed search ranks what it knows by speed: a crashed point has none, and is not ranked
+    (it raised TypeError comparing None with a speed before)."""
+    items, runner, _, doc = _grid(tmp_path)
+    runner.backend = backend = CrashEveryOtherBackend(runner.backend.params_of)
+    first = search.run_tpe(items, GRID, runner, doc, _study(tmp_path, doc), 4, 1, pruning=False)
+    assert first.stopped == "--max-trials 4 reached"
+    assert {e["status"] for e in doc["points"]} == {"ok", "crashed"}
+    items, runner, _, doc = _grid(tmp_path)
+    done = search.run_tpe(items, GRID, runner, doc, _study(tmp_path, doc), 6, 1, pruning=False)
+    assert done.resumed_trials == 4 and len(backend.ran) == 4
+    assert finalize(doc)["best"]["params"] in [e["params"] for e in doc["points"] if e["status"] == "ok"]
