@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, gpudoctor_cmd, run_cli
+from tests.conftest import ROOT, cli_env, gpudoctor_cmd, run_cli
 from tests.test_attach import wait_until
 
 SCRIPTS = ROOT / "tests" / "scripts"
@@ -34,13 +34,6 @@ FRAMEWORKS = ("hf_trainer", "lightning", "accelerate")
 DDP = ("ddp_plain", "ddp_join_effective_world", "ddp_join_initial_world", "ddp_no_sync", "ddp_user_hook",
        "ddp_user_hook_join", "ddp_static_graph")
 Results = dict[str, dict[str, Any]]
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("GPUDOCTOR_RUN_DIR", None)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
 
 
 def _read(path: Path) -> Results:
@@ -54,7 +47,7 @@ def _both(tmp: Path, command: Callable[[Path], list[str]], read: Callable[[Path]
     from concurrent.futures import ThreadPoolExecutor
 
     if not together:  # two 2-rank gloo jobs at once: a rank of the bare one aborted ("terminate called") in CI
-        bare = subprocess.run(command(tmp / "bare"), capture_output=True, text=True, timeout=600, env=_env(), cwd=tmp)
+        bare = subprocess.run(command(tmp / "bare"), capture_output=True, text=True, timeout=600, env=cli_env(), cwd=tmp)
         doctored = run_cli("run", "--out", str(tmp / "run"), "--", *command(tmp / "doctored"), timeout=600, cwd=tmp)
         assert bare.returncode == 0, bare.stderr[-3000:]
         assert doctored.returncode == 0, doctored.stderr[-3000:]
@@ -63,7 +56,7 @@ def _both(tmp: Path, command: Callable[[Path], list[str]], read: Callable[[Path]
     with ThreadPoolExecutor(2) as pool:
         under = pool.submit(run_cli, "run", "--out", str(tmp / "run"), "--", *command(tmp / "doctored"),
                             timeout=600, cwd=tmp)
-        bare = subprocess.run(command(tmp / "bare"), capture_output=True, text=True, timeout=600, env=_env(), cwd=tmp)
+        bare = subprocess.run(command(tmp / "bare"), capture_output=True, text=True, timeout=600, env=cli_env(), cwd=tmp)
         doctored = under.result()
     assert bare.returncode == 0, bare.stderr[-3000:]
     assert doctored.returncode == 0, doctored.stderr[-3000:]
@@ -77,7 +70,7 @@ def loops(tmp_path_factory: pytest.TempPathFactory) -> tuple[Results, Results, R
     bare, doctored = _both(tmp, lambda out: [sys.executable, str(SCRIPTS / "transparency_loops.py"), str(out)], _read)
     attached = subprocess.run([sys.executable, str(SCRIPTS / "transparency_loops.py"), str(tmp / "attached"),
                                "--profile", str(tmp / "profiles")], capture_output=True, text=True, timeout=600,
-                              env=_env(), cwd=tmp)
+                              env=cli_env(), cwd=tmp)
     assert attached.returncode == 0, attached.stderr[-3000:]
     return bare, doctored, _read(tmp / "attached")
 
@@ -103,7 +96,7 @@ def ddp(tmp_path_factory: pytest.TempPathFactory) -> tuple[Results, Results]:
 
 def _attach_loop(tmp: Path, attach: bool) -> str:
     """tests/scripts/transparency_attach.py, bare or with ``gpudoctor attach`` from its 5th step."""
-    env = {k: v for k, v in _env().items() if not k.startswith("GPUDOCTOR_")}
+    env = {k: v for k, v in cli_env().items() if not k.startswith("GPUDOCTOR_")}
     go, log, out = tmp / "go", tmp / "steps.log", tmp / "hash"
     if not attach:
         go.touch()
