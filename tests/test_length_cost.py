@@ -115,8 +115,9 @@ def test_sizes_that_build_more_than_the_training_had_are_refused(tmp_path: Path)
 
 def test_the_widths_a_fix_goes_to_are_timed_before_the_fractions() -> None:
     """A slow wide pass can spend the budget: the widths the prediction is read at come right after the
-    width that ran (the batches' median and widest longest row, the p99 cap), each rounded up to 8."""
+    width that ran (the batches' median longest row, where most batches after the fix sit, then the
+    widest and the p99 cap), each rounded up to 8."""
     batches = [{"lengths": [100, 300]}, {"lengths": [222, 400]}, {"lengths": [460, 90]}]
-    assert timing.widths_to_time(1024, batches, 455) == [1024, 464, 456, 400, 512, 256, 128, 64]
+    assert timing.widths_to_time(1024, batches, 455) == [1024, 400, 464, 456, 512, 256, 128, 64]
     # rows as long as the width that ran: nothing narrower for the fix, only the fractions
     assert timing.widths_to_time(128, [{"lengths": [128]}], 128) == [128, 64, 32, 16]

@@ -169,6 +169,23 @@ def test_a_measured_fit_keeps_its_fixed_cost_per_batch() -> None:
     assert workload.fit_measured([(4, 64, 0.002), (4, 128, 0.002)]) is None  # no width-dependent part
 
 
+def test_a_measured_fit_reads_every_timed_width_as_timed() -> None:
+    # a CPU's pass is no quadratic in width: these are one loop's GPT-2 passes (16 rows) timed on this
+    # VM, where the quadratic through them read 560 11% under the 1.82 s a pass took there
+    points = [(16, 1024, 5.25), (16, 696, 2.50), (16, 640, 2.09), (16, 256, 0.52)]
+    fit = workload.fit_measured(points)
+    assert fit is not None and len(fit.anchors) == 4
+    for rows, width, seconds in points:
+        assert fit.batch_s(rows, width) == pytest.approx(seconds, rel=1e-9)
+    # between two timed widths the reading lies between theirs; twice the rows, twice the width part
+    assert points[3][2] < fit.batch_s(16, 560) < points[2][2]
+    assert fit.batch_s(32, 640) - fit.per_batch_s == pytest.approx(2 * (2.09 - fit.per_batch_s))
+    # beyond the timed widths the nearest one's scale holds: the curve's shape, through that point
+    inner = workload.Fit(fit.per_token_s, fit.per_token2_s, None, "measured", 4, per_batch_s=fit.per_batch_s)
+    k = (0.52 - fit.per_batch_s) / (inner.batch_s(16, 256) - fit.per_batch_s)
+    assert fit.batch_s(16, 128) - fit.per_batch_s == pytest.approx(k * (inner.batch_s(16, 128) - fit.per_batch_s))
+
+
 def test_fsync_after_a_save_is_part_of_the_save(probe_run) -> None:
     run = probe_run("fsync_checkpoints", "--steps", "12", "--n-embd", "128")
     assert run.returncode == 0, run.stderr[-2000:]

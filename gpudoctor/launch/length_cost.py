@@ -114,7 +114,10 @@ def widths_to_time(width: int, batches: Sequence[Mapping[str, Any]], p99: object
     fractions of the width that ran, so a budget that runs out leaves out the least needed.
 
     The fix's widths are where the prediction is read: each batch padded to its longest row (their
-    median, and their widest) and a cap at the rows' p99. On a CPU a step's time is not quadratic
+    median first: most batches after the fix are near it; then their widest) and a cap at the rows'
+    p99. The curve goes through every width timed (:meth:`gpudoctor.analysis.workload.Fit._anchor`),
+    so the one the fix's batches sit at is timed first: a pass at 1024 took a fifth of the budget,
+    696 and 640 the rest, and the fix's rows averaged 560. On a CPU a step's time is not quadratic
     in width at every width (at 1024 the attention's scores outgrow the caches: 6.9 s a pass against
     1.5 s at 512, 4.5×), so a curve through the width that ran and its half, all a 25 s budget
     allowed for a slow pass, put the compute after at 0.22× of today's where the rows go to 222-460.
@@ -126,7 +129,7 @@ def widths_to_time(width: int, batches: Sequence[Mapping[str, Any]], p99: object
     wanted = [-(-w // 8) * 8 for w in fix if 0 < w < width]
     fractions = [width // f // 8 * 8 for f in FRACTIONS[1:]]
     out: list[int] = [width]
-    for w in sorted(set(wanted), reverse=True) + fractions:
+    for w in wanted[:1] + sorted(set(wanted[1:]), reverse=True) + fractions:
         w = max(MIN_WIDTH, w)
         if w < width and w not in out:
             out.append(w)
