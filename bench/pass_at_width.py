@@ -3,7 +3,9 @@
 The length-cost timing (gpudoctor/launch/length_cost_worker.py) times the recorded architecture at
 fixed widths with an all-ones mask; a loop padded per batch runs rows with padding inside them at
 a width that changes every batch. This times a GPT-2 (random weights, forward, backward, AdamW) at
-``--width`` the three ways, interleaved per round, and prints each median and its ratio to the first.
+``--width`` the three ways, interleaved per round, and prints each median and its ratio to the first;
+then the widths the third way drew, each timed alone after a warm-up pass at it, against the
+same widths met one after another (1.0: a new width each pass costs nothing).
 
     python bench/pass_at_width.py --n-embd 128 --n-layer 2 --width 560 --threads 1
 """
@@ -50,8 +52,14 @@ def main() -> None:
         return time.perf_counter() - t
 
     w = args.width
+    drawn: list[int] = []
+
+    def jittered() -> float:
+        drawn.append(rng.randint(int(w * 0.85), int(w * 1.15)))
+        return step(drawn[-1], True)
+
     ways = {"all-ones mask, one width": lambda: step(w, False), "padding inside the rows": lambda: step(w, True),
-            "padded, a width within 15% each pass": lambda: step(rng.randint(int(w * 0.85), int(w * 1.15)), True)}
+            "padded, a width within 15% each pass": jittered}
     for fn in ways.values():
         fn()
     times: dict[str, list[float]] = {k: [] for k in ways}
@@ -61,6 +69,14 @@ def main() -> None:
     base = statistics.median(times["all-ones mask, one width"])
     for name, ts in times.items():
         print(f"{name:38s} {1e3 * statistics.median(ts):8.1f} ms  ratio {statistics.median(ts) / base:.3f}")
+    met = times["padded, a width within 15% each pass"]
+    drawn = drawn[-len(met):]
+    alone = []
+    for width in drawn:  # the same widths, each after a warm-up pass at it
+        step(width, True)
+        alone.append(step(width, True))
+    print(f"{'the drawn widths met in turn / alone':38s} {1e3 * statistics.mean(met):8.1f} ms / "
+          f"{1e3 * statistics.mean(alone):.1f} ms  ratio {statistics.mean(met) / statistics.mean(alone):.3f}")
 
 
 if __name__ == "__main__":

@@ -217,7 +217,9 @@ def test_a_caching_switch_promises_the_whole_build_a_pretokenizing_one_the_token
     assert tok["predicted_speedup"] == pytest.approx(0.08 / 0.06, rel=0.03)
     # --precompute caches each whole item: the whole 60 ms wait goes (80 -> 20 ms), and it says so
     cached = _finding(_tokenizing_loop(tmp_path / "cache", "precompute"), "tokenization_in_loop")
-    assert cached["fix"]["summary"].startswith("Run with `--precompute` instead of its default (False).")
+    # the lead says its own figure, the finding's predicted_speedup: one knob, one value, one figure
+    lead = f"Run with `--precompute` instead of its default (False) (about {cached['predicted_speedup']:.2f}x faster"
+    assert cached["fix"]["summary"].startswith(lead)
     assert cached["data"]["switch_kind"] == "cache" and "caches each whole item" in cached["fix"]["summary"]
     assert cached["predicted_speedup"] == pytest.approx(0.08 / 0.02, rel=0.03)
     assert cached["data"]["command_argv"] == ["python", "train.py", "--precompute"]
