@@ -119,7 +119,7 @@ def _apply_one(a: Analysis, p: ProcessView | None, cli: ScriptCli, finding: Find
     tables = [Table(fix.library or "", fix.call, fix.config), *fix.also]
     changes, leftover = _changes(a, p, cli, finding, [t.config for t in tables])
     switch = _precompute_switch(cli, finding.data.get(PRECOMPUTE))
-    caches, promise = False, None
+    promise: float | None = None  # set only for a switch that caches whole items
     if switch is not None:  # the script's own switch does what the library's values say: it alone
         changes, leftover = [_Change(switch, switch.const)], False
         caches = _caches(switch)
@@ -138,7 +138,7 @@ def _apply_one(a: Analysis, p: ProcessView | None, cli: ScriptCli, finding: Find
     if alt_switch is not None:
         alt = [_Change(alt_switch, alt_switch.const)]
     if changes or alt:
-        _word(cli, finding, _Flags(changes, alt, leftover, promise if switch is not None and caches else None))
+        _word(cli, finding, _Flags(changes, alt, leftover, promise))
 
 
 def _word(cli: ScriptCli, finding: Finding, flags: _Flags) -> None:
