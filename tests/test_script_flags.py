@@ -127,6 +127,17 @@ def test_parser_event_keeps_names_defaults_values_and_hides_secrets():
     assert "pw" not in json.dumps(opts["db"])
 
 
+def test_parser_event_keeps_an_options_choices_so_a_fix_sets_only_one_of_them():
+    p = argparse.ArgumentParser()
+    p.add_argument("--pad", choices=["max_length", "longest"], default="max_length")
+    p.add_argument("--bits", type=int, choices=[4, 8, 16], default=16)
+    p.add_argument("--token-kind", choices=["a", "b"], default="a")  # a secret's name: its words unsaid
+    p.add_argument("--mode", choices=range(1000), type=int, default=3)  # not a short list: unsaid
+    opts = {o["dest"]: o for o in cli_hooks.parser_event(p, p.parse_args([]), [])["options"]}
+    assert opts["pad"]["choices"] == ["max_length", "longest"] and opts["bits"]["choices"] == [4, 8, 16]
+    assert "choices" not in opts["token_kind"] and "choices" not in opts["mode"]
+
+
 def test_attach_reads_a_parser_kept_in_main(tmp_path, monkeypatch):
     """After the parse, attach finds a module-level parser and its Namespace in __main__."""
     from gpudoctor.hooks.writer import EventWriter

@@ -69,7 +69,7 @@ In-process events (key ``k``):
               module globals a configurator overrides from ``--key=value``), ``parser``,
               ``from_argv`` (parsed ``sys.argv``), ``args`` (redacted, when another list
               was parsed), ``options``: ``[{dest, flags, default, value, takes_value,
-              const}]``, values redacted (see :mod:`gpudoctor.hooks.cli_hooks`).
+              const, choices}]``, values redacted (see :mod:`gpudoctor.hooks.cli_hooks`).
 ``profiler``  a short torch.profiler window: ``t0, dt, steps``, ``dataloader_s``
               (time in DataLoader ``__next__`` events), ``cuda_kernel_s`` (null on CPU).
 ``exit``      the process is exiting normally: ``t``.
@@ -186,6 +186,7 @@ class CliOption(TypedDict, total=False):
     value: Any
     takes_value: bool
     const: Any
+    choices: list[str | int] | None  # argparse's choices, when a short list of words or numbers
 
 
 Options = Annotated[list[CliOption], "options"]

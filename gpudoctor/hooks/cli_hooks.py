@@ -114,7 +114,7 @@ def _option(action: Any, namespace: Any) -> CliOption | None:
     secret = is_secret_name(dest) or any(is_secret_name(f) for f in flags)
     value = getattr(namespace, dest, None) if namespace is not None else None
     nargs = getattr(action, "nargs", None)
-    return {
+    out: CliOption = {
         "dest": redact_value(dest),
         "flags": [redact_value(f) for f in flags],
         "default": _plain(getattr(action, "default", None), secret),
@@ -122,6 +122,20 @@ def _option(action: Any, namespace: Any) -> CliOption | None:
         "takes_value": nargs != 0,
         "const": _plain(getattr(action, "const", None), secret) if nargs == 0 else None,
     }
+    choices = None if secret else _choices(getattr(action, "choices", None))
+    if choices is not None:
+        out["choices"] = choices
+    return out
+
+
+def _choices(choices: Any) -> list[str | int] | None:
+    """The words an option accepts (``choices=["max_length", "longest"]``): a fix may set it only
+    to one of them. A short list of plain words or numbers; anything else is left unsaid."""
+    if not isinstance(choices, (list, tuple)) or not 0 < len(choices) <= MAX_ITEMS:
+        return None
+    if not all(isinstance(c, (str, int)) and not isinstance(c, bool) for c in choices):
+        return None
+    return [redact_value(c[:MAX_TEXT]) if isinstance(c, str) else c for c in choices]
 
 
 def _plain(value: Any, secret: bool = False, depth: int = 0) -> Any:

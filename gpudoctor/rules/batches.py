@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import random
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -17,7 +20,7 @@ from gpudoctor.rules.account import Claim
 from gpudoctor.rules.base import Finding, Fix, Rule, Table, pct
 from gpudoctor.rules.memory import fix_memory
 from gpudoctor.rules.names import Names, names_for
-from gpudoctor.rules.values import max_length_for, pad_multiple_for
+from gpudoctor.rules.values import PAD_MULTIPLES, max_length_for, pad_multiple_for
 
 MIN_PAD_FRACTION = 0.10  # pad tokens of all tokens: below this, padding is not worth a finding
 MIN_RECOVERABLE = WASTE_SHARE
@@ -33,7 +36,7 @@ class PadFigures:
     p50_length: int | None
     p99_length: int | None
     longest_seen: int | None  # the width rows are padded to now
-    multiple: int  # the pad multiple fitted to the rows
+    multiple: int  # the pad multiple fitted to the rows: what the cap is rounded up to
     tokens_now: int
     tokens_dynamic: int  # each batch padded to its longest row
     new_max: int | None  # max_length: p99 rounded up to the multiple; None when it shortens nothing
@@ -46,6 +49,7 @@ class PadFigures:
     per_batch_now: bool = False  # each batch is already padded to its longest row
     whole_table: bool = False  # rows_seen is every row of the dataset (its Arrow column), not a sample
     memory: schema.FixMemory | None = None  # the widest batch's peak after the cap, and the headroom left
+    batch_multiple: int = 1  # each batch padded to its longest row rounded up to this (1: exactly)
 
     @property
     def recoverable(self) -> float:
@@ -56,7 +60,7 @@ class PaddingWaste(Rule):
     name = "padding_waste"
     fires_when = (f'pad tokens ≥ {percent(MIN_PAD_FRACTION)} and per-batch padding (where it runs already: rows '
                   f'sorted into batches by length) would save ≥ {percent(MIN_RECOVERABLE)} of the compute')
-    fix_from = '`max_length` = observed p99 rounded up to the pad multiple (64/32/16/8, fitted to the rows), never above what is padded now; per-batch padding / `group_by_length` (names checked against the recorded TrainingArguments; only when the dataset items carry `input_ids` or the length column); packing; gain from the workload model: per-token and per-token² costs fitted to the steps where batch widths vary, else the model (or a GPT-2 of its recorded shape) timed after the run at several widths on the same device, else PaLM FLOPs of the recorded shape; between linear token work and quadratic attention when the shape is unknown'
+    fix_from = '`max_length` = observed p99 rounded up to the pad multiple (64/32/16/8, fitted to the rows), never above what is padded now; per-batch padding (to a tensor-core multiple on CUDA, to the longest row exactly on a CPU; the rows after drawn from every row seen when under 32 batches were seen) / `group_by_length` (names checked against the recorded TrainingArguments; only when the dataset items carry `input_ids` or the length column); packing; gain from the workload model: per-token and per-token² costs fitted to the steps where batch widths vary, else the model (or a GPT-2 of its recorded shape) timed after the run at several widths on the same device, else PaLM FLOPs of the recorded shape; between linear token work and quadratic attention when the shape is unknown'
 
     def match(self, a: Analysis) -> Finding | None:
         names = names_for(a.primary)
@@ -83,19 +87,24 @@ def _figures(a: Analysis, names: Names) -> PadFigures | None:
     if not batches or frac is None or frac < MIN_PAD_FRACTION:
         return None
     multiple = pad_multiple_for(pad["p50_length"])
-    now, after = dynamic_padding_tokens(batches, multiple)
+    per_batch = batch_multiple(a, multiple)
+    now, after = dynamic_padding_tokens(batches, per_batch)
     recoverable = 1.0 - after / now if now else 0.0
     p99, longest_seen = pad["p99_length"], pad["max_length"]
     table = _table_lengths(a)  # every row of a ``datasets`` table, where the hooks could read its column
     if table is not None:
         p99 = _table_quantile(table, 0.99)
     new_max = max_length_for(p99, longest_seen, multiple=multiple)
-    gain = predict_padding(a, new_max, multiple, per_batch=names.is_trainer)
+    gain = predict_padding(a, new_max, per_batch, per_batch=names.is_trainer)
     packing = frac >= 0.5 and recoverable < 0.5 * frac  # lengths vary inside batches too
     # Each batch already padded to its longest row: "pad per batch" is what runs (#40 item 9); what
     # is left is rows of unlike lengths in one batch, which sorting them into batches by length removes.
-    per_batch_now = recoverable < ALREADY_PER_BATCH and len({int(b["seq_len"]) for b in batches}) > 1
-    bucketed = predict_bucketing(a, multiple) if per_batch_now and gain.saving < MIN_RECOVERABLE else None
+    # A loop that pads each batch to a multiple of its own (8, 64) pads per batch as much as one
+    # that pads exactly: judged at the multiple fitted to the rows, whatever the fix pads to.
+    padded_to = dynamic_padding_tokens(batches, multiple)[1]
+    per_batch_now = (1.0 - padded_to / now if now else 0.0) < ALREADY_PER_BATCH and len(
+        {int(b["seq_len"]) for b in batches}) > 1
+    bucketed = predict_bucketing(a, _own_multiple(batches)) if per_batch_now and gain.saving < MIN_RECOVERABLE else None
     if bucketed is not None:
         gain = bucketed
     waste = gain.saving  # one knob, one prediction: the configured fix's gain, never packing's beside it
@@ -111,7 +120,26 @@ def _figures(a: Analysis, names: Names) -> PadFigures | None:
                   and bucketed is None)
     return PadFigures(frac, pad["batches_seen"], pad["p50_length"], p99, longest_seen, multiple, now, after,
                       None if bucketed is not None else new_max, gain, packing, waste, rows, cut, longest,
-                      per_batch_now=per_batch_now, whole_table=table is not None)
+                      per_batch_now=per_batch_now, whole_table=table is not None, batch_multiple=per_batch)
+
+
+def _own_multiple(batches: list[Any]) -> int:
+    """The multiple a loop that pads per batch already rounds its widths up to (1: exactly): its
+    batches sorted by length are padded its way."""
+    tops = [(batchlengths.longest(b), int(b["seq_len"])) for b in batches]
+    known = [(top, width) for top, width in tops if top is not None]
+    for m in (*PAD_MULTIPLES, 1):
+        if known and all(width == -(-top // m) * m for top, width in known):
+            return m
+    return 1
+
+
+def batch_multiple(a: Analysis, multiple: int) -> int:
+    """What each batch's width is rounded up to after a per-batch padding fix: a tensor-core
+    multiple where the training computes on CUDA (aligned shapes run faster there), else 1: on a
+    CPU a rounded width is only more work, and a script's own per-batch padding pads exactly."""
+    cfg = a.primary.torch_cfg if a.primary is not None else None
+    return multiple if cfg is not None and cfg.get("cuda") is True else 1
 
 
 def _cap_words(fig: PadFigures) -> str:
@@ -151,29 +179,30 @@ def _table_quantile(table: tuple[list[int], list[int]], q: float) -> int:
 
 
 def _word(fig: PadFigures, names: Names, fewer: Claim) -> Finding:
-    new_max, multiple, gain = fig.new_max, fig.multiple, fig.gain
+    new_max, multiple, gain = fig.new_max, fig.batch_multiple, fig.gain
+    rounded: dict[str, object] = {"pad_to_multiple_of": multiple} if multiple > 1 else {}
     truncate: dict[str, object] = {"truncation": True, "max_length": new_max} if new_max else {}
     if names.is_trainer:
         # Sorting by length needs items the sampler can size: applied without, the run crashes.
         args: dict[str, object] = _group_by_length(names) if names.items_carry_lengths() else {}
         tables = [Table(names.library, names.call, args),
                   Table("transformers tokenizer", "tokenizer", truncate),
-                  Table("transformers DataCollatorWithPadding", "DataCollatorWithPadding",
-                        {"pad_to_multiple_of": multiple})]
+                  Table("transformers DataCollatorWithPadding", "DataCollatorWithPadding", rounded)]
         snippet = (
             "tokenized = ds.map(lambda b: tokenizer(b['text'], truncation=True"
             + (f", max_length={new_max}" if new_max else "")
             + "), batched=True)  # no padding here\n"
-            f"collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of={multiple})\n"
+            "collator = DataCollatorWithPadding(tokenizer"
+            + (f", pad_to_multiple_of={multiple}" if rounded else "") + ")\n"
             "trainer = Trainer(..., data_collator=collator)"
         )
     else:
         tables = [Table("transformers tokenizer", "tokenizer",
-                        {"padding": "longest", **truncate, "pad_to_multiple_of": multiple})]
+                        {"padding": "longest", **truncate, **rounded})]
         snippet = (
             "batch = tokenizer(texts, padding='longest', truncation=True"
             + (f", max_length={new_max}" if new_max else "")
-            + f", pad_to_multiple_of={multiple}, return_tensors='pt')"
+            + (f", pad_to_multiple_of={multiple}" if rounded else "") + ", return_tensors='pt')"
         )
     if gain.rows_after == "bucketed" and not names.is_trainer:
         tables = []  # a sampler is the loop's own code: no call's arguments say it
@@ -194,7 +223,8 @@ def _word(fig: PadFigures, names: Names, fewer: Claim) -> Finding:
         evidence=(
             f"{pct(fig.pad_fraction)} of the tokens in {fig.batches_seen} training batches are padding: rows are "
             f"padded to {fig.longest_seen} while the real lengths have p50 {fig.p50_length} and p99 {fig.p99_length}. "
-            f"Padding each batch to its longest row (multiple of {multiple}) would drop {pct(fig.recoverable)} "
+            "Padding each batch to its longest row"
+            + (f" (multiple of {multiple})" if multiple > 1 else "") + f" would drop {pct(fig.recoverable)} "
             "of the tokens computed. " + _gain_words(gain)
         ),
         fix=Fix(
@@ -302,12 +332,14 @@ def predict_padding(a: Analysis, new_max: int | None, multiple: int, *, per_batc
     batches = [b for q in a.procs for b in q.batches]
     before = [_rows(b) for b in batches]
     fixed = len({w for _, w in before}) == 1 and not any(q.tokenize_in_loop_s > 0 for q in a.procs)
+    drawn = None
     if fixed and not per_batch and new_max:
         after = [(r, min(w, new_max)) for r, w in before]
         rows_after = "max_length"
     else:
         after = [(r, min(w, _longest(b, multiple), new_max or w)) for (r, w), b in zip(before, batches, strict=True)]
         rows_after = "per_batch"
+        drawn = _drawn_batches(batches, multiple, new_max)
     shape = workload.shape_from_model_event(p.model if p else None)
     fit = workload.fit(shape, _steps(p) if p else [])
     measured = a.rec.length_cost
@@ -316,7 +348,9 @@ def predict_padding(a: Analysis, new_max: int | None, multiple: int, *, per_batc
         if timed is not None and measured.stand_in and p is not None:
             timed = _own_fixed_cost(timed, measured, p)
         fit = timed or fit
-    ratio = workload.cost_ratio(fit, before, after) if fit else None
+    # drawn: the same batches, widths from every row seen; the widths before repeat to match
+    compared = (before * (len(drawn) // len(before)), drawn) if drawn else (before, after)
+    ratio = workload.cost_ratio(fit, *compared) if fit else None
     lengths = [int(x) for b in batches for x in b.get("lengths") or []]
     packed = workload.packed_rows(lengths, new_max or max(w for _, w in before)) if lengths else []
     packing = workload.cost_ratio(fit, before, packed) if fit and packed else None
@@ -327,7 +361,7 @@ def predict_padding(a: Analysis, new_max: int | None, multiple: int, *, per_batc
                            per_step + (1 - per_step) * packing if packing is not None else None,
                            widths, ratio, shape, per_step=per_step,
                            measured=measured if fit.basis == "measured" else None)
-    tok, sq = workload.linear_and_quadratic(before, after)
+    tok, sq = workload.linear_and_quadratic(*compared)
     return PaddingGain(max(0.0, 1 - tok), max(0.0, 1 - sq), "tokens", rows_after, None, widths,
                        token_ratio=tok, attention_ratio=sq)
 
@@ -385,6 +419,45 @@ def _per_step_share(p: ProcessView | None) -> float:
         return 0.0
     compute = p.seconds("compute")
     return min(1.0, p.optimizer_s / compute) if compute > 0 else 0.0
+
+
+FEW_BATCHES = 32  # under this many batches seen, their longest rows are drawn again from all rows seen
+DRAWS = 512  # batches drawn, at least
+
+
+def _drawn_batches(batches: list[Any], multiple: int, new_max: int | None) -> list[tuple[int, int]] | None:
+    """Batches after per-batch padding, drawn from every row seen when few batches were seen.
+
+    A padded batch costs what its longest row does, and the longest of n rows is a noisy figure:
+    three batches of 16 rows seen put the mean longest row at 521 where the run's was 580, and
+    drawn again from those 48 rows alone at 504 (no draw exceeds the longest row seen). So rows
+    are drawn from a smoothed bootstrap: a row seen, times a log-normal jitter whose width is
+    Silverman's rule for the log lengths (it shrinks as more rows are seen), in batches of the
+    recorded sizes, capped as the fix caps them. Only where rows went into batches at random:
+    each batch's spread of log lengths at least half the spread of all rows (a loader that sorts by
+    length fails it). A fixed seed: one recording, one figure. The result is a whole multiple of
+    the batches seen, so the widths before repeat to match; None when enough batches were seen,
+    or when the widths vary now (each batch's own longest row is then what it is compared with).
+    """
+    if len(batches) >= FEW_BATCHES or len({int(b["seq_len"]) for b in batches}) > 1:
+        return None  # enough batches, or widths that vary now: the same batches compare before and after
+    sizes = [batchlengths.rows(b) for b in batches]
+    logs = [[math.log(max(1, int(x))) for x in b.get("lengths") or []] for b in batches]
+    if any(len(ls) != n or n < 2 for ls, n in zip(logs, sizes, strict=True)):
+        return None  # a sampled batch (over 1,024 rows) or one row a batch: nothing to draw
+    pooled = [x for ls in logs for x in ls]
+    spread = statistics.pvariance(pooled)
+    if spread <= 0 or statistics.fmean(statistics.pvariance(ls) for ls in logs) < 0.5 * spread:
+        return None
+    jitter = 1.06 * math.sqrt(spread) * len(pooled) ** -0.2  # Silverman's bandwidth
+    rng = random.Random(0)
+    out = []
+    for _ in range(-(-DRAWS // len(batches))):
+        for b, n in zip(batches, sizes, strict=True):
+            top = math.ceil(math.exp(max(rng.choice(pooled) + rng.gauss(0.0, jitter) for _ in range(n))))
+            width = int(b["seq_len"])
+            out.append((n, min(width, -(-top // multiple) * multiple, new_max or width)))
+    return out
 
 
 def _rows(b: Mapping[str, Any]) -> tuple[int, int]:

@@ -40,6 +40,7 @@ class Knob:
     companions: tuple[str, ...] = ()  # keys set beside its value (persistent_workers beside num_workers)
     approximate: bool = False  # the value that ran is estimated (saves counted against steps)
     proportional: bool = False  # a script's option may count it in another unit: scaled, not set
+    words: tuple[str, ...] = ()  # the values it takes where they are words: an option holding one carries it
 
     @property
     def aliases(self) -> frozenset[str]:
@@ -58,7 +59,8 @@ KNOBS: tuple[Knob, ...] = (
          {"transformers": "tokenizer(..., padding='longest') or DataCollatorWithPadding(pad_to_multiple_of=…)",
           _LOOP: "pad each batch to its longest row in the collate function"},
          "the tokenizer calls' padding and the batches' pad tokens", (HOOKS, FLAGS, CODE), ("padding_waste",),
-         "rows", companions=("pad_to_multiple_of", "pad_to_max_length")),
+         "rows", ("pad", "padding_strategy", "pad_mode"), companions=("pad_to_multiple_of", "pad_to_max_length"),
+         words=("longest", "max_length", "do_not_pad")),
     Knob("bucketing", ("group_by_length",),
          {"trainer": "TrainingArguments(group_by_length=True)", _LOOP: "a sampler that groups rows of like length"},
          "the batches' widths against their longest rows", (HOOKS, FLAGS, CODE), ("padding_waste",), "rows",
@@ -146,6 +148,12 @@ def aliases(key: str) -> frozenset[str] | None:
     """Option names that mean the same value as ``key`` in scripts seen in the wild (a companion has none)."""
     k = _BY_KEY.get(key)
     return k.aliases if k is not None and key in k.keys else None
+
+
+def words(key: str) -> frozenset[str]:
+    """The words ``key``'s knob takes as values (empty: its values are numbers or switches)."""
+    k = _BY_KEY.get(key)
+    return frozenset(k.words) if k is not None else frozenset()
 
 
 APPROXIMATE = frozenset(key for k in KNOBS if k.approximate for key in k.keys)

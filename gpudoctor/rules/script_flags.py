@@ -33,6 +33,7 @@ class Option:
     value: Any
     takes_value: bool
     const: Any
+    choices: list[Any] | None = None  # the values argparse accepts, when it said
 
     def names(self) -> set[str]:
         return {_norm(self.dest)} | {_norm(f) for f in self.flags}
@@ -82,8 +83,9 @@ def _option(raw: Any) -> Option | None:
     flags = [f for f in raw.get("flags") or [] if isinstance(f, str) and f.startswith("-")]
     if not flags:
         return None  # a positional: not something to set by name
+    choices = raw.get("choices")
     return Option(raw["dest"], flags, raw.get("default"), raw.get("value"), raw.get("takes_value") is not False,
-                  raw.get("const"))
+                  raw.get("const"), choices if isinstance(choices, list) else None)
 
 
 def _split_command(argv: list[str], command: Any) -> tuple[list[str], list[str]]:
@@ -174,8 +176,8 @@ def _changes(a: Analysis, p: ProcessView | None, cli: ScriptCli, finding: Findin
             option = _option_for(cli, key)
             current = _current(a, p, finding, key)
             value = _scaled(option, wanted, current) if option and key in knobs.PROPORTIONAL else wanted
-            if option is None or value is None or (key not in knobs.PROPORTIONAL and not _agrees(
-                    option.value, current, key in knobs.APPROXIMATE)):
+            if option is None or value is None or not _holds(option, key, value) or (
+                    key not in knobs.PROPORTIONAL and not _agrees(option.value, current, key in knobs.APPROXIMATE)):
                 leftover = True
                 continue
             if _same(option.value, value) or any(c.option is option for c in changes):
@@ -185,6 +187,17 @@ def _changes(a: Analysis, p: ProcessView | None, cli: ScriptCli, finding: Findin
                 continue
             changes.append(_Change(option, value))
     return changes, leftover
+
+
+def _holds(option: Option, key: str, value: Any) -> bool:
+    """Whether the option can take ``value``: one of its choices where argparse lists them; a word
+    value (``padding="longest"``) only into an option listing it, or holding another of the
+    knob's words now (a ``--pad`` that takes a token id never gets "longest")."""
+    if option.choices is not None:
+        return value in option.choices
+    if isinstance(value, str) and value in knobs.words(key):
+        return isinstance(option.value, str) and option.value in knobs.words(key)
+    return True
 
 
 def _scaled(option: Option, wanted: Any, current: Any) -> Any:

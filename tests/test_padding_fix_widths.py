@@ -1,0 +1,116 @@
+"""The widths a per-batch padding fix predicts are the widths it gives (#40): exact on a CPU, a
+tensor-core multiple on CUDA, the script's own padding flag set where it has one, and the mean
+longest row of a batch read from every row seen when only a few batches were seen."""
+
+from __future__ import annotations
+
+import math
+import random
+import shlex
+import statistics
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.recording.store import load_recording
+from gpudoctor.report.build import build_report
+from gpudoctor.rules.batches import _drawn_batches
+from tests.recording_builder import T0, RecordingBuilder
+
+SHAPE = {"matmul_params": 12 * 2 * 64 * 64 + 64 * 1000, "n_layers": 2, "hidden": 64, "attention": True}
+
+
+def _padded(tmp_path: Path, *, cuda: bool = False, options: list[dict[str, Any]] | None = None,
+            args: list[str] | None = None) -> dict[str, Any]:
+    """A loop whose rows (8..120 tokens) are all padded to 128."""
+    rng = random.Random(7)
+    b = RecordingBuilder(tmp_path, cores=2, duration_s=15.0)
+    proc = b.process()
+    b.training_loop(proc, start_s=5.0, steps=60, compute_s=0.09, wait_s=0.01)
+    proc.append({"k": "model", "t": T0 + 5.0, "class": "MyLM", "params": 300_000, "config": {}, "shape": SHAPE})
+    proc.append({"k": "torch_cfg", "t": T0 + 5.0, "cuda": cuda, "device": "cuda:0" if cuda else "cpu"})
+    if options is not None:
+        proc[0]["argv"] = ["/usr/bin/python3", "train.py", *(args or [])]
+        b.meta_extra["command"] = ["python", "train.py", *(args or [])]
+        proc.append({"k": "cli", "t": T0 + 0.5, "style": "argparse", "parser": "ArgumentParser",
+                     "from_argv": True, "args": None, "options": options})
+    for i in range(60):
+        lengths = [rng.randint(8, 120) for _ in range(16)]
+        proc.append({"k": "batch", "t": T0 + 5.0 + 0.1 * i + 0.005, "tokens": 16 * 128,
+                     "pad": 16 * 128 - sum(lengths), "seq_len": 128, "lengths": lengths})
+    return build_report(load_recording(b.write()))
+
+
+def _padding(report: dict[str, Any]) -> dict[str, Any]:
+    return next(f for f in report["findings"] if f["rule"] == "padding_waste")
+
+
+def test_a_cpu_run_pads_each_batch_exactly_and_a_cuda_run_to_a_tensor_core_multiple(tmp_path: Path) -> None:
+    cpu, gpu = _padding(_padded(tmp_path / "cpu")), _padding(_padded(tmp_path / "gpu", cuda=True))
+    assert "pad_to_multiple_of" not in cpu["fix"]["config"] and "pad_to_multiple_of" not in cpu["fix"]["snippet"]
+    multiple = gpu["fix"]["config"]["pad_to_multiple_of"]
+    assert multiple in (8, 16, 32, 64) and f"(multiple of {multiple})" in gpu["evidence"]
+    # the rounded widths are more tokens: the CPU's exact widths keep fewer
+    assert cpu["data"]["tokens_dynamic"] < gpu["data"]["tokens_dynamic"]
+
+
+def _opt(dest: str, flag: str, value: object, choices: list[object] | None = None) -> dict[str, object]:
+    out: dict[str, object] = {"dest": dest, "flags": [flag], "default": value, "value": value,
+                              "takes_value": True, "const": None}
+    if choices is not None:
+        out["choices"] = choices
+    return out
+
+
+def test_the_scripts_own_padding_choice_is_set_beside_its_max_length(tmp_path: Path) -> None:
+    args = ["--max-length", "128", "--pad", "max_length"]
+    report = _padded(tmp_path, options=[_opt("max_length", "--max-length", 128),
+                                        _opt("pad", "--pad", "max_length", ["max_length", "longest"])], args=args)
+    f = _padding(report)
+    new = f["data"]["new_max_length"]
+    assert f["fix"]["summary"].startswith(f"Run with `--pad longest` instead of max_length and `--max-length {new}` "
+                                          "instead of 128.")
+    argv = shlex.split(f["data"]["command_line"])
+    assert argv == ["python", "train.py", "--max-length", str(new), "--pad", "longest"]
+
+
+def test_a_pad_option_that_cannot_say_longest_is_left_alone(tmp_path: Path) -> None:
+    """``--pad 0`` (a pad token id) and ``--pad`` whose choices lack "longest" are not the padding knob."""
+    for options in ([_opt("pad", "--pad", 0)], [_opt("pad", "--pad", "max_length", ["max_length", "none"])]):
+        report = _padded(tmp_path / str(len(options[0])), options=[_opt("max_length", "--max-length", 128),
+                                                                   *options], args=["--max-length", "128"])
+        f = _padding(report)
+        assert "--pad" not in f["data"]["command_line"] and "--pad" not in f["fix"]["summary"]
+        assert f["fix"]["config"]["padding"] == "longest"  # the library's spelling stays for the rest
+
+
+def _population_max(rng: random.Random, rows: int) -> float:
+    """The mean longest of ``rows`` rows of log-normal length (median 200), capped at 1024, by simulation."""
+    return statistics.fmean(min(1024, max(math.ceil(rng.lognormvariate(math.log(200), 0.55))
+                                          for _ in range(rows))) for _ in range(4000))
+
+
+def test_few_batches_read_the_mean_longest_row_from_every_row_seen() -> None:
+    """Three batches of 16 rows padded to 1024 (about three slow steps): over 20 such recordings the
+    drawn batches' mean longest row misses the population's by less than the three maxima seen do."""
+    rng = random.Random(3)
+    truth = _population_max(random.Random(4), 16)
+    seen_err, drawn_err = [], []
+    for _ in range(20):
+        batches = []
+        for _ in range(3):
+            lengths = [min(1024, math.ceil(rng.lognormvariate(math.log(200), 0.55))) for _ in range(16)]
+            batches.append({"seq_len": 1024, "tokens": 16 * 1024, "lengths": lengths})
+        drawn = _drawn_batches(batches, 1, None)
+        assert drawn is not None and len(drawn) % 3 == 0
+        seen_err.append(abs(statistics.fmean(max(b["lengths"]) for b in batches) - truth) / truth)
+        drawn_err.append(abs(statistics.fmean(w for _, w in drawn) - truth) / truth)
+    assert statistics.fmean(drawn_err) < statistics.fmean(seen_err)
+    assert statistics.fmean(drawn_err) < 0.12
+
+
+def test_batches_sorted_by_length_or_many_are_not_drawn() -> None:
+    ordered = sorted(random.Random(5).randint(10, 900) for _ in range(48))
+    sorted_batches = [{"seq_len": 1024, "tokens": 16 * 1024, "lengths": ordered[i:i + 16]} for i in range(0, 48, 16)]
+    assert _drawn_batches(sorted_batches, 1, None) is None  # each batch's spread far under the rows'
+    many = [{"seq_len": 1024, "tokens": 4096, "lengths": [10, 500, 90, 300]} for _ in range(40)]
+    assert _drawn_batches(many, 1, None) is None
