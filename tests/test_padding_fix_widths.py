@@ -114,3 +114,31 @@ def test_batches_sorted_by_length_or_many_are_not_drawn() -> None:
     assert _drawn_batches(sorted_batches, 1, None) is None  # each batch's spread far under the rows'
     many = [{"seq_len": 1024, "tokens": 4096, "lengths": [10, 500, 90, 300]} for _ in range(40)]
     assert _drawn_batches(many, 1, None) is None
+
+
+def test_a_timed_pass_slower_than_the_trainings_own_batch_is_read_as_the_training_ran(tmp_path: Path) -> None:
+    """The timing child's pass at the width that ran, three times the training's own batch there (a
+    disturbed first pass): the prediction divides by the training's batch, not by the outlier."""
+    from gpudoctor.recording import length_cost
+
+    def report(at_256: float) -> dict[str, Any]:
+        b = RecordingBuilder(tmp_path / str(at_256), cores=2, duration_s=20.0)
+        rows = b.process()
+        b.training_loop(rows, start_s=2.0, steps=12, compute_s=0.5, wait_s=0.01)
+        rows.append({"k": "torch_cfg", "t": T0 + 2.0, "cuda": False, "device": "cpu", "threads": 1})
+        for i in range(12):
+            lengths = [30 + (7 * i + 11 * r) % 25 for r in range(4)]
+            rows.append({"k": "batch", "t": T0 + 2.1 + i * 0.5, "tokens": 4 * 256, "pad": 4 * 256 - sum(lengths),
+                         "seq_len": 256, "lengths": lengths})
+        folder = b.write()
+        points = tuple(length_cost.LengthPoint(4, w, s) for w, s in ((256, at_256), (64, 0.08), (32, 0.04)))
+        length_cost.write(folder, length_cost.LengthCost(points, "cpu", 1, "GPT2LMHeadModel", None))
+        return _padding(build_report(load_recording(folder)))
+
+    as_ran = report(0.5)  # the training's own batch: 0.5 s of compute a step
+    disturbed = report(1.5)
+    assert as_ran["data"]["workload_basis"] == disturbed["data"]["workload_basis"] == "measured"
+    assert disturbed["data"]["compute_after_ratio"] == as_ran["data"]["compute_after_ratio"]
+    assert disturbed["predicted_speedup"] == as_ran["predicted_speedup"]
+    faster = report(0.4)  # a child faster than the training's hooked batch: its own figure stands
+    assert faster["data"]["compute_after_ratio"] > as_ran["data"]["compute_after_ratio"]
