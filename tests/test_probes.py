@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from gpudoctor.core.schema import BREAKDOWN_KEYS
+from gpudoctor.rules import values
 from tests.conftest import within
 
 # probe -> (planted rule, report figure, truth field)
@@ -72,8 +73,9 @@ def test_padding_fix_uses_observed_p99(probe_run):
     run = probe_run("fixed_padding")
     fix = run.finding("padding_waste")["fix"]
     p99 = run.report["padding"]["p99_length"]
-    multiple = fix["config"]["pad_to_multiple_of"]
+    multiple = values.pad_multiple_for(run.report["padding"]["p50_length"])  # what the cap is rounded to
     assert multiple in (8, 16, 32, 64) and 4 * multiple <= run.report["padding"]["p50_length"]
+    assert "pad_to_multiple_of" not in fix["config"]  # a CPU run: each batch padded to its longest row exactly
     assert fix["config"]["max_length"] == -(-p99 // multiple) * multiple  # p99 rounded up, never below
     assert fix["config"]["max_length"] < run.report["padding"]["max_length"]
 
