@@ -101,7 +101,7 @@ def _figures(a: Analysis, names: Names) -> PadFigures | None:
     # is left is rows of unlike lengths in one batch, which sorting them into batches by length removes.
     # A loop that pads each batch to a multiple of its own (8, 64) pads per batch as much as one
     # that pads exactly: judged at the multiple fitted to the rows, whatever the fix pads to.
-    padded_to = dynamic_padding_tokens(batches, multiple)[1]
+    padded_to = after if per_batch == multiple else dynamic_padding_tokens(batches, multiple)[1]
     per_batch_now = (1.0 - padded_to / now if now else 0.0) < ALREADY_PER_BATCH and len(
         {int(b["seq_len"]) for b in batches}) > 1
     bucketed = predict_bucketing(a, _own_multiple(batches)) if per_batch_now and gain.saving < MIN_RECOVERABLE else None
@@ -396,11 +396,19 @@ def _ran_as_seen(points: list[tuple[int, int, float]], before: list[tuple[int, i
     try baseline's pass at 512 wide timed 645 ms where the training's batches took 264 ms and the
     same child, run again on a quiet machine, 216-228 ms). Work is only ever added to a pass, so
     the smaller of the two is the truer figure of the width the prediction divides by."""
-    if not p.batches or len(set(before)) != 1:
+    own = _own_batch_s(p)
+    if own is None or len(set(before)) != 1:
         return points
     rows, width = before[0]
-    own = p.seconds("compute") / len(p.batches) * (1.0 - _per_step_share(p))
     return [(r, w, min(s, own) if (r, w) == (rows, width) and own > 0 else s) for r, w, s in points]
+
+
+def _own_batch_s(p: ProcessView) -> float | None:
+    """The training's own compute per batch, less the optimizer's share (work per step, not per
+    row); None when no batch was seen."""
+    if not p.batches:
+        return None
+    return p.seconds("compute") / len(p.batches) * (1.0 - _per_step_share(p))
 
 
 def _own_fixed_cost(timed: workload.Fit, m: LengthCost, p: ProcessView) -> workload.Fit:
@@ -409,10 +417,9 @@ def _own_fixed_cost(timed: workload.Fit, m: LengthCost, p: ProcessView) -> workl
     GPT-2's (on an H200 its narrow passes were launch-bound at 9.5 ms). The training's own batch
     at the width that ran, less the stand-in's width-dependent part there, is its fixed part."""
     widest = max(m.points, key=lambda q: q.width)
-    batches = len(p.batches)
-    if not batches:
+    own = _own_batch_s(p)
+    if own is None:
         return timed
-    own = p.seconds("compute") / batches * (1.0 - _per_step_share(p))
     width_part = timed.batch_s(widest.rows, widest.width) - timed.per_batch_s
     return replace(timed, per_batch_s=max(0.0, own - width_part))
 
