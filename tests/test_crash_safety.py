@@ -56,20 +56,45 @@ def _wait_for_lines(path: Path, count: int, timeout_s: float = 60.0) -> None:
         time.sleep(0.02)
 
 
-@pytest.mark.parametrize("samples", KILL_AFTER_SAMPLES)
-def test_sigkill_of_the_doctor_keeps_what_it_recorded(tmp_path, samples):
-    folder = tmp_path / "run"
-    doctor = _doctor(folder, seconds=120)  # the training outlives the doctor: the kill is mid-run
-    host = folder / "samples" / "host.jsonl"
-    _wait_for_lines(host, samples)
-    doctor.send_signal(signal.SIGKILL)
-    doctor.wait(timeout=10)
-    patient = json.loads((folder / "meta.json").read_text())["pid"]
-    # The training is not hurt: it runs on (we stop it to save time).
-    assert psutil.Process(patient).status() != psutil.STATUS_ZOMBIE
-    psutil.Process(patient).kill()
-    psutil.wait_procs([psutil.Process(patient)], timeout=10)
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    """Each moment's doctor SIGKILLed after that many host samples on disk, its training stopped after.
 
+    The four runs go at once (their waits for samples overlap: 40 s, not 96), each killed at its own
+    count, seen by polling every folder in turn.
+    """
+    root = tmp_path_factory.mktemp("sigkill")
+    doctors = {n: _doctor(root / f"run{n}", seconds=120) for n in KILL_AFTER_SAMPLES}  # the kill is mid-run
+    deadline = time.monotonic() + 90
+    try:
+        waiting = set(doctors)
+        while waiting:
+            for n in sorted(waiting):
+                if _lines(root / f"run{n}" / "samples" / "host.jsonl") >= n:
+                    doctors[n].send_signal(signal.SIGKILL)
+                    doctors[n].wait(timeout=10)
+                    waiting.discard(n)
+            assert time.monotonic() < deadline, f"host samples never reached {sorted(waiting)}"
+            time.sleep(0.02)
+    finally:
+        for doctor in doctors.values():
+            if doctor.poll() is None:
+                doctor.kill()
+                doctor.wait(timeout=10)
+    alive: dict[int, bool] = {}
+    for n in doctors:
+        patient = psutil.Process(json.loads((root / f"run{n}" / "meta.json").read_text())["pid"])
+        alive[n] = patient.status() != psutil.STATUS_ZOMBIE
+        patient.kill()  # the training is not hurt: it runs on (we stop it to save time)
+        psutil.wait_procs([patient], timeout=10)
+    assert all(alive.values()), alive
+    return {n: root / f"run{n}" for n in doctors}
+
+
+@pytest.mark.parametrize("samples", KILL_AFTER_SAMPLES)
+def test_sigkill_of_the_doctor_keeps_what_it_recorded(killed: dict[int, Path], samples: int) -> None:
+    folder = killed[samples]
+    host = folder / "samples" / "host.jsonl"
     proc = cli("report", str(folder))
     assert proc.returncode == 0, proc.stderr
     report = json.loads((folder / "report.json").read_text())
