@@ -89,7 +89,9 @@ SPAWNS = textwrap.dedent("""
 def test_gdb_runs_normal_and_pyspy_nice_under_an_idle_doctor() -> None:
     """gdb holds the patient stopped: normal priority. py-spy yields (nice 19) but is never
     SCHED_IDLE, which would let it sample only while the patient waits (a biased figure)."""
-    done = subprocess.run([sys.executable, "-c", SPAWNS], capture_output=True, text=True, timeout=120)
+    # SCHED_IDLE is the point: beside two busy programs its main thread waits 99 s for the CPU to read
+    # two short outputs (it passed at 120 s quiet, failed at 120 beside them)
+    done = subprocess.run([sys.executable, "-c", SPAWNS], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     # fields after the comm: [16] nice, [38] policy
@@ -237,11 +239,11 @@ SLOW_STEPS = textwrap.dedent("""
 
 
 def test_host_sampler_ticks_fewer_times_per_slow_step(tmp_path: Path) -> None:
-    """Base 0.1 s beside 1.5 s steps: 15 rows a step unadapted, 5 once the step time is known."""
+    """Base 0.05 s beside 0.75 s steps: 15 rows a step unadapted, 5 once the step time is known."""
     script, out = tmp_path / "slow.py", tmp_path / "run"
     script.write_text(SLOW_STEPS)
-    done = subprocess.run(gpudoctor_cmd("run", "--out", str(out), "--interval", "0.1", "--",
-                                        sys.executable, str(script), "14", "1.5"),
+    done = subprocess.run(gpudoctor_cmd("run", "--out", str(out), "--interval", "0.05", "--",
+                                        sys.executable, str(script), "14", "0.75"),
                           capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
     steps = [json.loads(line)["t"] for f in (out / "events").glob("*.jsonl")
@@ -252,7 +254,7 @@ def test_host_sampler_ticks_fewer_times_per_slow_step(tmp_path: Path) -> None:
     late = [t for t in rows if steps[8] <= t < steps[13]]  # after the clock has seen steps (5 s refresh)
     assert 0 < len(late) / 5 <= 8, len(late)  # per step: ~5 adapted, ~15 at the base rate
     meta = json.loads((out / "meta.json").read_text())
-    assert meta["sampling"]["last_interval_s"] > 0.1
+    assert meta["sampling"]["last_interval_s"] > 0.05
 
 
 def test_the_step_clock_opens_a_file_only_when_it_grew_and_never_again_once_its_process_is_gone(

@@ -155,7 +155,7 @@ def _inject_error(run: Path) -> str:
     return str(next((t["error"] for t in targets if t.get("error")), ""))
 
 
-@pytest.mark.skipif(shutil.which("gdb") is None or sys.platform != "linux", reason="attach injects with gdb on Linux")
+@pytest.mark.gdb_inject  # where gdb cannot call into a process the patient lives on (tests/test_attach_units.py)
 def test_a_loop_attached_mid_run_that_saves_and_copies_its_model_ends_bit_identical(tmp_path: Path) -> None:
     (tmp_path / "bare").mkdir()
     (tmp_path / "attached").mkdir()
