@@ -142,3 +142,24 @@ def test_a_timed_pass_slower_than_the_trainings_own_batch_is_read_as_the_trainin
     assert disturbed["predicted_speedup"] == as_ran["predicted_speedup"]
     faster = report(0.4)  # a child faster than the training's hooked batch: its own figure stands
     assert faster["data"]["compute_after_ratio"] > as_ran["data"]["compute_after_ratio"]
+
+
+def _tokenizing(tmp_path: Path, cuda: bool) -> dict[str, Any]:
+    """A loop that tokenizes on the training process and pads its batches (the golden cpu_tokenizing's)."""
+    b = RecordingBuilder(tmp_path, cores=8, duration_s=60.0)
+    rows = b.process(libs={"torch": "2.13.0", "transformers": "5.23.0", "tokenizers": "0.22.0"})
+    end = b.training_loop(rows, start_s=5.0, steps=400, compute_s=0.05, wait_s=0.08, fetch_s=0.075, seed=7)
+    b.tokenizer_counters(rows, start_s=5.0, end_s=end, total_s=25.0)
+    rows.append({"k": "torch_cfg", "t": T0 + 5.0, "cuda": cuda, "device": "cuda:0" if cuda else "cpu"})
+    for i in range(50):
+        rows.append({"k": "batch", "t": T0 + 6.0 + i, "tokens": 4096, "pad": 2048, "seq_len": 512,
+                     "lengths": [256] * 8})
+    report = build_report(load_recording(b.write()))
+    return next(f for f in report["findings"] if f["rule"] == "tokenization_in_loop")
+
+
+def test_the_tokenizing_fix_pads_as_the_padding_fix_does(tmp_path: Path) -> None:
+    """One knob, one spelling: the pre-tokenizing snippet's collator rounds as the padding fix would."""
+    cpu, gpu = _tokenizing(tmp_path / "cpu", cuda=False), _tokenizing(tmp_path / "gpu", cuda=True)
+    assert cpu["fix"]["snippet"].endswith("DataCollatorWithPadding(tokenizer)")
+    assert "DataCollatorWithPadding(tokenizer, pad_to_multiple_of=64)" in gpu["fix"]["snippet"]

@@ -284,7 +284,7 @@ def dynamic_padding_tokens(batches: list[BatchEvent], multiple: int = 64) -> tup
         if top is None:
             after += int(b["tokens"])
             continue
-        longest = -(-top // multiple) * multiple
+        longest = batchlengths.padded_width(top, multiple)
         after += batchlengths.rows(b) * min(longest, int(b["seq_len"]))
     return now, after
 

@@ -54,3 +54,9 @@ def longest(batch: Mapping[str, Any]) -> int | None:
         return top
     lengths = batch.get("lengths") or []
     return max(lengths) if lengths else None
+
+
+def padded_width(top: int, multiple: int) -> int:
+    """``top`` rounded up to a whole ``multiple``: a batch padded to its longest row, or a cap set
+    to a length, at the pad multiple (1: exactly)."""
+    return -(-int(top) // multiple) * multiple

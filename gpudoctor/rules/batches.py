@@ -20,7 +20,7 @@ from gpudoctor.rules.account import Claim
 from gpudoctor.rules.base import Finding, Fix, Rule, Table, pct
 from gpudoctor.rules.memory import fix_memory
 from gpudoctor.rules.names import Names, names_for
-from gpudoctor.rules.values import PAD_MULTIPLES, max_length_for, pad_multiple_for
+from gpudoctor.rules.values import PAD_MULTIPLES, batch_multiple, max_length_for, pad_multiple_for
 
 MIN_PAD_FRACTION = 0.10  # pad tokens of all tokens: below this, padding is not worth a finding
 MIN_RECOVERABLE = WASTE_SHARE
@@ -129,17 +129,9 @@ def _own_multiple(batches: list[Any]) -> int:
     tops = [(batchlengths.longest(b), int(b["seq_len"])) for b in batches]
     known = [(top, width) for top, width in tops if top is not None]
     for m in (*PAD_MULTIPLES, 1):
-        if known and all(width == -(-top // m) * m for top, width in known):
+        if known and all(width == batchlengths.padded_width(top, m) for top, width in known):
             return m
     return 1
-
-
-def batch_multiple(a: Analysis, multiple: int) -> int:
-    """What each batch's width is rounded up to after a per-batch padding fix: a tensor-core
-    multiple where the training computes on CUDA (aligned shapes run faster there), else 1: on a
-    CPU a rounded width is only more work, and a script's own per-batch padding pads exactly."""
-    cfg = a.primary.torch_cfg if a.primary is not None else None
-    return multiple if cfg is not None and cfg.get("cuda") is True else 1
 
 
 def _cap_words(fig: PadFigures) -> str:
@@ -280,7 +272,7 @@ def predict_bucketing(a: Analysis, multiple: int) -> PaddingGain | None:
     rows = max(1, round(sum(r for r, _ in before) / len(before)))
     cap = max(w for _, w in before)
     ordered = sorted(int(x) for b in batches for x in b.get("lengths") or [])
-    after = [(len(chunk), min(cap, -(-max(chunk) // multiple) * multiple))
+    after = [(len(chunk), min(cap, batchlengths.padded_width(max(chunk), multiple)))
              for chunk in (ordered[i:i + rows] for i in range(0, len(ordered), rows))]
     shape = workload.shape_from_model_event(p.model)
     fit = workload.fit(shape, _steps(p))
@@ -481,7 +473,7 @@ def _drawn_batches(batches: list[Any], multiple: int, new_max: int | None) -> li
         for b, n in zip(batches, sizes, strict=True):
             top = math.ceil(math.exp(max(rng.choice(pooled) + rng.gauss(0.0, jitter) for _ in range(n))))
             width = int(b["seq_len"])
-            out.append((n, min(width, -(-top // multiple) * multiple, new_max or width)))
+            out.append((n, min(width, batchlengths.padded_width(top, multiple), new_max or width)))
     return out
 
 
@@ -493,7 +485,7 @@ def _rows(b: Mapping[str, Any]) -> tuple[int, int]:
 
 def _longest(b: Mapping[str, Any], multiple: int) -> int:
     top = batchlengths.longest(b)  # exact, even when lengths is a sample
-    return -(-top // multiple) * multiple if top is not None else int(b["seq_len"])
+    return batchlengths.padded_width(top, multiple) if top is not None else int(b["seq_len"])
 
 
 def _steps(p: ProcessView) -> list[tuple[list[tuple[int, int]], float]]:

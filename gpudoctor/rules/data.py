@@ -490,7 +490,7 @@ class TokenizeFigures:
     d: DataWait
     waste: float  # the tokenizer's share of wall time
     interim: WorkerPlan  # workers until the data is pre-tokenized
-    multiple: int  # pad multiple for the collator
+    multiple: int  # the collator's pad multiple (1: each batch to its longest row exactly)
     max_length: int | None  # truncation for the offline map
 
     @property
@@ -513,7 +513,9 @@ class TokenizationInLoop(Rule):
         pad = a.padding()
         multiple = values.pad_multiple_for(pad.get("p50_length"))
         max_len = values.max_length_for(pad.get("p99_length"), pad.get("max_length"), multiple=multiple)
-        return _word_tokenize(TokenizeFigures(d, waste, worker_plan(d), multiple, max_len))
+        # the collator's rounding, as the padding fix gives it: exactly on a CPU, a multiple on CUDA
+        per_batch = values.batch_multiple(a, multiple)
+        return _word_tokenize(TokenizeFigures(d, waste, worker_plan(d), per_batch, max_len))
 
 
 def _word_tokenize(fig: TokenizeFigures) -> Finding:
@@ -527,7 +529,8 @@ def _word_tokenize(fig: TokenizeFigures) -> Finding:
         "ds.save_to_disk('data/tokenized')\n"
         "# in the training script:\n"
         "ds = datasets.load_from_disk('data/tokenized')\n"
-        f"collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of={fig.multiple})"
+        "collator = DataCollatorWithPadding(tokenizer"
+        + (f", pad_to_multiple_of={fig.multiple})" if fig.multiple > 1 else ")")
     )
     data = _tokenize_data(d, fig.interim.workers, fig.interim.predicted)
     pre, meanwhile = data.get("predicted_loop_speedup"), data.get("interim_loop_speedup")

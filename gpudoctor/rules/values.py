@@ -8,11 +8,16 @@ counts, ``max_length`` and the pad multiple.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from gpudoctor.analysis.buildcost import WORKER_HEADROOM
 from gpudoctor.analysis.process import (
     percentile as percentile,  # the one percentile, for replay and sweep
 )
+from gpudoctor.common import batchlengths
+
+if TYPE_CHECKING:
+    from gpudoctor.analysis import Analysis
 
 CHECKPOINT_TARGET = 0.02  # saving at most this share of wall time
 PAD_MULTIPLES = (64, 32, 16, 8)  # tensor-core friendly; the largest that fits the lengths
@@ -62,9 +67,17 @@ def max_length_for(p99: int | None, longest_seen: int | None, configured: int | 
     if not p99:
         return None
     ceiling = min(x for x in (longest_seen, configured) if x) if (longest_seen or configured) else None
-    value = -(-int(p99) // multiple) * multiple
+    value = batchlengths.padded_width(int(p99), multiple)
     if ceiling is not None:
         value = max(int(p99), min(value, ceiling))
         if value >= ceiling:
             return None
     return value
+
+
+def batch_multiple(a: Analysis, multiple: int) -> int:
+    """What each batch's width is rounded up to after a per-batch padding fix: a tensor-core
+    multiple where the training computes on CUDA (aligned shapes run faster there), else 1: on a
+    CPU a rounded width is only more work, and a script's own per-batch padding pads exactly."""
+    cfg = a.primary.torch_cfg if a.primary is not None else None
+    return multiple if cfg is not None and cfg.get("cuda") is True else 1
