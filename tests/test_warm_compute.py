@@ -53,6 +53,21 @@ def _top(folder: Path) -> dict[str, object]:
     return findings[0].to_dict(None)  # type: ignore[return-value]
 
 
+def _timed_as_quiet(folder: Path) -> Path:
+    """``folder`` with its timing's figures set to a quiet 2-core machine's, the rest as timed.
+
+    What the rules make of a timing is not the timing's to decide: beside a loaded machine the
+    stand-in beside a busy process comes out slow, the worker fix gains too little, and the data
+    finding gives way to the CPU one (run with three test workers on 2 cores: no data finding).
+    """
+    kept = warm_compute.read(folder)
+    assert kept is not None
+    # quiet here: 369 ms back to back, 375 ms after the build, 422 ms beside the burning process
+    quiet = replace(kept, warm_s=0.98 * kept.cold_s, worker_s=None if kept.worker_s is None else 1.13 * kept.cold_s)
+    warm_compute.write(folder, quiet)
+    return folder
+
+
 def _stall(folder: Path) -> dict[str, object]:
     """The data-stall finding, top or not: where the timing beside a busy process came out slow (a
     loaded machine), the worker fix it prices gains less and the CPU finding may lead."""
@@ -93,7 +108,7 @@ def test_the_cold_step_runs_beside_as_many_busy_processes_as_the_workers_kept_bu
     assert kept is not None and kept.beside == 1 and kept.warm_s > 0 and kept.cold_s > 0
     spinners = [c for c in psutil.Process().children(recursive=True) if "getppid" in " ".join(c.cmdline())]
     assert spinners == []  # the busy processes went with the timing
-    data = _stall(folder)["data"]
+    data = _stall(_timed_as_quiet(folder))["data"]
     assert isinstance(data, dict)
     assert "beside 1 busy process standing in for the workers' CPU" in str(data["compute_alone_basis"])
 
@@ -138,8 +153,10 @@ def test_a_build_workers_would_take_over_is_timed_beside_a_process_burning_its_c
     assert kept is not None and kept.worker_cpu_s == pytest.approx(0.04)
     assert kept.worker_s is not None and kept.worker_s > 0 and kept.with_workers is not None
     assert not [c for c in psutil.Process().children(recursive=True) if "process_time" in " ".join(c.cmdline())]
+    kept = warm_compute.read(_timed_as_quiet(folder))
     data = _stall(folder)["data"]
-    assert isinstance(data, dict) and "as a background worker would" in str(data["compute_alone_basis"])
+    assert kept is not None and kept.with_workers is not None and isinstance(data, dict)
+    assert "as a background worker would" in str(data["compute_alone_basis"])
     assert data["compute_with_workers_ms_per_batch"] == pytest.approx(100 * kept.with_workers, rel=0.01)
 
 
