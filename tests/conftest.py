@@ -247,6 +247,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         out.write(json.dumps(line) + "\n")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Files marked ``slow`` first, each file's tests in their order: two xdist workers (the README's
+    command, ``--dist loadfile``) then end on short files together, not one on a long file alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("gdb_inject") is not None:
         from tests.gdb_probe import gdb_cannot_inject

@@ -22,6 +22,8 @@ from gpudoctor.recording.store import load_recording
 from gpudoctor.report.build import build_report
 from tests.recording_builder import RecordingBuilder
 
+pytestmark = pytest.mark.slow  # real trainings for most of a minute: scheduled first (conftest.py)
+
 STEPS = 600
 HOG = [{"name": "python3", "pct": 99.0}]
 

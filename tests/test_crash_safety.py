@@ -21,6 +21,8 @@ import pytest
 
 from tests.conftest import ROOT, cli, gpudoctor_cmd
 
+pytestmark = pytest.mark.slow  # real trainings for most of a minute: scheduled first (conftest.py)
+
 TINY = str(ROOT / "tests" / "scripts" / "tiny_loop.py")
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 

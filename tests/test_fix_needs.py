@@ -13,7 +13,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import ROOT, run_cli
+
+pytestmark = pytest.mark.slow  # real trainings for most of a minute: scheduled first (conftest.py)
 
 SCRIPT = ROOT / "tests" / "scripts" / "text_collator_trainer.py"
 

@@ -17,6 +17,8 @@ import pytest
 
 from tests.conftest import ROOT, cli, run_cli, within
 
+pytestmark = pytest.mark.slow  # real trainings for most of a minute: scheduled first (conftest.py)
+
 pytest.importorskip("lightning")
 
 SCRIPT = str(ROOT / "tests" / "scripts" / "lightning_ckpt.py")

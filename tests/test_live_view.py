@@ -24,6 +24,8 @@ from gpudoctor.render.progress import live_output
 from gpudoctor.report.build import build_report
 from tests.conftest import ROOT, gpudoctor_cmd, run_cli
 
+pytestmark = pytest.mark.slow  # real trainings for most of a minute: scheduled first (conftest.py)
+
 STALL = ROOT / "tests" / "scripts" / "stall_loop.py"
 TINY = ROOT / "tests" / "scripts" / "tiny_loop.py"
 

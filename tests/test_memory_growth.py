@@ -22,6 +22,8 @@ from gpudoctor.report.build import build_report
 from tests.conftest import ROOT, run_cli
 from tests.recording_builder import T0, RecordingBuilder
 
+pytestmark = pytest.mark.slow  # real trainings for most of a minute: scheduled first (conftest.py)
+
 LOOP = ROOT / "tests" / "scripts" / "leaky_loop.py"
 _truths: dict[str, dict[str, Any]] = {}  # each loop's own measurement of its growth
 

@@ -25,6 +25,8 @@ from gpudoctor.report.check import problem
 from tests.conftest import PROBES, ROOT, gpudoctor_cmd, within
 from tests.recording_builder import RecordingBuilder
 
+pytestmark = pytest.mark.slow  # real trainings for most of a minute: scheduled first (conftest.py)
+
 SKEW_S = 7.25  # node1's clock, made to run this far ahead
 TIME_KEYS = ("t", "t0", "create_time", "start_time", "end_time")
 # Rank 1's sleep per item. The straggler rules weigh a rank's wait against the whole run, start-up

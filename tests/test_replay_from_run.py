@@ -15,6 +15,8 @@ from gpudoctor.replay import derive, facts
 from gpudoctor.replay.config import load_config, load_config_text
 from tests.conftest import run_cli
 
+pytestmark = pytest.mark.slow  # real trainings for most of a minute: scheduled first (conftest.py)
+
 
 def recorded(folder: Path) -> dict:
     """What the hooks wrote into the probe's run folder: batches, TrainingArguments, the model."""

@@ -17,6 +17,8 @@ import pytest
 
 from tests.conftest import PROBES, run_cli
 
+pytestmark = pytest.mark.slow  # real trainings for most of a minute: scheduled first (conftest.py)
+
 
 @pytest.mark.slow
 def test_the_straggler_finding_says_the_slow_ranks_own_figures(tmp_path):

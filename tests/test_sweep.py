@@ -26,6 +26,8 @@ import pytest
 
 from tests.conftest import ROOT, run_cli
 
+pytestmark = pytest.mark.slow  # real trainings for most of a minute: scheduled first (conftest.py)
+
 WINDOW = (
     "--warmup-s",
     "1.5",

@@ -32,6 +32,8 @@ from gpudoctor.trackers.found import tracker_runs
 from gpudoctor.trackers.mlflow_sink import local_store
 from tests.conftest import ROOT, run_cli
 
+pytestmark = pytest.mark.slow  # real trainings for most of a minute: scheduled first (conftest.py)
+
 pytest.importorskip("mlflow")
 pytest.importorskip("tensorboard")
 pytest.importorskip("wandb")

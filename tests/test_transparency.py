@@ -27,6 +27,8 @@ import pytest
 from tests.conftest import ROOT, cli_env, gpudoctor_cmd, run_cli
 from tests.test_attach import wait_until
 
+pytestmark = pytest.mark.slow  # real trainings for most of a minute: scheduled first (conftest.py)
+
 SCRIPTS = ROOT / "tests" / "scripts"
 LOOPS = ("plain", "save_whole_each_epoch", "ema", "pickle_optimizer", "checkpointing", "checkpointing_reentrant",
          "custom_function", "amp_grad_scaler", "compile", "script_export")

@@ -11,8 +11,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from gpudoctor.report.check import problem
 from tests.conftest import PROBES, ROOT, cli, run_cli
+
+pytestmark = pytest.mark.slow  # real trainings for most of a minute: scheduled first (conftest.py)
 
 STALL = ROOT / "tests" / "scripts" / "stall_loop.py"
 

@@ -13,6 +13,8 @@ from gpudoctor.analysis.saves import split_saves
 from gpudoctor.recording.store import load_recording
 from tests.conftest import PROBES, ROOT, run_cli
 
+pytestmark = pytest.mark.slow  # real trainings for most of a minute: scheduled first (conftest.py)
+
 
 def test_try_sets_a_save_interval_through_the_scripts_own_flag(tmp_path: Path) -> None:
     """A loop whose interval is a flag (--save-every): the trial runs the command with the finding's

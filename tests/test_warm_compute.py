@@ -23,6 +23,8 @@ from gpudoctor.recording.warm_compute import WarmCompute
 from gpudoctor.rules.catalog import run_rules
 from tests.recording_builder import T0, RecordingBuilder
 
+pytestmark = pytest.mark.slow  # real trainings for most of a minute: scheduled first (conftest.py)
+
 STEPS, COMPUTE_S, BUILD_S = 30, 0.02, 0.2
 
 
