@@ -168,7 +168,7 @@ def test_a_hanging_trial_times_out_and_the_sweep_keeps_the_rest(
     workers_sweep: dict[str, Any], sweeps: Sweeps
 ) -> None:
     # 60 s per example: the first batch never comes. read_latency_ms=5 is the config as is (cached).
-    proc, doc = sweeps.run("hang", "--grid", "read_latency_ms=5,60000", "--trial-timeout", "12")
+    proc, doc = sweeps.run("hang", "--grid", "read_latency_ms=5,60000", "--trial-timeout", "6")
     assert doc is not None, proc.stderr[-2000:]
     status = {p["params"]["replay.read_latency_ms"]: p for p in doc["points"]}
     assert status[5.0]["status"] == "ok" and status[5.0]["cached"]

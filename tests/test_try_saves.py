@@ -21,7 +21,7 @@ def test_try_sets_a_save_interval_through_the_scripts_own_flag(tmp_path: Path) -
     value, as ``run`` prescribes it (one knob, one value: #40), and saves that often, into its own copy
     of the checkpoint folder the baseline made (the baseline's left as it was)."""
     out, ckpts = tmp_path / "try", tmp_path / "ckpts"
-    proc = run_cli("try", "--out", str(out), "--seconds", "12", "--fix", "checkpoint_overhead", "--",
+    proc = run_cli("try", "--out", str(out), "--seconds", "7", "--fix", "checkpoint_overhead", "--",
                    "python", str(PROBES / "fsync_checkpoints.py"), "--steps", "300", "--n-embd", "128",
                    "--out-dir", str(ckpts), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -56,7 +56,7 @@ def test_try_sets_a_save_interval_through_the_scripts_own_flag(tmp_path: Path) -
 
 def test_try_thins_a_loops_saves_and_says_so(tmp_path: Path) -> None:
     out = tmp_path / "try"
-    proc = run_cli("try", "--out", str(out), "--seconds", "12", "--fix", "checkpoint_overhead", "--",
+    proc = run_cli("try", "--out", str(out), "--seconds", "7", "--fix", "checkpoint_overhead", "--",
                    "python", str(ROOT / "tests" / "scripts" / "save_each_step.py"), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
