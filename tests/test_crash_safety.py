@@ -34,14 +34,6 @@ def _doctor(folder: Path, seconds: float, stdout: int = subprocess.DEVNULL) -> s
                             stdout=stdout, stderr=subprocess.DEVNULL, text=True, env=ENV, cwd=ROOT)
 
 
-def _wait_for(path: Path, timeout_s: float = 20.0) -> float:
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.02)
-    return time.time()
-
-
 # Seeded: the same moments on every run, spread over the recording, counted in host samples
 # on disk (a clock would land elsewhere on a busy machine).
 _RNG = random.Random(6)

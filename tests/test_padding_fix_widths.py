@@ -15,6 +15,7 @@ from gpudoctor.recording.store import load_recording
 from gpudoctor.report.build import build_report
 from gpudoctor.rules.batches import _drawn_batches
 from tests.recording_builder import T0, RecordingBuilder
+from tests.test_report_golden import _cpu_run
 
 SHAPE = {"matmul_params": 12 * 2 * 64 * 64 + 64 * 1000, "n_layers": 2, "hidden": 64, "attention": True}
 
@@ -145,16 +146,8 @@ def test_a_timed_pass_slower_than_the_trainings_own_batch_is_read_as_the_trainin
 
 
 def _tokenizing(tmp_path: Path, cuda: bool) -> dict[str, Any]:
-    """A loop that tokenizes on the training process and pads its batches (the golden cpu_tokenizing's)."""
-    b = RecordingBuilder(tmp_path, cores=8, duration_s=60.0)
-    rows = b.process(libs={"torch": "2.13.0", "transformers": "5.23.0", "tokenizers": "0.22.0"})
-    end = b.training_loop(rows, start_s=5.0, steps=400, compute_s=0.05, wait_s=0.08, fetch_s=0.075, seed=7)
-    b.tokenizer_counters(rows, start_s=5.0, end_s=end, total_s=25.0)
-    rows.append({"k": "torch_cfg", "t": T0 + 5.0, "cuda": cuda, "device": "cuda:0" if cuda else "cpu"})
-    for i in range(50):
-        rows.append({"k": "batch", "t": T0 + 6.0 + i, "tokens": 4096, "pad": 2048, "seq_len": 512,
-                     "lengths": [256] * 8})
-    report = build_report(load_recording(b.write()))
+    """The golden cpu_tokenizing loop, on a CPU or on CUDA: its tokenization finding."""
+    report = build_report(load_recording(_cpu_run(tmp_path, cuda=cuda).write()))
     return next(f for f in report["findings"] if f["rule"] == "tokenization_in_loop")
 
 

@@ -43,13 +43,16 @@ def _gpu_run(root: Path) -> RecordingBuilder:
     return b
 
 
-def _cpu_run(root: Path) -> RecordingBuilder:
-    """No GPU; the loop waits on an in-process loader that tokenizes, and pads its batches."""
+def _cpu_run(root: Path, cuda: bool | None = None) -> RecordingBuilder:
+    """No GPU; the loop waits on an in-process loader that tokenizes, and pads its batches. With
+    ``cuda``, a ``torch_cfg`` line saying where the training computes (the golden has none)."""
     b = RecordingBuilder(root, cores=8, duration_s=60.0)
     rows = b.process(libs={"torch": "2.13.0", "transformers": "5.23.0", "tokenizers": "0.22.0"})
     end = b.training_loop(rows, start_s=5.0, steps=400, compute_s=0.05, wait_s=0.08, fetch_s=0.075,
                           jitter_s=0.005, seed=7)
     b.tokenizer_counters(rows, start_s=5.0, end_s=end, total_s=25.0)
+    if cuda is not None:
+        rows.append({"k": "torch_cfg", "t": T0 + 5.0, "cuda": cuda, "device": "cuda:0" if cuda else "cpu"})
     for i in range(50):
         rows.append({"k": "batch", "t": T0 + 6.0 + i, "tokens": 4096, "pad": 2048, "seq_len": 512,
                      "lengths": [256] * 8})

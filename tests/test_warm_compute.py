@@ -37,8 +37,8 @@ def short_timing(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _stalled(tmp_path: Path, *, workers: int = 0, device: str = "cpu", compute_s: float = COMPUTE_S,
              build_s: float = BUILD_S) -> Path:
-    """A CPU loop at ``workers`` workers whose batch build (0.2 s of CPU on the training process) is
-    ten times its compute, a map-style dataset of 512 items."""
+    """A CPU loop at ``workers`` workers whose batch build (``build_s`` of CPU on the training process,
+    by default ten times its compute), a map-style dataset of 512 items."""
     b = RecordingBuilder(tmp_path / "run", cores=2, duration_s=STEPS * (build_s + compute_s) + 3)
     rows = b.process()
     end = b.training_loop(rows, start_s=1.0, steps=STEPS, compute_s=compute_s, wait_s=build_s, num_workers=workers,
@@ -50,9 +50,12 @@ def _stalled(tmp_path: Path, *, workers: int = 0, device: str = "cpu", compute_s
     return b.write()
 
 
-def _top(folder: Path) -> dict[str, object]:
+def _finding(folder: Path, rule: str | None = None) -> dict[str, object]:
+    """The top finding, or the one of ``rule`` top or not (after a timing beside a busy process came
+    out slow, the worker fix it prices gains less and the CPU finding may lead)."""
     findings, _ = run_rules(analyze(load_recording(folder)))
-    return findings[0].to_dict(None)  # type: ignore[return-value]
+    found = findings[0] if rule is None else next(f for f in findings if f.rule == rule)
+    return found.to_dict(None)  # type: ignore[return-value]
 
 
 def _timed_as_quiet(folder: Path) -> Path:
@@ -68,13 +71,6 @@ def _timed_as_quiet(folder: Path) -> Path:
     quiet = replace(kept, warm_s=0.98 * kept.cold_s, worker_s=None if kept.worker_s is None else 1.13 * kept.cold_s)
     warm_compute.write(folder, quiet)
     return folder
-
-
-def _stall(folder: Path) -> dict[str, object]:
-    """The data-stall finding, top or not: where the timing beside a busy process came out slow (a
-    loaded machine), the worker fix it prices gains less and the CPU finding may lead."""
-    findings, _ = run_rules(analyze(load_recording(folder)))
-    return next(f for f in findings if f.rule == "data_stall").to_dict(None)  # type: ignore[return-value]
 
 
 def test_the_stand_in_is_timed_both_ways_and_kept(tmp_path: Path) -> None:
@@ -110,7 +106,7 @@ def test_the_cold_step_runs_beside_as_many_busy_processes_as_the_workers_kept_bu
     assert kept is not None and kept.beside == 1 and kept.warm_s > 0 and kept.cold_s > 0
     spinners = [c for c in psutil.Process().children(recursive=True) if "getppid" in " ".join(c.cmdline())]
     assert spinners == []  # the busy processes went with the timing
-    data = _stall(_timed_as_quiet(folder))["data"]
+    data = _finding(_timed_as_quiet(folder), "data_stall")["data"]
     assert isinstance(data, dict)
     assert "beside 1 busy process standing in for the workers' CPU" in str(data["compute_alone_basis"])
 
@@ -156,7 +152,7 @@ def test_a_build_workers_would_take_over_is_timed_beside_a_process_burning_its_c
     assert kept.worker_s is not None and kept.worker_s > 0 and kept.with_workers is not None
     assert not [c for c in psutil.Process().children(recursive=True) if "process_time" in " ".join(c.cmdline())]
     kept = warm_compute.read(_timed_as_quiet(folder))
-    data = _stall(folder)["data"]
+    data = _finding(folder, "data_stall")["data"]
     assert kept is not None and kept.with_workers is not None and isinstance(data, dict)
     assert "as a background worker would" in str(data["compute_alone_basis"])
     assert data["compute_with_workers_ms_per_batch"] == pytest.approx(100 * kept.with_workers, rel=0.01)
@@ -177,10 +173,10 @@ def test_workers_are_predicted_at_the_compute_timed_beside_their_cpu() -> None:
 
 def test_a_cache_claims_the_cold_compute_and_says_how_it_was_found(tmp_path: Path) -> None:
     folder = _stalled(tmp_path)
-    before = _top(folder)
+    before = _finding(folder)
     assert before["rule"] == "data_stall" and "back to back" not in str(before["evidence"])
     warm_compute.write(folder, WarmCompute(0.010, 0.016, BUILD_S, "cpu", 2, "a stand-in"))
-    after = _top(folder)
+    after = _finding(folder)
     data = after["data"]
     assert isinstance(data, dict) and data["compute_alone_ms_per_batch"] == pytest.approx(1000 * COMPUTE_S * 10 / 16,
                                                                                            rel=0.02)
