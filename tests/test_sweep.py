@@ -307,10 +307,12 @@ def test_a_sweep_on_a_ray_head_has_the_local_shape_and_records_a_crash(
         "--backend", "ray", "--ray-address", ray_head, "--cache", str(cache),
     )  # fmt: skip
     assert proc.returncode == 0 and doc is not None, proc.stderr[-3000:]
-    assert doc["backend"]["name"] == "ray" and doc["trials_run"] == 4
     by = {(p["params"]["training.dataloader_num_workers"], p["params"]["model.config.n_head"]): p
           for p in doc["points"]}  # fmt: skip
     assert len(by) == 4
+    # One trial a point, and one more for a point measured noisy (CI saw 5): each left its run.
+    runs = sum(len(list((cache / p["key"]).glob("run-*"))) for p in doc["points"])
+    assert doc["backend"]["name"] == "ray" and doc["trials_run"] == runs >= 4
     for workers in (0, 1):  # n_head=3 cannot split the 32-wide model: recorded, not fatal
         assert by[workers, 3]["status"] == "crashed" and "divisible" in by[workers, 3]["reason"]
         ok = by[workers, 2]
