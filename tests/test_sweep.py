@@ -303,28 +303,26 @@ def test_a_sweep_on_a_ray_head_has_the_local_shape_and_records_a_crash(
     cache = sweeps.root / "ray-trials"
     proc, doc = sweeps.run(
         "ray",
-        "--grid", "dataloader_num_workers=0,1", "--grid", "model.config.n_head=2,3",
+        "--grid", "dataloader_num_workers=1", "--grid", "model.config.n_head=2,3",
         "--backend", "ray", "--ray-address", ray_head, "--cache", str(cache),
     )  # fmt: skip
     assert proc.returncode == 0 and doc is not None, proc.stderr[-3000:]
-    by = {(p["params"]["training.dataloader_num_workers"], p["params"]["model.config.n_head"]): p
-          for p in doc["points"]}  # fmt: skip
-    assert len(by) == 4
-    # One trial a point, and one more for a point measured noisy (CI saw 5): each left its run.
+    by = {p["params"]["model.config.n_head"]: p for p in doc["points"]}
+    assert len(by) == 2
+    # n_head=3 cannot split the 32-wide model: recorded, not fatal; n_head=2 trains, a DataLoader
+    # worker of its own inside the Ray task
+    assert by[3]["status"] == "crashed" and "divisible" in by[3]["reason"]
+    ok = by[2]
+    assert ok["status"] == "ok", ok["reason"]
+    assert ok["metrics"]["samples_per_s"] > 0 and ok["metrics"]["peak_rss_mib"] > 50
+    # One trial a point, and one more for a point measured noisy (CI saw 5 for 4): each left its run.
     runs = sum(len(list((cache / p["key"]).glob("run-*"))) for p in doc["points"])
-    assert doc["backend"]["name"] == "ray" and doc["trials_run"] == runs >= 4
-    for workers in (0, 1):  # n_head=3 cannot split the 32-wide model: recorded, not fatal
-        assert by[workers, 3]["status"] == "crashed" and "divisible" in by[workers, 3]["reason"]
-        ok = by[workers, 2]
-        assert ok["status"] == "ok", ok["reason"]
-        assert ok["metrics"]["samples_per_s"] > 0 and ok["metrics"]["peak_rss_mib"] > 50
+    assert doc["backend"]["name"] == "ray" and doc["trials_run"] == runs >= 2
     assert _shape(doc) == _shape(workers_sweep)
-    # What the tasks measured landed in the driver's own cache, as a local trial leaves it.
-    good = [by[w, 2]["key"] for w in (0, 1)]
-    for key in good:
-        run = next((cache / key).glob("run-*"))
-        assert (run / "worker.log").stat().st_size > 0
-        assert json.loads((run / "replay_measure.json").read_text())["device"] == "cpu"
+    # What the task measured landed in the driver's own cache, as a local trial leaves it.
+    run = next((cache / ok["key"]).glob("run-*"))
+    assert (run / "worker.log").stat().st_size > 0
+    assert json.loads((run / "replay_measure.json").read_text())["device"] == "cpu"
 
 
 def test_emit_slurm_writes_an_array_whose_tasks_and_merge_give_the_grid(
