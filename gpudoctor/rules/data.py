@@ -853,7 +853,9 @@ def _word_cpu(fig: CpuFigures) -> Finding:
     return Finding(
         rule=CpuSaturated.name,
         title="The batch build needs more CPU than the run can have; the loop waits for data",
-        claims=[d.residual_claim(d.residual_s)],
+        # the fix moves the build offline (PRECOMPUTE "cache"): data_stall's cache, one model for the
+        # one knob: the whole build goes, its tokenizer calls too, and the compute runs back to back
+        claims=d.whole_build_claims(),
         evidence=evidence,
         fix=Fix(
             summary=summary,
