@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, cli_env, gpudoctor_cmd, run_cli
+from tests.conftest import ROOT, cli_env, gpudoctor_cmd, once_more_on_gloo_abort, run_cli
 from tests.test_attach import wait_until
 
 pytestmark = pytest.mark.slow  # real trainings for most of a minute: scheduled first (conftest.py)
@@ -42,23 +42,6 @@ def _read(path: Path) -> Results:
     return {r["case"]: r for r in map(json.loads, path.read_text().splitlines()) if r}
 
 
-GLOO_ABORT = "terminate called without an active exception"
-
-
-def _once_more_on_gloo_abort(job: Callable[[], subprocess.CompletedProcess[str]]) -> subprocess.CompletedProcess[str]:
-    """The job, and once more if a gloo rank aborted in torch's C++ (std::terminate, SIGABRT).
-
-    The bare 2-rank job alone did so once in CI (stop 47: rank 0 two seconds in, no doctor anywhere),
-    and in none of 100 runs here, quiet or beside two busy loops: torch's, not the doctor's. One rerun,
-    for either job: an abort the doctor caused every time still fails the second run.
-    """
-    done = job()
-    if done.returncode != 0 and GLOO_ABORT in done.stderr:
-        print(f"a gloo rank aborted ({GLOO_ABORT!r}); running the job once more")
-        done = job()
-    return done
-
-
 def _both(tmp: Path, command: Callable[[Path], list[str]], read: Callable[[Path], Results],
           together: bool = True) -> tuple[Results, Results]:
     """The command bare and under ``gpudoctor run``, at the same time (bit-identical results do not depend
@@ -66,9 +49,9 @@ def _both(tmp: Path, command: Callable[[Path], list[str]], read: Callable[[Path]
     from concurrent.futures import ThreadPoolExecutor
 
     if not together:  # two 2-rank gloo jobs at once: a rank of the bare one aborted ("terminate called") in CI
-        bare = _once_more_on_gloo_abort(lambda: subprocess.run(command(tmp / "bare"), capture_output=True, text=True,
+        bare = once_more_on_gloo_abort(lambda: subprocess.run(command(tmp / "bare"), capture_output=True, text=True,
                                                                 timeout=600, env=cli_env(), cwd=tmp))
-        doctored = _once_more_on_gloo_abort(lambda: run_cli("run", "--out", str(tmp / "run"), "--",
+        doctored = once_more_on_gloo_abort(lambda: run_cli("run", "--out", str(tmp / "run"), "--",
                                                             *command(tmp / "doctored"), timeout=600, cwd=tmp))
         assert bare.returncode == 0, bare.stderr[-3000:]
         assert doctored.returncode == 0, doctored.stderr[-3000:]
