@@ -306,3 +306,25 @@ def test_a_cache_that_also_removes_the_tokenizer_calls_promises_one_figure(tmp_p
     assert f["predicted_speedup"] == pytest.approx(0.185 / 0.035, rel=0.05)
     # every claim together never gives back more than the wait: the two findings' claims compound
     assert report["cost"]["wasted_fraction"] <= f["waste_fraction"] + 0.05
+
+
+@pytest.mark.parametrize(("cores", "rule"), [(2, "data_stall"), (1, "cpu_saturated")])
+def test_a_build_that_is_mostly_tokenizer_calls_names_the_tokenizer_first(tmp_path: Path, cores: int, rule: str) -> None:
+    # The probe tokenize_in_getitem beside two busy programs: a 150 ms build, 120 ms of it
+    # tokenizer calls, of a map-style dataset. Computing each item once is pre-tokenizing here:
+    # tokenization_in_loop's finding carries it, and the loader's rule claims only the rest of the
+    # wait (it once claimed the whole build, tokenizer calls included, and led with 59% to 51%).
+    steps = 200
+    b = RecordingBuilder(tmp_path, cores=cores, duration_s=5.0 + steps * 0.185 + 2.0)
+    rows = b.process()
+    end = b.training_loop(rows, start_s=5.0, steps=steps, compute_s=0.035, wait_s=0.15, dataset_len=4096)
+    b.fetch_counter(rows, t_s=end, calls=steps, wall_s=0.15, cpu_s=0.15)
+    b.tokenizer_counters(rows, start_s=5.0, end_s=end, total_s=0.12 * steps)
+    b.host_rows(cpu_total_pct=55.0 if cores == 2 else 100.0, cpu_proc_pct=100.0)
+    report = build_report(load_recording(b.write()))
+    findings = report["findings"]
+    assert findings[0]["rule"] == "tokenization_in_loop"
+    loader = [f for f in findings if f["rule"] == rule]
+    # the rest of the wait (30 ms of 150) is the loader rule's, never the tokenizer's seconds again
+    assert all(f["waste_fraction"] < 0.25 for f in loader)
+    assert all(f["data"].get("predicted_loop_speedup_cached") is None for f in loader)

@@ -118,6 +118,13 @@ class DataWait:
         """Whether tokenization_in_loop claims the tokenizer's part of the wait (its threshold)."""
         return self.wall_s > 0 and self.tokenize_in_loop_s / self.wall_s >= MIN_SHARE
 
+    @property
+    def tokenizer_leads(self) -> bool:
+        """Whether the tokenizer calls are most of the batch build (tokenization_in_loop fires and
+        its seconds pass the rest of the wait): computing the items once is then that finding's
+        fix, and the loader's rules claim only the rest, so the cause named first is the tokenizer."""
+        return self.tokenizer_fires and self.tokenize_in_loop_s >= self.residual_s
+
     def whole_build_claims(self) -> list[Claim]:
         """Every item computed once before training: the whole wait goes, and the tokenizing the
         loop did outside it (a cache, or a switch that caches whole items)."""
@@ -633,7 +640,9 @@ class DataStall(Rule):
         else:  # measured, and no worker count helps: the wait is still the loop's, all of it
             stall = [d.residual_claim(d.residual_s)]
         unmeasured = not (predicted is not None and d.batch_s) and d.load_s_per_batch is None
-        cache = _cache_figures(a, d, diag, plan)
+        # where the tokenizer is most of the build, pre-tokenizing (tokenization_in_loop's fix, with
+        # its caching switch where the script has one) is the cache: the workers take the rest
+        cache = None if d.tokenizer_leads else _cache_figures(a, d, diag, plan)
         if cache is not None:
             return _word_cache(cache)
         return _word_stall(StallFigures(d, diag, plan, stall, unmeasured))
@@ -854,8 +863,9 @@ def _word_cpu(fig: CpuFigures) -> Finding:
         rule=CpuSaturated.name,
         title="The batch build needs more CPU than the run can have; the loop waits for data",
         # the fix moves the build offline (PRECOMPUTE "cache"): data_stall's cache, one model for the
-        # one knob: the whole build goes, its tokenizer calls too, and the compute runs back to back
-        claims=d.whole_build_claims(),
+        # one knob: the whole build goes, its tokenizer calls too, and the compute runs back to back;
+        # where the tokenizer is most of it, tokenization_in_loop's fix takes it, this the rest
+        claims=[d.residual_claim(d.residual_s)] if d.tokenizer_leads else d.whole_build_claims(),
         evidence=evidence,
         fix=Fix(
             summary=summary,
