@@ -19,7 +19,10 @@ import psutil
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-WORKER_STEPS_PER_S = 25  # 2 workers build a batch in about 5 ms of CPU: far under the 40 ms period
+# 2 workers build a batch in about 5 ms of CPU, far under the 40 ms period; a step of the outputs loop
+# takes about 1 ms of CPU, far under its 12.5 ms (beside two busy programs its rate fell mid-run: late
+# slope 0.35 of the whole, where the rule's levelling-off line is 0.5)
+STEPS_PER_S = {"workers": 25, "outputs": 80}
 
 
 class Items(Dataset):  # type: ignore[type-arg]
@@ -61,9 +64,9 @@ def main() -> None:
         opt.step()
         opt.zero_grad()
         kept.append(hidden if args.leak == "outputs" else loss.item())
-        if args.leak == "workers":  # paced: the workers leak per item, so a steady rate of steps is a steady
-            steps += 1  # leak in time, however busy the machine (CI: the rate halved mid-run beside a test)
-            time.sleep(max(0.0, start + steps / WORKER_STEPS_PER_S - time.time()))
+        if args.leak != "none":  # paced: both leak per step (an item, an output), so a steady rate of steps
+            steps += 1  # is a steady leak in time, however busy the machine (CI: the rate halved mid-run)
+            time.sleep(max(0.0, start + steps / STEPS_PER_S[args.leak] - time.time()))
         else:
             time.sleep(0.005)
         if time.time() > end:
