@@ -30,12 +30,17 @@ HOG = [{"name": "python3", "pct": 99.0}]
 
 def loop(tmp_path: Path, *, wait_s: float, compute_s: float, build_wall_s: float, build_cpu_s: float,
          run_delay_s: float = 0.0, workers: int = 0, cores: int = 2, cpu_total_pct: float, cpu_proc_pct: float,
-         others: list[dict[str, Any]] | None = None, dataset_len: int | None = None) -> dict[str, Any]:
-    b = RecordingBuilder(tmp_path, cores=cores, duration_s=5.0 + STEPS * (wait_s + compute_s) + 2.0)
+         others: list[dict[str, Any]] | None = None, dataset_len: int | None = None, steps: int = STEPS,
+         tokenize_s: float = 0.0) -> dict[str, Any]:
+    """The report of ``steps`` training steps whose batches take ``build_wall_s`` to build (``tokenize_s``
+    of each step tokenizer calls on the training process)."""
+    b = RecordingBuilder(tmp_path, cores=cores, duration_s=5.0 + steps * (wait_s + compute_s) + 2.0)
     rows = b.process()
-    end = b.training_loop(rows, start_s=5.0, steps=STEPS, compute_s=compute_s, wait_s=wait_s, num_workers=workers,
+    end = b.training_loop(rows, start_s=5.0, steps=steps, compute_s=compute_s, wait_s=wait_s, num_workers=workers,
                           dataset_len=dataset_len)
-    b.fetch_counter(rows, t_s=end, calls=STEPS, wall_s=build_wall_s, cpu_s=build_cpu_s, run_delay_s=run_delay_s)
+    b.fetch_counter(rows, t_s=end, calls=steps, wall_s=build_wall_s, cpu_s=build_cpu_s, run_delay_s=run_delay_s)
+    if tokenize_s:
+        b.tokenizer_counters(rows, start_s=5.0, end_s=end, total_s=tokenize_s * steps)
     b.host_rows(cpu_total_pct=cpu_total_pct, cpu_proc_pct=cpu_proc_pct, others=others)
     return build_report(load_recording(b.write()))
 
@@ -265,13 +270,8 @@ def test_workers_that_beat_pretokenizing_alone_lead_the_tokenizer_fix(tmp_path: 
     # A 60 ms build of which 20 ms is the tokenizer, 20 ms of compute, 4 cores: pre-tokenizing alone
     # leaves 40 ms of build (80 -> 60 ms a batch), workers hide all of it (-> 20 ms). The larger gain
     # the measurement supports comes first; pre-tokenizing is the alternative (#40 item 4).
-    b = RecordingBuilder(tmp_path, cores=4, duration_s=5.0 + STEPS * 0.08 + 2.0)
-    rows = b.process()
-    end = b.training_loop(rows, start_s=5.0, steps=STEPS, compute_s=0.02, wait_s=0.06)
-    b.fetch_counter(rows, t_s=end, calls=STEPS, wall_s=0.06, cpu_s=0.06)
-    b.tokenizer_counters(rows, start_s=5.0, end_s=end, total_s=0.02 * STEPS)
-    b.host_rows(cpu_total_pct=40.0, cpu_proc_pct=100.0)
-    report = build_report(load_recording(b.write()))
+    report = loop(tmp_path, wait_s=0.06, compute_s=0.02, build_wall_s=0.06, build_cpu_s=0.06, cores=4,
+                  cpu_total_pct=40.0, cpu_proc_pct=100.0, tokenize_s=0.02)
     f = next(x for x in report["findings"] if x["rule"] == "tokenization_in_loop")
     data = f["data"]
     assert data["interim_loop_speedup"] > 1.05 * data["predicted_loop_speedup"]
@@ -290,14 +290,9 @@ def test_a_cache_that_also_removes_the_tokenizer_calls_promises_one_figure(tmp_p
     # could not help (1 core: cpu_saturated, whose fix is the same cache). The finding's predicted
     # speedup is that one model's figure (the proving ground's loop 15 once said 4.15x in one field,
     # 5.93x in another, and 5.55x under cpu_saturated).
-    steps = 200
-    b = RecordingBuilder(tmp_path, cores=cores, duration_s=5.0 + steps * 0.185 + 2.0)
-    rows = b.process()
-    end = b.training_loop(rows, start_s=5.0, steps=steps, compute_s=0.035, wait_s=0.15, dataset_len=4096)
-    b.fetch_counter(rows, t_s=end, calls=steps, wall_s=0.15, cpu_s=0.15)
-    b.tokenizer_counters(rows, start_s=5.0, end_s=end, total_s=0.015 * steps)
-    b.host_rows(cpu_total_pct=55.0 if cores == 2 else 100.0, cpu_proc_pct=100.0)
-    report = build_report(load_recording(b.write()))
+    report = loop(tmp_path, wait_s=0.15, compute_s=0.035, build_wall_s=0.15, build_cpu_s=0.15, cores=cores,
+                  cpu_total_pct=55.0 if cores == 2 else 100.0, cpu_proc_pct=100.0, dataset_len=4096, steps=200,
+                  tokenize_s=0.015)
     assert {rule, "tokenization_in_loop"} <= {f["rule"] for f in report["findings"]}
     f = next(x for x in report["findings"] if x["rule"] == rule)
     assert f["data"]["precompute"] == "cache"
@@ -314,14 +309,9 @@ def test_a_build_that_is_mostly_tokenizer_calls_names_the_tokenizer_first(tmp_pa
     # tokenizer calls, of a map-style dataset. Computing each item once is pre-tokenizing here:
     # tokenization_in_loop's finding carries it, and the loader's rule claims only the rest of the
     # wait (it once claimed the whole build, tokenizer calls included, and led with 59% to 51%).
-    steps = 200
-    b = RecordingBuilder(tmp_path, cores=cores, duration_s=5.0 + steps * 0.185 + 2.0)
-    rows = b.process()
-    end = b.training_loop(rows, start_s=5.0, steps=steps, compute_s=0.035, wait_s=0.15, dataset_len=4096)
-    b.fetch_counter(rows, t_s=end, calls=steps, wall_s=0.15, cpu_s=0.15)
-    b.tokenizer_counters(rows, start_s=5.0, end_s=end, total_s=0.12 * steps)
-    b.host_rows(cpu_total_pct=55.0 if cores == 2 else 100.0, cpu_proc_pct=100.0)
-    report = build_report(load_recording(b.write()))
+    report = loop(tmp_path, wait_s=0.15, compute_s=0.035, build_wall_s=0.15, build_cpu_s=0.15, cores=cores,
+                  cpu_total_pct=55.0 if cores == 2 else 100.0, cpu_proc_pct=100.0, dataset_len=4096, steps=200,
+                  tokenize_s=0.12)
     findings = report["findings"]
     assert findings[0]["rule"] == "tokenization_in_loop"
     loader = [f for f in findings if f["rule"] == rule]
