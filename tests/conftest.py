@@ -97,18 +97,22 @@ GLOO_ABORT = "terminate called without an active exception"
 RANK_ABORT = "Signal 6 (SIGABRT) received by PID"  # torchrun's summary of a rank that aborted
 
 
-def once_more_on_gloo_abort(job: Callable[[], subprocess.CompletedProcess[str]]) -> subprocess.CompletedProcess[str]:
+def once_more_on_gloo_abort(job: Callable[[], subprocess.CompletedProcess[str]],
+                            fresh: Path | None = None) -> subprocess.CompletedProcess[str]:
     """The job, and once more if a gloo rank aborted in torch's C++ (std::terminate, SIGABRT).
 
     The bare 2-rank job alone did so once in CI (stop 47: rank 0 two seconds in, no doctor anywhere),
     and a doctored one once (a clean-clone CI of cf8bbe4: rank 1 SIGABRT at ``destroy_process_group``
     after its 5 steps); here neither did in 100 runs (60 quiet, 40 beside two busy loops), nor 12 doctored
     and 12 bare runs of that job: torch's, not the doctor's. One rerun: an abort the doctor caused every
-    time still fails the second.
+    time still fails the second. ``fresh``: the job's output folder, removed before the rerun so what
+    is read after is the rerun's recording, not the aborted one's.
     """
     done = job()
     if done.returncode != 0 and (GLOO_ABORT in done.stderr or RANK_ABORT in done.stderr):
         print(f"a gloo rank aborted ({GLOO_ABORT!r}); running the job once more")
+        if fresh is not None:
+            shutil.rmtree(fresh, ignore_errors=True)
         done = job()
     return done
 
@@ -120,11 +124,10 @@ def run_probe(tmp: Path, name: str, *probe_args: str, launcher: list[str] | None
     launch = launcher or [sys.executable]
 
     def job() -> subprocess.CompletedProcess[str]:
-        shutil.rmtree(folder, ignore_errors=True)  # a rerun's recording, not the aborted one's
         return run_cli("run", "--out", str(folder), *doctor_args, "--", *launch, str(PROBES / f"{name}.py"),
                        "--truth", str(truth_path), *probe_args)
 
-    proc = once_more_on_gloo_abort(job) if launcher else job()
+    proc = once_more_on_gloo_abort(job, fresh=folder) if launcher else job()
     report = json.loads((folder / "report.json").read_text())
     truth: dict[str, Any] = json.loads(truth_path.read_text()) if truth_path.exists() else {}
     return ProbeRun(folder, report, truth, proc.returncode, proc.stderr, truth_path)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -147,12 +146,9 @@ def test_a_builtin_hook_registered_first_keeps_the_slot_and_the_counts(tmp_path:
     keeps counting micro-steps, and never tries a second registration (which DDP refuses)."""
     from tests.conftest import ROOT, once_more_on_gloo_abort, run_cli
 
-    def job() -> subprocess.CompletedProcess[str]:
-        shutil.rmtree(tmp_path / "run", ignore_errors=True)
-        return run_cli("run", "--out", str(tmp_path / "run"), "--", *_torchrun(),
-                       str(ROOT / "tests" / "scripts" / "ddp_builtin_hook.py"))
-
-    done = once_more_on_gloo_abort(job)  # cf8bbe4 CI: rank 1 aborted at destroy_process_group, once
+    done = once_more_on_gloo_abort(  # cf8bbe4 CI: rank 1 aborted at destroy_process_group, once
+        lambda: run_cli("run", "--out", str(tmp_path / "run"), "--", *_torchrun(),
+                        str(ROOT / "tests" / "scripts" / "ddp_builtin_hook.py")), fresh=tmp_path / "run")
     assert done.returncode == 0, done.stderr[-2000:]
     assert "can only be called once" not in done.stderr and "off in pid" not in done.stderr, done.stderr[-2000:]
     rows = [json.loads(line) for path in (tmp_path / "run" / "events").glob("*.jsonl")

@@ -50,9 +50,10 @@ def _both(tmp: Path, command: Callable[[Path], list[str]], read: Callable[[Path]
 
     if not together:  # two 2-rank gloo jobs at once: a rank of the bare one aborted ("terminate called") in CI
         bare = once_more_on_gloo_abort(lambda: subprocess.run(command(tmp / "bare"), capture_output=True, text=True,
-                                                                timeout=600, env=cli_env(), cwd=tmp))
+                                                              timeout=600, env=cli_env(), cwd=tmp))
         doctored = once_more_on_gloo_abort(lambda: run_cli("run", "--out", str(tmp / "run"), "--",
-                                                            *command(tmp / "doctored"), timeout=600, cwd=tmp))
+                                                           *command(tmp / "doctored"), timeout=600, cwd=tmp),
+                                           fresh=tmp / "run")
         assert bare.returncode == 0, bare.stderr[-3000:]
         assert doctored.returncode == 0, doctored.stderr[-3000:]
         assert "when there are global hooks" not in doctored.stderr
