@@ -44,6 +44,8 @@ def test_a_transformers_model_is_timed_at_the_width_that_ran_and_narrower(tmp_pa
     kept = length_cost.read(folder)
     assert kept == a.rec.length_cost and kept is not None and not kept.stand_in
     assert [p.width for p in kept.points] == job["widths"] and all(p.seconds > 0 for p in kept.points)
+    # a pass of this model takes milliseconds: three processes' draws fit the budget, their median kept
+    assert kept.draws == 3
     assert stat.S_IMODE(os.stat(folder / length_cost.FILE).st_mode) == 0o600
     # a later ``gpudoctor report`` reads what was timed, and times nothing again
     again = analyze(load_recording(folder))

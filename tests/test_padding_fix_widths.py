@@ -122,7 +122,7 @@ def test_a_timed_pass_slower_than_the_trainings_own_batch_is_read_as_the_trainin
     disturbed first pass): the prediction divides by the training's batch, not by the outlier."""
     from gpudoctor.recording import length_cost
 
-    def report(at_256: float) -> dict[str, Any]:
+    def report(at_256: float, draws: int = 1) -> dict[str, Any]:
         b = RecordingBuilder(tmp_path / str(at_256), cores=2, duration_s=20.0)
         rows = b.process()
         b.training_loop(rows, start_s=2.0, steps=12, compute_s=0.5, wait_s=0.01)
@@ -133,7 +133,7 @@ def test_a_timed_pass_slower_than_the_trainings_own_batch_is_read_as_the_trainin
                          "seq_len": 256, "lengths": lengths})
         folder = b.write()
         points = tuple(length_cost.LengthPoint(4, w, s) for w, s in ((256, at_256), (64, 0.08), (32, 0.04)))
-        length_cost.write(folder, length_cost.LengthCost(points, "cpu", 1, "GPT2LMHeadModel", None))
+        length_cost.write(folder, length_cost.LengthCost(points, "cpu", 1, "GPT2LMHeadModel", None, draws=draws))
         return _padding(build_report(load_recording(folder)))
 
     as_ran = report(0.5)  # the training's own batch: 0.5 s of compute a step
@@ -143,6 +143,10 @@ def test_a_timed_pass_slower_than_the_trainings_own_batch_is_read_as_the_trainin
     assert disturbed["predicted_speedup"] == as_ran["predicted_speedup"]
     faster = report(0.4)  # a child faster than the training's hooked batch: its own figure stands
     assert faster["data"]["compute_after_ratio"] > as_ran["data"]["compute_after_ratio"]
+    # the points the median of three processes' draws: the basis says so, the figures are the same
+    medianed = report(0.5, draws=3)
+    assert "(cpu, 1 thread; the median of 3 processes)" in str(medianed["evidence"])
+    assert "median of" not in str(as_ran["evidence"]) and medianed["predicted_speedup"] == as_ran["predicted_speedup"]
 
 
 def _tokenizing(tmp_path: Path, cuda: bool) -> dict[str, Any]:

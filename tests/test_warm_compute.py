@@ -187,6 +187,22 @@ def test_a_cache_claims_the_cold_compute_and_says_how_it_was_found(tmp_path: Pat
     assert before["predicted_speedup"] == pytest.approx(loop_s / COMPUTE_S, rel=0.02)
 
 
+def test_three_processes_timings_are_kept_as_their_median_and_said(tmp_path: Path) -> None:
+    """One process is one draw (a stand-in's warm/cold ratio moved 0.75-0.87 between runs): the
+    figures kept are the median compute after a build and each draw's own ratios to it, medianed."""
+    slow = {"warm_s": 0.012, "cold_s": 0.020, "worker_s": 0.040}  # a draw that ran all 25% slow
+    timed = [{"warm_s": 0.009, "cold_s": 0.016, "worker_s": 0.030}, slow,
+             {"warm_s": 0.016, "cold_s": 0.016, "worker_s": 0.032}]  # one whose warm step did not warm
+    merged = timing._median(timed)
+    assert merged["cold_s"] == pytest.approx(0.016)
+    assert merged["warm_s"] / merged["cold_s"] == pytest.approx(0.6)  # 0.5625, 0.6, 1.0: the middle one
+    assert merged["worker_s"] / merged["cold_s"] == pytest.approx(2.0)  # 1.875, 2.0, 2.0
+    folder = _stalled(tmp_path)
+    warm_compute.write(folder, WarmCompute(0.010, 0.016, BUILD_S, "cpu", 2, "a stand-in", draws=3))
+    assert warm_compute.read(folder) == WarmCompute(0.010, 0.016, BUILD_S, "cpu", 2, "a stand-in", draws=3)
+    assert "on this machine (the median of 3 processes)" in str(_finding(folder)["evidence"])
+
+
 def test_a_timing_that_says_a_gap_helps_is_read_as_no_change() -> None:
     assert WarmCompute(0.02, 0.01, 0.2, "cpu", 1, "x").ratio == 1.0
 

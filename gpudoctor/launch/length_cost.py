@@ -7,7 +7,9 @@ point, and FLOPs alone are wrong both ways (a CPU's attention softmax and masks 
 their FLOPs; a GPU's kernel launches cost the same at any width). So, after the training exited,
 a child times the recorded ``transformers`` architecture, random weights, forward and backward,
 at the recorded rows and a few widths, on the training's device, threads and autocast dtype
-(:mod:`gpudoctor.launch.length_cost_worker`), within :data:`BUDGET_S`. The points go to
+(:mod:`gpudoctor.launch.length_cost_worker`), within :data:`BUDGET_S`, in up to three forked
+draws whose shape is kept as their median (:mod:`gpudoctor.launch.draws`: one process is one
+draw, and draws differ by more than a band's width). The points go to
 ``length_cost.json`` in the run folder (:mod:`gpudoctor.recording.length_cost`); the padding rule
 fits them and says the prediction's basis. A model of the user's own class is never run: a GPT-2 of
 its recorded shape stands in, for its cost per token and token² only (the rule keeps the
@@ -28,11 +30,11 @@ from typing import Any
 from gpudoctor.analysis import Analysis
 from gpudoctor.analysis.workload import MIN_WIDTH_SPREAD
 from gpudoctor.common import batchlengths
-from gpudoctor.launch import timing_child
+from gpudoctor.launch import draws, timing_child
 from gpudoctor.recording import length_cost
 from gpudoctor.recording.length_cost import LengthCost, LengthPoint
 
-BUDGET_S = 25.0  # the child's timing budget; it is stopped at twice that, with its start
+BUDGET_S = 25.0  # the child's timing budget, all its draws; it is stopped at twice that, with its start
 MIN_PAD_SHARE = 0.10  # below this share of pad tokens no padding fix is prescribed: nothing to time
 MIN_WIDTH = 16
 FRACTIONS = (1, 2, 4, 8, 16)  # the width that ran, and these fractions of it
@@ -82,16 +84,20 @@ def measure(a: Analysis, folder: Path) -> str | None:
         return f"timing the model at other row widths failed ({exc}); the padding prediction uses its FLOPs"
     if not isinstance(doc, dict):
         return "timing the model at other row widths failed (no figures); the padding prediction uses its FLOPs"
-    points = [LengthPoint(int(r), int(w), float(s)) for r, w, s in doc.get("points") or [] if s > 0]
-    if len(points) < 2:
+    answered = doc.get("draws")
+    timed = [d for d in map(_draw, answered if isinstance(answered, list) else []) if len(d) >= 2]
+    if not timed:
         why = str(doc.get("error") or "fewer than two widths timed")[:200]
         return f"timing the model at other row widths failed ({why}); the padding prediction uses its FLOPs"
-    if not _monotone(points):
+    kept = [d for d in timed if _monotone(d)]
+    if not kept:
         return ("timing the model at other row widths gave the narrowest rows a longer pass than the widest "
                 "(a busy machine?); "
                 "the padding prediction uses its FLOPs")
+    rows = int(wanted["rows"])
+    points = [LengthPoint(rows, int(w), s) for w, s in draws.median_ratios(kept).items()]
     cost = LengthCost(tuple(points), wanted["device"], wanted["threads"], wanted["shown"], wanted["autocast"],
-                      wanted["stand_in"])
+                      wanted["stand_in"], draws=len(kept))
     with contextlib.suppress(OSError):  # the report still uses it; a later ``report`` falls back to the FLOPs
         length_cost.write(folder, cost)
     a.rec.length_cost = cost
@@ -101,12 +107,18 @@ def measure(a: Analysis, folder: Path) -> str | None:
 NOISE = 1.10  # the narrowest width may time up to 10% above the widest (timer noise), no more
 
 
-def _monotone(points: list[LengthPoint]) -> bool:
+def _draw(points: object) -> dict[float, float]:
+    """One draw's seconds by width, from the worker's ``[[rows, width, seconds]...]``, checked as
+    the file is (a draw with a bad row is left out whole)."""
+    parsed = length_cost.parse({"schema": length_cost.SCHEMA, "points": points})
+    return {float(q.width): q.seconds for q in parsed.points} if parsed else {}
+
+
+def _monotone(draw: dict[float, float]) -> bool:
     """A pass never gets slower as its rows get narrower: where the narrowest timed above the widest,
-    the timings measured the machine's other work, not the model, and are not kept. Between them
+    the draw measured the machine's other work, not the model, and is not kept. Between them
     noise is allowed (a GPU bound by its kernel launches times every narrow width alike)."""
-    by_width = sorted(points, key=lambda q: q.width)
-    return by_width[0].seconds <= NOISE * by_width[-1].seconds
+    return draw[min(draw)] <= NOISE * draw[max(draw)]
 
 
 def widths_to_time(width: int, batches: Sequence[Mapping[str, Any]], p99: object) -> list[int]:

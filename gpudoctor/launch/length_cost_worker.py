@@ -3,9 +3,11 @@
 Run by :mod:`gpudoctor.launch.length_cost` after the training exited, on the device and with the
 threads the training had. Random weights from the recorded config (sizes only): nothing is read
 from a hub or from the user's files, and only a class that ``transformers`` itself exports and that
-is a ``PreTrainedModel`` is built. Prints one JSON line: ``{"points": [[rows, width, seconds]...]}``
-(the median of the timed passes at each width; the narrower widths timed in rounds, as a loop
-padded per batch meets them), or ``{"error": "..."}``.
+is a ``PreTrainedModel`` is built. Each draw (:mod:`gpudoctor.launch.draws`: a forked process,
+up to three while the budget allows) times every width; prints one JSON line
+``{"draws": [[[rows, width, seconds]...]...]}`` (in each draw the median of its passes at each
+width; the narrower widths timed in rounds, as a loop padded per batch meets them), or
+``{"error": "..."}``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import sys
 import time
 from typing import Any
 
+from gpudoctor.launch import draws
+
 MIN_REPS = 2
 MIN_WIDTH_S = 0.3  # time each width for at least this long in all (and at least MIN_REPS passes)
 LABELLED = ("LMHeadModel", "ForCausalLM", "ForMaskedLM", "ForPreTraining")
@@ -24,13 +28,28 @@ LABELLED = ("LMHeadModel", "ForCausalLM", "ForMaskedLM", "ForPreTraining")
 
 def main(argv: list[str] | None = None) -> int:
     job = json.loads((argv if argv is not None else sys.argv[1:])[0])
+    budget = float(job["budget_s"])
     try:
-        points = _time(job)
-    except Exception as exc:  # a config that does not build, out of memory: the doctor says so, nothing else
+        _import(job)
+    except Exception as exc:  # a torch that will not start: the doctor says so, nothing else
         print(json.dumps({"error": f"{type(exc).__name__}: {str(exc)[:200]}"}))
         return 1
-    print(json.dumps({"points": points}))
+    # each draw its budget (a slow pass needs all of it to reach the narrow widths), all of them too
+    got, error = draws.in_forks(lambda seconds: _time({**job, "budget_s": seconds}), budget, budget)
+    if not got:  # a config that does not build, out of memory
+        print(json.dumps({"error": error or "no draw timed"}))
+        return 1
+    print(json.dumps({"draws": got}))
     return 0
+
+
+def _import(job: dict[str, Any]) -> None:
+    """torch and the job's ``transformers`` class, once, before the draws fork (most of a draw's
+    cost is these imports; no torch op runs here, so no thread pool is forked)."""
+    import torch  # noqa: F401
+    import transformers
+
+    getattr(transformers, str(job["model"]), None)  # the lazy module behind the class
 
 
 def build(job: dict[str, Any]) -> tuple[Any, Any, Any, Any]:

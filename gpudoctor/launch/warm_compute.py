@@ -29,11 +29,11 @@ from typing import Any
 from gpudoctor.analysis import Analysis
 from gpudoctor.common import batchlengths
 from gpudoctor.core.thresholds import WASTE_SHARE
-from gpudoctor.launch import length_cost, timing_child
+from gpudoctor.launch import draws, length_cost, timing_child
 from gpudoctor.recording import warm_compute
 from gpudoctor.rules.data import DataWait, data_wait
 
-BUDGET_S = 10.0
+BUDGET_S = 10.0  # one draw's rounds, taken alone; the draws (up to three) share twice it
 MAX_GAP_S = 1.0  # a longer build is timed as one this long: caches are cold well before
 MIN_GAP_SHARE = 0.5  # a build shorter than half the compute leaves no cold compute to speak of
 MIN_WORKER_CPU_SHARE = 0.05  # a worker's CPU under this share of the compute takes nothing worth timing from it
@@ -102,19 +102,40 @@ def measure(a: Analysis, folder: Path) -> str | None:
         return None
     failed = "timing the compute back to back failed ({}); a fix that removes the build is predicted at the compute as measured"
     try:
-        doc = timing_child.run("gpudoctor.launch.warm_compute_worker", wanted, BUDGET_S)
+        doc = timing_child.run("gpudoctor.launch.warm_compute_worker", wanted, 2 * BUDGET_S)
     except timing_child.Failed as exc:
         return failed.format(exc)
-    parsed = warm_compute.parse({"schema": warm_compute.SCHEMA, **doc, "gap_s": wanted["gap_s"], "gap": wanted["gap"],
-                                 "worker_cpu_s": wanted["worker_cpu_s"],
+    answered = doc.get("draws") if isinstance(doc, dict) else None
+    timed = [d for d in (_figures(x) for x in (answered if isinstance(answered, list) else [])) if d]
+    parsed = warm_compute.parse({"schema": warm_compute.SCHEMA, **_median(timed), "gap_s": wanted["gap_s"],
+                                 "gap": wanted["gap"], "worker_cpu_s": wanted["worker_cpu_s"],
                                  "threads": wanted["threads"], "beside": wanted["beside"],
-                                 "stand_in": _stand_in(wanted)}) if isinstance(doc, dict) else None
+                                 "stand_in": _stand_in(wanted), "draws": len(timed)}) if timed else None
     if parsed is None:
         return failed.format(str(doc.get("error") if isinstance(doc, dict) else "no figures")[:200])
     with contextlib.suppress(OSError):  # the report still uses it; a later ``report`` uses the compute as measured
         warm_compute.write(folder, parsed)
     a.rec.warm_compute = parsed
     return None
+
+
+def _figures(draw: object) -> dict[str, float]:
+    """One draw's ``warm_s``, ``cold_s`` and ``worker_s`` (where timed); empty when it is not one."""
+    if not isinstance(draw, dict):
+        return {}
+    out = {k: float(draw[k]) for k in ("warm_s", "cold_s", "worker_s") if warm_compute.positive(draw.get(k))}
+    return out if "warm_s" in out and "cold_s" in out else {}
+
+
+def _median(timed: list[dict[str, float]]) -> dict[str, float]:
+    """The draws' figures as one: the median compute after a build, and back to back and beside a
+    worker each at the median of the draws' own ratios to it (a draw that ran all slow moves the
+    scale, not the ratios the prediction reads)."""
+    cold = draws.median([d["cold_s"] for d in timed])
+    out = {"cold_s": cold, "warm_s": cold * draws.median([d["warm_s"] / d["cold_s"] for d in timed])}
+    if all("worker_s" in d for d in timed):
+        out["worker_s"] = cold * draws.median([d["worker_s"] / d["cold_s"] for d in timed])
+    return out
 
 
 def _stand_in(job: Mapping[str, Any]) -> str:

@@ -10,8 +10,10 @@ user's code or files is run or read. Rounds interleave the two conditions, so a 
 bends both alike: ``gap`` seconds of Python work (or of sleep, for a build that waits), one step
 (cold), then steps back to back, the last of which is warm. Where the job names a worker's CPU
 per batch (a build on the training process that workers would take over), steps back to back
-beside a process burning that CPU from each step's start (``worker_s``). Prints one JSON line
-``{"warm_s", "cold_s", "rows", "width"[, "worker_s"]}`` (medians), or ``{"error": "..."}``."""
+beside a process burning that CPU from each step's start (``worker_s``). Each draw
+(:mod:`gpudoctor.launch.draws`: a forked process, up to three, each timing for a sixth of the budget)
+does all of it; prints one JSON line ``{"draws": [{"warm_s", "cold_s", "rows", "width"[,
+"worker_s"]}...]}`` (each draw's medians), or ``{"error": "..."}``."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpudoctor.launch import draws
 from gpudoctor.processes.pids import DIES_WITH_PARENT
 
 MIN_ROUNDS = 5
@@ -37,18 +40,36 @@ MAX_WORKER_CPU_S = 2.0  # a worker's burn per step, at most (a longer build keep
 
 def main(argv: list[str] | None = None) -> int:
     job = json.loads((argv if argv is not None else sys.argv[1:])[0])
+    budget = float(job["budget_s"])
     try:
-        out = _time(job)
-    except Exception as exc:  # out of memory, a torch that will not start: the doctor says so, nothing else
+        _import(job)
+    except Exception as exc:  # a torch that will not start: the doctor says so, nothing else
         print(json.dumps({"error": f"{type(exc).__name__}: {str(exc)[:200]}"}))
         return 1
-    print(json.dumps(out))
+    # A draw's rounds take a sixth of ``budget_s`` and its steps beside a worker half that (at least
+    # MIN_ROUNDS each): three draws time about as many rounds as one draw of the whole budget did.
+    # The batch's sizing keeps half the whole budget; the draws stop at twice it.
+    got, error = draws.in_forks(lambda seconds: _time(job, seconds), budget / (2 * draws.DRAWS), 2 * budget)
+    if not got:  # out of memory, a config that does not build
+        print(json.dumps({"error": error or "no draw timed"}))
+        return 1
+    print(json.dumps({"draws": got}))
     return 0
 
 
-def _time(job: dict[str, Any]) -> dict[str, Any]:
+def _import(job: dict[str, Any]) -> None:
+    """torch (and the job's ``transformers`` class) once, before the draws fork."""
+    import torch  # noqa: F401
+
+    if job.get("model"):
+        import transformers
+
+        getattr(transformers, str(job["model"]), None)
+
+
+def _time(job: dict[str, Any], seconds: float) -> dict[str, Any]:
     step, x, rows, width = _recorded(job) if job.get("model") else _linear(job)
-    gap, deadline = float(job["gap_s"]), time.monotonic() + float(job["budget_s"])
+    gap, deadline = float(job["gap_s"]), time.monotonic() + seconds
     for _ in range(3):
         step(x)
     wait = job.get("gap") == "wait"
@@ -72,7 +93,7 @@ def _time(job: dict[str, Any]) -> dict[str, Any]:
     worker_cpu = float(job.get("worker_cpu_s") or 0.0)
     if worker_cpu > 0:
         out["worker_s"] = _beside_a_worker(step, x, min(worker_cpu, MAX_WORKER_CPU_S),
-                                           time.monotonic() + float(job["budget_s"]) / 2)
+                                           time.monotonic() + seconds / 2)
     return out
 
 

@@ -22,6 +22,7 @@ FILE = "length_cost.json"
 SCHEMA = "gpudoctor.length_cost/1"
 MAX_BYTES = 64 * 1024  # a handful of points and a few words: anything larger is not ours
 MAX_POINTS = 32
+MAX_DRAWS = 16  # processes a timing may say it took the median of
 
 
 @dataclass(frozen=True)
@@ -43,10 +44,11 @@ class LengthCost:
     model: str  # the class timed, e.g. "GPT2LMHeadModel"
     dtype: str | None  # the autocast dtype, when the training used one
     stand_in: bool = False  # a GPT-2 of the recorded shape, for a model of the user's own class
+    draws: int = 1  # processes timed, the points their median (gpudoctor.launch.draws)
 
     def to_json(self) -> str:
         return json.dumps({"schema": SCHEMA, "device": self.device, "threads": self.threads, "model": self.model,
-                           "dtype": self.dtype, "stand_in": self.stand_in,
+                           "dtype": self.dtype, "stand_in": self.stand_in, "draws": self.draws,
                            "points": [[p.rows, p.width, p.seconds] for p in self.points]})
 
 
@@ -80,13 +82,13 @@ def parse(doc: object) -> LengthCost | None:
         if rows < 1 or width < 1 or seconds <= 0:
             return None
         points.append(LengthPoint(int(rows), int(width), float(seconds)))
-    threads = doc.get("threads")
-    dtype = doc.get("dtype")
+    threads, dtype, draws = doc.get("threads"), doc.get("dtype"), doc.get("draws")
     return LengthCost(tuple(points), str(doc.get("device") or "cpu")[:16],
                       int(threads) if isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1
                       else None,
                       str(doc.get("model") or "the model")[:80], str(dtype)[:32] if isinstance(dtype, str) else None,
-                      doc.get("stand_in") is True)
+                      doc.get("stand_in") is True,
+                      draws if isinstance(draws, int) and not isinstance(draws, bool) and 1 <= draws <= MAX_DRAWS else 1)
 
 
 def _number(x: object) -> bool:

@@ -23,6 +23,7 @@ FILE = "warm_compute.json"
 SCHEMA = "gpudoctor.warm_compute/1"
 MAX_BYTES = 16 * 1024
 MAX_WORKER_RATIO = 20.0  # the compute beside a worker over as measured, at most (and at least its inverse)
+MAX_DRAWS = 16  # processes a timing may say it took the median of
 MAX_BESIDE = 16  # busy processes a timing runs beside its stand-in, at most (the timing's cap, the reader's check)
 
 
@@ -39,6 +40,7 @@ class WarmCompute:
     beside: int = 0  # busy processes beside the step after the gap (the workers' busy cores)
     worker_s: float | None = None  # a step back to back beside a process burning ``worker_cpu_s`` each step
     worker_cpu_s: float | None = None  # the build's CPU a background worker would burn per batch
+    draws: int = 1  # processes timed, the figures their median (gpudoctor.launch.draws)
 
     @property
     def with_workers(self) -> float | None:
@@ -56,7 +58,7 @@ class WarmCompute:
     def to_json(self) -> str:
         return json.dumps({"schema": SCHEMA, "warm_s": self.warm_s, "cold_s": self.cold_s, "gap_s": self.gap_s,
                            "gap": self.gap, "threads": self.threads, "stand_in": self.stand_in,
-                           "beside": self.beside,
+                           "beside": self.beside, "draws": self.draws,
                            **({"worker_s": self.worker_s, "worker_cpu_s": self.worker_cpu_s}
                               if self.worker_s is not None else {})})
 
@@ -81,19 +83,23 @@ def parse(doc: object) -> WarmCompute | None:
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         return None
     warm, cold, gap = doc.get("warm_s"), doc.get("cold_s"), doc.get("gap_s")
-    if not all(_positive(x) for x in (warm, cold, gap)):
+    if not all(positive(x) for x in (warm, cold, gap)):
         return None
     assert isinstance(warm, (int, float)) and isinstance(cold, (int, float)) and isinstance(gap, (int, float))
     threads, beside = doc.get("threads"), doc.get("beside")
     worker, worker_cpu = doc.get("worker_s"), doc.get("worker_cpu_s")
-    both = (float(worker), float(worker_cpu)) if (_positive(worker) and _positive(worker_cpu) and isinstance(
+    both = (float(worker), float(worker_cpu)) if (positive(worker) and positive(worker_cpu) and isinstance(
         worker, (int, float)) and isinstance(worker_cpu, (int, float))) else (None, None)
     return WarmCompute(float(warm), float(cold), float(gap), "wait" if doc.get("gap") == "wait" else "cpu",
                        int(threads) if isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1
                        else None, str(doc.get("stand_in") or "a stand-in step")[:120],
                        int(beside) if isinstance(beside, int) and not isinstance(beside, bool) and 0 <= beside <= MAX_BESIDE else 0,
-                       *both)
+                       worker_s=both[0], worker_cpu_s=both[1], draws=_draws(doc.get("draws")))
 
 
-def _positive(x: object) -> bool:
+def _draws(n: object) -> int:
+    return n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_DRAWS else 1
+
+
+def positive(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0

@@ -13,6 +13,7 @@ from gpudoctor.analysis import Analysis, workload
 from gpudoctor.analysis.memory import step_memory
 from gpudoctor.analysis.process import ProcessView, dynamic_padding_tokens
 from gpudoctor.common import batchlengths
+from gpudoctor.common.wording import plural
 from gpudoctor.core import schema
 from gpudoctor.core.thresholds import WASTE_SHARE, percent
 from gpudoctor.recording.length_cost import LengthCost
@@ -420,7 +421,8 @@ def _measured_words(m: LengthCost | None) -> str:
     if m is None:
         return "the model timed at several widths"
     widths = ", ".join(str(q.width) for q in sorted(m.points, key=lambda q: q.width))
-    where = m.device + (f", {m.threads} threads" if m.threads else "") + (f", {m.dtype}" if m.dtype else "")
+    where = (m.device + (f", {plural(m.threads, 'thread')}" if m.threads else "") + (f", {m.dtype}" if m.dtype else "")
+             + (f"; the median of {m.draws} processes" if m.draws > 1 else ""))
     if m.stand_in:
         return (f"a GPT-2 of the recorded shape (standing in for {m.model}) timed here after the run, random "
                 f"weights, forward and backward at widths {widths} ({where}): its cost per token and per token², "

@@ -159,7 +159,7 @@ class DataWait:
                    if w.worker_s is not None and w.worker_cpu_s is not None else "")
         return (f"a stand-in step ({w.stand_in}) took {1000 * w.warm_s:.1f} ms back to back and "
                 f"{1000 * w.cold_s:.1f} ms right after {1000 * w.gap_s:.0f} ms of {after}{beside}{workers} "
-                "on this machine")
+                "on this machine" + (f" (the median of {w.draws} processes)" if w.draws > 1 else ""))
 
     def residual_claim(self, removed_s: float, up_to_s: float | None = None) -> Claim:
         """``removed_s`` of the wait that is not the tokenizer's (a disjoint part of data_wait)."""
