@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -110,4 +111,34 @@ def test_a_ramp_that_levels_off_is_not_a_leak(tmp_path: Path) -> None:
     """The caching allocator grows for the first steps and stops: growth in the first half only."""
     ramp = [30_000.0 + min(i, 20) * 100.0 for i in range(60)]
     report = _gpu_run(tmp_path / "ramp", ramp)
+    assert "memory_growth" not in [f["rule"] for f in report["findings"]]
+
+
+def _slowed_run(tmp_path: Path, per_step_mib: Callable[[int], float]) -> dict[str, Any]:
+    """A CPU loop of 200 steps at 0.1 s, then 100 at 0.3 s (a busy host slowed it), whose host memory
+    after ``n`` steps is 500 MiB + ``per_step_mib(n)``, sampled each second."""
+    b = RecordingBuilder(tmp_path, cores=2, duration_s=60.0)
+    rows = b.process()
+    rows.append({"k": "first_step", "t": T0 + 5.0})
+    ends = [5.0 + 0.1 * n for n in range(1, 201)] + [25.0 + 0.3 * n for n in range(1, 101)]
+    rows += [{"k": "step", "t": T0 + t, "n": n, "dt": 0.001} for n, t in enumerate(ends, 1)]
+    b.host_rows(cpu_total_pct=95.0, cpu_proc_pct=100.0)
+    b.host = [r for r in b.host if (r["t"] - T0) % 1 < 0.05]
+    for r in b.host:
+        done = sum(1 for t in ends if T0 + t <= r["t"])
+        r["rss_mib"] = 500.0 + per_step_mib(done)
+    b.write()
+    return build_report(load_recording(tmp_path))
+
+
+def test_a_leak_per_step_is_a_line_however_the_steps_slow(tmp_path: Path) -> None:
+    """5 MiB a step: in time the second half grows a third as fast as the whole (the steps slowed
+    threefold), per step at one rate; the leak is steady, its rate in time the line's."""
+    report = _slowed_run(tmp_path / "leak", lambda n: 5.0 * n)
+    f = next(f for f in report["findings"] if f["rule"] == "memory_growth")
+    assert f["data"]["where"] == "host" and f["data"]["r2"] >= 0.99
+
+
+def test_growth_that_stops_per_step_is_not_a_leak_however_the_steps_slow(tmp_path: Path) -> None:
+    report = _slowed_run(tmp_path / "ramp", lambda n: 5.0 * min(n, 150))
     assert "memory_growth" not in [f["rule"] for f in report["findings"]]

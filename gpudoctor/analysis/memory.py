@@ -16,12 +16,14 @@ said so from the first minutes. From what the samplers already record, with no n
 Only the training loop counts (first step to last), less its warm-up (its first third, at most two
 minutes): loading a model, forking DataLoader workers and warming the allocator up are growth that stops. A trend is *steady* when a straight line explains the samples
 (R² ≥ :data:`MIN_R2`), the second half of the loop grows at least half as fast as the whole
-(not a ramp that levels off), and it grew by at least :data:`MIN_GROWTH_MIB` and either
+(not a ramp that levels off), both against the steps done where the steps were timed (a leak is
+per step: a loop a busy host slows leaks less per second, as much per step), and it grew by at least :data:`MIN_GROWTH_MIB` and either
 :data:`MIN_GROWTH_SHARE` of where it started or at a rate that runs out within :data:`SOON_H`.
 """
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -52,8 +54,8 @@ class Trend:
     start_mib: float  # the line at the loop's start and end
     end_mib: float
     slope_mib_per_h: float
-    r2: float
-    late_ratio: float  # the second half's slope over the whole's
+    r2: float  # of the line against the steps done where known (a leak is per step), else against time
+    late_ratio: float  # the second half's slope over the whole's, on the same axis
     limit_mib: float | None  # what it can still grow by: the host's available memory, the GPU's free
     limit_what: str
 
@@ -97,18 +99,31 @@ def trends(a: Analysis) -> list[Trend]:
         return []
     lo, hi = window
     out = []
+    steps = _steps_done(a)
     host = [r for r in a.rec.host if lo <= r.get("t", 0.0) <= hi]
-    trend = _fit("host", host, lambda r: _num(r.get("rss_mib")), _host_headroom, "the memory the host had available")
+    trend = _fit("host", host, lambda r: _num(r.get("rss_mib")), _host_headroom, "the memory the host had available",
+                 steps)
     if trend is not None:
         out.append(trend)
     gpu = [r for r in a.rec.gpu if lo <= r.get("t", 0.0) <= hi]
-    trend = _fit("gpu", gpu, _gpu_mib, _gpu_headroom, "the GPU memory free")
+    trend = _fit("gpu", gpu, _gpu_mib, _gpu_headroom, "the GPU memory free", steps)
     if trend is not None:
         out.append(trend)
-    return out + _allocator_trends(a, lo, hi)
+    return out + _allocator_trends(a, lo, hi, steps)
 
 
-def _allocator_trends(a: Analysis, lo: float, hi: float) -> list[Trend]:
+def _steps_done(a: Analysis) -> Callable[[float], float] | None:
+    """Steps the loop had finished by a time: the axis a leak per step is a line on. A loop a busy
+    host slowed mid-run leaks as much per step and less per second (CI: a leak's second half grew
+    0.47 as fast in time as its whole, at one rate per step); None without step times."""
+    p = a.primary
+    ends = sorted(p.step_times) if p is not None else []
+    if len(ends) < MIN_SAMPLES:
+        return None
+    return lambda t: float(bisect.bisect_right(ends, t))
+
+
+def _allocator_trends(a: Analysis, lo: float, hi: float, steps: Callable[[float], float] | None) -> list[Trend]:
     samples = allocator(a)
     if not samples:
         return []
@@ -117,7 +132,7 @@ def _allocator_trends(a: Analysis, lo: float, hi: float) -> list[Trend]:
             for s in samples if lo <= s.t <= hi]
     out = []
     for what in ("cuda_allocated", "cuda_reserved"):
-        trend = _fit(what, rows, _field(what), _field("free"), "the GPU memory free")
+        trend = _fit(what, rows, _field(what), _field("free"), "the GPU memory free", steps)
         if trend is not None:
             out.append(trend)
     return out
@@ -158,7 +173,10 @@ def gpu_kind(steady: Sequence[Trend]) -> str | None:
 
 
 def _fit(what: str, rows: Sequence[dict[str, Any]], value: Callable[[dict[str, Any]], float | None],
-         headroom: Callable[[dict[str, Any]], float | None], limit_what: str) -> Trend | None:
+         headroom: Callable[[dict[str, Any]], float | None], limit_what: str,
+         steps: Callable[[float], float] | None = None) -> Trend | None:
+    """The line in time (its rate, the hours left) and whether it is one: R² and the second half's
+    slope against the steps done where they are known (a leak is per step), else against time."""
     points = _median3([(float(r["t"]), v) for r in rows if (v := value(r)) is not None])
     if len(points) < MIN_SAMPLES:
         return None
@@ -167,11 +185,15 @@ def _fit(what: str, rows: Sequence[dict[str, Any]], value: Callable[[dict[str, A
     if loop_s < MIN_LOOP_S:
         return None
     slope, intercept, r2 = _line(points)
-    half = [pt for pt in points if pt[0] >= ts[0] + loop_s / 2]
-    late = _line(half)[0] if len(half) >= MIN_SAMPLES // 2 else slope
+    axis = [(steps(t), v) for t, v in points] if steps is not None else points
+    if axis[-1][0] <= axis[0][0]:  # no step in the window: time is the only axis
+        axis = points
+    whole, _, shape_r2 = _line(axis)
+    half = [pt for pt in axis if pt[0] >= axis[0][0] + (axis[-1][0] - axis[0][0]) / 2]
+    late = _line(half)[0] if len(half) >= MIN_SAMPLES // 2 else whole
     last = next((h for r in reversed(rows) if (h := headroom(r)) is not None), None)
     return Trend(what, len(points), loop_s, intercept + slope * ts[0], intercept + slope * ts[-1], slope * 3600.0,
-                 r2, late / slope if slope > 0 else 0.0, last, limit_what)
+                 shape_r2, late / whole if whole > 0 else 0.0, last, limit_what)
 
 
 def _median3(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
