@@ -11,11 +11,12 @@ the recorded build (Python work for a build that computes on the training proces
 that waits or for the wait on workers, with as many busy processes beside it as the cores the
 workers kept busy: their CPU is what a cache takes away too), and, where workers would take over a
 build made on the training process, back to back beside a process burning the build's CPU each
-step (what the compute becomes beside them), within
-:data:`BUDGET_S`; the two figures go to ``warm_compute.json`` (:mod:`gpudoctor.recording.warm_compute`)
-and the data rules scale the compute by their ratio, saying so. A CUDA run is not timed (its compute
-is the device's; the host's caches bend only its launches), and anything that fails leaves the
-compute as measured, said as such.
+step (what the compute becomes beside them), in up to three forked draws within twice
+:data:`BUDGET_S` (:mod:`gpudoctor.launch.draws`: one process is one draw), kept as their median;
+the figures go to ``warm_compute.json`` (:mod:`gpudoctor.recording.warm_compute`) and the data
+rules scale the compute by their ratio, saying so. A CUDA run is not timed (its compute is the
+device's; the host's caches bend only its launches), and anything that fails leaves the compute
+as measured, said as such.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from gpudoctor.launch import draws, length_cost, timing_child
 from gpudoctor.recording import warm_compute
 from gpudoctor.rules.data import DataWait, data_wait
 
-BUDGET_S = 10.0  # one draw's rounds, taken alone; the draws (up to three) share twice it
+BUDGET_S = 10.0  # each draw's rounds a sixth of it (three time about the rounds one of all of it did); all, twice it
 MAX_GAP_S = 1.0  # a longer build is timed as one this long: caches are cold well before
 MIN_GAP_SHARE = 0.5  # a build shorter than half the compute leaves no cold compute to speak of
 MIN_WORKER_CPU_SHARE = 0.05  # a worker's CPU under this share of the compute takes nothing worth timing from it
