@@ -184,11 +184,12 @@ def _fit(what: str, rows: Sequence[dict[str, Any]], value: Callable[[dict[str, A
     loop_s = ts[-1] - ts[0]
     if loop_s < MIN_LOOP_S:
         return None
-    slope, intercept, r2 = _line(points)
+    line = _line(points)
+    slope, intercept, _ = line
     axis = [(steps(t), v) for t, v in points] if steps is not None else points
     if axis[-1][0] <= axis[0][0]:  # no step in the window: time is the only axis
         axis = points
-    whole, _, shape_r2 = _line(axis)
+    whole, _, shape_r2 = line if axis is points else _line(axis)
     half = [pt for pt in axis if pt[0] >= axis[0][0] + (axis[-1][0] - axis[0][0]) / 2]
     late = _line(half)[0] if len(half) >= MIN_SAMPLES // 2 else whole
     last = next((h for r in reversed(rows) if (h := headroom(r)) is not None), None)

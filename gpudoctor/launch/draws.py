@@ -4,7 +4,7 @@ The same forward and backward, timed in separate processes on a quiet 2-core VM,
 processes by more than within one: a GPT-2 pass at 344 tokens over one at 1024 read 0.127 to 0.191
 in twelve processes (three started apart, three forks each of three more), each steady within
 itself. A prediction divided by one such draw missed by as much, so the timing workers keep a
-median of draws (:func:`median`, :func:`median_ratios`). A worker imports torch once and forks
+median of draws (:func:`median_ratios`). A worker imports torch once and forks
 each draw after it (the imports are most of a draw's cost; no torch op has run, so no thread pool
 is forked); each draw builds its own model and tensors, sends back one JSON document on a pipe,
 and dies with the worker (``PR_SET_PDEATHSIG``). Another draw starts while the time spent and the
@@ -82,11 +82,6 @@ def _one(run: Callable[[float], Any], seconds: float) -> dict[str, Any]:
         "error": "a timed draw answered in an unknown shape"}
 
 
-def median(values: Sequence[float]) -> float:
-    """The middle draw (of two, their mean)."""
-    return float(statistics.median(values))
-
-
 def median_ratios(draws: Sequence[dict[float, float]]) -> dict[float, float]:
     """Seconds at each key (a width) across draws: each draw read relative to its own seconds at
     the largest key all of them timed, the median of those ratios, times the median of that
@@ -96,7 +91,7 @@ def median_ratios(draws: Sequence[dict[float, float]]) -> dict[float, float]:
     if not keys:
         return dict(draws[0]) if draws else {}
     ref = max(keys)
-    scale = median([d[ref] for d in draws])
+    scale = statistics.median(d[ref] for d in draws)
     widths = list(dict.fromkeys(k for d in draws for k in d))  # in the order timed
-    return {k: scale * median([d[k] / d[ref] for d in draws if k in d and d[ref] > 0]) for k in widths
+    return {k: scale * statistics.median(d[k] / d[ref] for d in draws if k in d and d[ref] > 0) for k in widths
             if any(k in d and d[ref] > 0 for d in draws)}

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     job = json.loads((argv if argv is not None else sys.argv[1:])[0])
     budget = float(job["budget_s"])
     try:
-        _import(job)
+        import_for(job)
     except Exception as exc:  # a torch that will not start: the doctor says so, nothing else
         print(json.dumps({"error": f"{type(exc).__name__}: {str(exc)[:200]}"}))
         return 1
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _import(job: dict[str, Any]) -> None:
+def import_for(job: dict[str, Any]) -> None:
     """torch and the job's ``transformers`` class, once, before the draws fork (most of a draw's
     cost is these imports; no torch op runs here, so no thread pool is forked)."""
     import torch  # noqa: F401

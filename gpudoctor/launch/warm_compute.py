@@ -22,6 +22,7 @@ as measured, said as such.
 from __future__ import annotations
 
 import contextlib
+import statistics
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,7 +31,7 @@ from typing import Any
 from gpudoctor.analysis import Analysis
 from gpudoctor.common import batchlengths
 from gpudoctor.core.thresholds import WASTE_SHARE
-from gpudoctor.launch import draws, length_cost, timing_child
+from gpudoctor.launch import length_cost, timing_child
 from gpudoctor.recording import warm_compute
 from gpudoctor.rules.data import DataWait, data_wait
 
@@ -132,10 +133,10 @@ def _median(timed: list[dict[str, float]]) -> dict[str, float]:
     """The draws' figures as one: the median compute after a build, and back to back and beside a
     worker each at the median of the draws' own ratios to it (a draw that ran all slow moves the
     scale, not the ratios the prediction reads)."""
-    cold = draws.median([d["cold_s"] for d in timed])
-    out = {"cold_s": cold, "warm_s": cold * draws.median([d["warm_s"] / d["cold_s"] for d in timed])}
+    cold = statistics.median(d["cold_s"] for d in timed)
+    out = {"cold_s": cold, "warm_s": cold * statistics.median(d["warm_s"] / d["cold_s"] for d in timed)}
     if all("worker_s" in d for d in timed):
-        out["worker_s"] = cold * draws.median([d["worker_s"] / d["cold_s"] for d in timed])
+        out["worker_s"] = cold * statistics.median(d["worker_s"] / d["cold_s"] for d in timed)
     return out
 
 

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpudoctor.launch import draws
+from gpudoctor.launch import draws, length_cost_worker
 from gpudoctor.processes.pids import DIES_WITH_PARENT
 
 MIN_ROUNDS = 5
@@ -58,13 +58,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _import(job: dict[str, Any]) -> None:
-    """torch (and the job's ``transformers`` class) once, before the draws fork."""
+    """torch (and the job's ``transformers`` class, as the padding timing imports it) once, before the draws fork."""
     import torch  # noqa: F401
 
     if job.get("model"):
-        import transformers
-
-        getattr(transformers, str(job["model"]), None)
+        length_cost_worker.import_for(job)
 
 
 def _time(job: dict[str, Any], seconds: float) -> dict[str, Any]:
@@ -180,16 +178,14 @@ def _recorded(job: dict[str, Any]) -> tuple[Callable[[Any], float], Any, int, in
     recorded rows and width, with an AdamW step: the training's own kinds of kernels."""
     import torch
 
-    from gpudoctor.launch.length_cost_worker import build, loss_of
-
-    model, config, device, dtype = build(job)
+    model, config, device, dtype = length_cost_worker.build(job)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     rows, width = int(job["rows"]), int(job["width"])
     ids = torch.randint(0, int(getattr(config, "vocab_size", 0) or 1000), (rows, width), device=device)
 
     def step(x: Any) -> float:
         t0 = time.perf_counter()
-        loss_of(job, model, x, dtype).backward()
+        length_cost_worker.loss_of(job, model, x, dtype).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         return time.perf_counter() - t0

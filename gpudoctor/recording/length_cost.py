@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpudoctor.common import safefs
+from gpudoctor.recording import validate
 
 FILE = "length_cost.json"
 SCHEMA = "gpudoctor.length_cost/1"
 MAX_BYTES = 64 * 1024  # a handful of points and a few words: anything larger is not ours
 MAX_POINTS = 32
-MAX_DRAWS = 16  # processes a timing may say it took the median of
 
 
 @dataclass(frozen=True)
@@ -82,13 +82,13 @@ def parse(doc: object) -> LengthCost | None:
         if rows < 1 or width < 1 or seconds <= 0:
             return None
         points.append(LengthPoint(int(rows), int(width), float(seconds)))
-    threads, dtype, draws = doc.get("threads"), doc.get("dtype"), doc.get("draws")
+    threads, dtype = doc.get("threads"), doc.get("dtype")
     return LengthCost(tuple(points), str(doc.get("device") or "cpu")[:16],
                       int(threads) if isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1
                       else None,
                       str(doc.get("model") or "the model")[:80], str(dtype)[:32] if isinstance(dtype, str) else None,
                       doc.get("stand_in") is True,
-                      draws if isinstance(draws, int) and not isinstance(draws, bool) and 1 <= draws <= MAX_DRAWS else 1)
+                      validate.draws_of(doc.get("draws")))
 
 
 def _number(x: object) -> bool:

@@ -24,6 +24,12 @@ Check = Callable[[Any], bool]
 MAX_TIME = 1e11  # epoch seconds (year ~5100): anything beyond is corrupt
 MAX_DURATION_S = 1e7  # ~4 months
 MAX_COUNT = 2**53
+MAX_DRAWS = 16  # processes a timing file may say it took the median of (gpudoctor.launch.draws)
+
+
+def draws_of(v: Any) -> int:
+    """A timing file's count of draws, or 1 where it has none or one not to trust."""
+    return v if type(v) is int and 1 <= v <= MAX_DRAWS else 1
 
 
 def is_number(v: Any) -> bool:

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpudoctor.common import safefs
+from gpudoctor.recording import validate
 
 FILE = "warm_compute.json"
 SCHEMA = "gpudoctor.warm_compute/1"
 MAX_BYTES = 16 * 1024
 MAX_WORKER_RATIO = 20.0  # the compute beside a worker over as measured, at most (and at least its inverse)
-MAX_DRAWS = 16  # processes a timing may say it took the median of
 MAX_BESIDE = 16  # busy processes a timing runs beside its stand-in, at most (the timing's cap, the reader's check)
 
 
@@ -94,11 +94,7 @@ def parse(doc: object) -> WarmCompute | None:
                        int(threads) if isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1
                        else None, str(doc.get("stand_in") or "a stand-in step")[:120],
                        int(beside) if isinstance(beside, int) and not isinstance(beside, bool) and 0 <= beside <= MAX_BESIDE else 0,
-                       worker_s=both[0], worker_cpu_s=both[1], draws=_draws(doc.get("draws")))
-
-
-def _draws(n: object) -> int:
-    return n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_DRAWS else 1
+                       worker_s=both[0], worker_cpu_s=both[1], draws=validate.draws_of(doc.get("draws")))
 
 
 def positive(x: object) -> bool:
