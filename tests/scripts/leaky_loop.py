@@ -23,17 +23,22 @@ from torch.utils.data import DataLoader, Dataset
 # takes about 1 ms of CPU, far under its 12.5 ms (beside two busy programs its rate fell mid-run: late
 # slope 0.35 of the whole, where the rule's levelling-off line is 0.5)
 STEPS_PER_S = {"workers": 25, "outputs": 80}
+# an item's rows: the outputs loop keeps each step's hidden activations, 8 x rows x 512 floats (16 rows:
+# 256 kB a step, about 20 MiB/s; at 256 rows it kept 4 MiB a step, 8 GiB over the test's 24 s, and on
+# CI the tree's resident memory fell in the loop's second half as the host ran short)
+ROWS = {"none": 256, "workers": 256, "outputs": 16}
 
 
 class Items(Dataset):  # type: ignore[type-arg]
-    def __init__(self, cache: bool) -> None:
+    def __init__(self, cache: bool, rows: int) -> None:
         self.cache: dict[int, torch.Tensor] | None = {} if cache else None
+        self.rows = rows
 
     def __len__(self) -> int:
         return 100_000
 
     def __getitem__(self, i: int) -> torch.Tensor:
-        x = torch.randn(256, 64)
+        x = torch.randn(self.rows, 64)
         if self.cache is not None:
             # a decoded item kept for ever, in this worker (512 kB: the main process's own memory moves
             # by 100-250 MiB under a busy host while its workers feed it, as a real loop's does, and the
@@ -54,7 +59,7 @@ def main() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 1))
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     workers = 2 if args.leak == "workers" else 0
-    loader = DataLoader(Items(args.leak == "workers"), batch_size=8, num_workers=workers)
+    loader = DataLoader(Items(args.leak == "workers", ROWS[args.leak]), batch_size=8, num_workers=workers)
     kept: list[object] = []
     samples: list[tuple[float, float]] = []
     me = psutil.Process()
