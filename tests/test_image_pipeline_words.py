@@ -19,14 +19,16 @@ from tests.conftest import ROOT, run_cli
 from tests.recording_builder import T0, RecordingBuilder
 
 
-def _real_loader_event(tmp_path: Path) -> dict[str, Any]:
+def _real_events(tmp_path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The real PIL loop's loader and model events."""
     folder = tmp_path / "run"
     proc = run_cli("run", "--out", str(folder), "--", sys.executable,
                    str(ROOT / "tests" / "scripts" / "pil_images_loop.py"), "--data", str(tmp_path / "png"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     events = [json.loads(line) for f in (folder / "events").glob("*.jsonl") for line in f.read_text().splitlines()]
     [loader] = [e for e in events if e["k"] == "loader"]
-    return loader
+    [model] = [e for e in events if e["k"] == "model"]
+    return loader, model
 
 
 def _cpu_saturated_fix(tmp_path: Path, loader: dict[str, Any], *, tokenize_calls: int = 0) -> dict[str, Any]:
@@ -46,8 +48,12 @@ def _cpu_saturated_fix(tmp_path: Path, loader: dict[str, Any], *, tokenize_calls
 
 
 def test_pil_loop_is_told_to_cache_decoded_images_and_augment_on_the_gpu(tmp_path):
-    loader = _real_loader_event(tmp_path)
+    loader, model = _real_events(tmp_path)
     assert "PIL" in loader["item_libs"], loader
+    # its convolution and image batch, what the warm-compute stand-in replays; a lazy layer's weight
+    # has no size before the first forward: left out, and the weight count unknown rather than raised on
+    assert model["shape"] == {"layers": [["conv", 3, 4, 3, 3, 1, 1, 0, 0, 1, 1, 1]], "input": [4, 3, 32, 32]}
+    assert model["params"] is None
     fix = _cpu_saturated_fix(tmp_path, loader)
     words = fix["summary"] + fix["snippet"]
     assert "tokeniz" not in words and "ds.map" not in fix["snippet"], fix

@@ -383,7 +383,7 @@ class TorchHooks:
             self.mark_first_step()
         cfg = torch_cfg_event(torch, module)
         self.writer.emit(cfg)
-        _emit_model(self.writer, module)
+        _emit_model(self.writer, module, args)
         if cfg["device"] == "cuda" and cfg["cuda"]:
             self.start_gpu_clock()
 
@@ -473,29 +473,39 @@ _MODEL_CONFIG_KEYS = 200  # a real config has ~50 sizes and switches; beyond tha
 
 
 @guarded("model config")
-def _emit_model(writer: EventWriter, module: Any) -> None:
+def _emit_model(writer: EventWriter, module: Any, args: Any = ()) -> None:
     """The trained model's config (sizes only) and its shape from its parameters, once.
 
     Only numbers, switches and ``model_type`` of a ``PretrainedConfig``-like ``config.to_dict()``
     are kept (no paths, names or nested values), and those pass through the redactor too. The
-    shape (:func:`model_shape`) is what the workload model needs when there is no config.
+    shape (:func:`model_shape`) is what the workload model needs when there is no config; for a
+    model with convolutions, its layers in order and the first forward's image batch shape (``args``:
+    the shape only, no value read) are what a stand-in of its compute is built from.
     """
     to_dict = safe_attr(safe_attr(module, "config"), "to_dict")
     raw = to_dict() if callable(to_dict) else None
     sizes = {k: v for k, v in raw.items() if isinstance(k, str) and (
         isinstance(v, (int, bool)) or (isinstance(v, float) and math.isfinite(v))
         or (k == "model_type" and isinstance(v, str)))} if isinstance(raw, dict) else {}
-    params = sum(p.numel() for p in module.parameters())  # metadata only: no tensor is read
+    sizes_of = [_dims(p) for p in module.parameters()]  # metadata only: no tensor is read
+    # a lazy module's weights have no size before the first forward: the count is then unknown
+    params = None if any(d is None for d in sizes_of) else sum(math.prod(d) for d in sizes_of if d is not None)
     event: ModelEvent = {"k": "model", "t": time.time(), "class": redact_value(type(module).__name__),
-                         "params": int(params),
+                         "params": params,
                          "config": redact_mapping(dict(list(sizes.items())[:_MODEL_CONFIG_KEYS]))}
     shape = model_shape(module)
+    if shape and "layers" in shape:
+        first = args[0] if isinstance(args, tuple) and args else None
+        size = getattr(first, "shape", None) if type(first).__name__ in ("Tensor", "Parameter") else None
+        if size is not None and len(size) == 4:
+            shape["input"] = [int(n) for n in size]
     if shape:
         event["shape"] = shape
     writer.emit(event)
 
 
 _ATTENTION_NAMES = ("attn", "attention", "qkv", "q_proj", "query")
+_MAX_LAYERS = 256  # a convolutional model's layers kept in order, at most (a ResNet-152 has about 210)
 _MATMUL_TYPES = ("Linear", "Conv1D", "NonDynamicallyQuantizableLinear")
 _WALK_MODULES = 20_000  # a model with more submodules is walked this far
 
@@ -505,21 +515,29 @@ def model_shape(module: Any) -> dict[str, Any] | None:
     """Sizes of the FLOPs model from the parameter shapes: one walk of the modules, at the first
     forward only. ``matmul_params``: weights of Linear-like layers (shared ones once);
     ``n_layers``: the longest list of same-type blocks; ``hidden``: the most common layer width;
-    ``attention``: whether a submodule is named like an attention (None: cannot tell)."""
+    ``attention``: whether a submodule is named like an attention (None: cannot tell). A model
+    with 2-D convolutions also gets ``layers``: its convolutions, pools, batch norms and linear
+    layers in module order (:func:`_layer`), what a stand-in of its compute replays."""
     seen: set[int] = set()
     matmul = 0
     widths: dict[int, int] = {}
     layers = 0
     attention = False
+    ordered: list[list[Any]] = []
+    convs = False
     for i, (name, sub) in enumerate(module.named_modules()):
         if i > _WALK_MODULES:
             break
         kind = type(sub).__name__
+        layer = _layer(kind, sub) if len(ordered) < _MAX_LAYERS else None
+        if layer is not None:
+            ordered.append(layer)
+            convs = convs or layer[0] == "conv"
         leaf = name.rsplit(".", 1)[-1].lower()
         attention = attention or any(a in leaf for a in _ATTENTION_NAMES) or kind == "MultiheadAttention"
         if kind in _MATMUL_TYPES or kind.endswith("Linear"):
             weight = safe_attr(sub, "weight")
-            shape = tuple(getattr(weight, "shape", ()))
+            shape = _dims(weight) or ()
             if len(shape) == 2 and id(weight) not in seen:
                 seen.add(id(weight))
                 matmul += int(shape[0]) * int(shape[1])
@@ -529,11 +547,69 @@ def model_shape(module: Any) -> dict[str, Any] | None:
             children = list(sub.children())
             if len(children) > layers and len({type(c) for c in children}) == 1:
                 layers = len(children)
-    if not matmul or not widths:
+    out: dict[str, Any] = {}
+    if matmul and widths:
+        hidden = max(widths, key=lambda w: (widths[w], w))
+        out = {"matmul_params": matmul, "n_layers": max(1, layers), "hidden": hidden,
+               "attention": True if attention else None}
+    if convs:
+        out["layers"] = ordered
+    return out or None
+
+
+def _layer(kind: str, sub: Any) -> list[Any] | None:
+    """One layer of a convolutional model, in plain numbers: ``["conv", in, out, kh, kw, sh, sw, ph,
+    pw, dh, dw, groups]``, ``["pool", "max"|"avg", kh, kw, sh, sw, ph, pw]``, ``["adaptive", oh, ow]``,
+    ``["norm", channels]``, ``["linear", in, out]``; None for any other module (activations cost
+    little, containers hold the rest). Read from the module's settings, never its tensors."""
+    if kind.endswith("Conv2d"):
+        shape = _dims(safe_attr(sub, "weight")) or ()
+        nums = [_pair(safe_attr(sub, k)) for k in ("kernel_size", "stride", "dilation")]
+        pad = safe_attr(sub, "padding")
+        if len(shape) != 4 or any(n is None for n in nums):
+            return None
+        (kh, kw), (sh, sw), (dh, dw) = nums  # type: ignore[misc]
+        padding = (((kh - 1) * dh // 2, (kw - 1) * dw // 2) if pad == "same" else (0, 0) if pad == "valid"
+                   else _pair(pad))
+        groups = safe_attr(sub, "groups")
+        if padding is None or not isinstance(groups, int) or groups < 1:
+            return None
+        return ["conv", int(shape[1]) * groups, int(shape[0]), kh, kw, sh, sw, *padding, dh, dw, groups]
+    if kind in ("MaxPool2d", "AvgPool2d"):
+        nums = [_pair(safe_attr(sub, k)) for k in ("kernel_size", "stride", "padding")]
+        if nums[1] is None and safe_attr(sub, "stride") is None:
+            nums[1] = nums[0]
+        if any(n is None for n in nums):
+            return None
+        return ["pool", "max" if kind.startswith("Max") else "avg", *nums[0], *nums[1], *nums[2]]  # type: ignore[misc]
+    if kind in ("AdaptiveAvgPool2d", "AdaptiveMaxPool2d"):
+        size = _pair(safe_attr(sub, "output_size"))
+        return ["adaptive", *size] if size is not None else None
+    if kind == "BatchNorm2d":
+        channels = safe_attr(sub, "num_features")
+        return ["norm", channels] if isinstance(channels, int) and channels > 0 else None
+    if kind == "Linear":
+        shape = _dims(safe_attr(sub, "weight")) or ()
+        return ["linear", int(shape[1]), int(shape[0])] if len(shape) == 2 else None
+    return None
+
+
+def _dims(tensor: Any) -> tuple[int, ...] | None:
+    """A tensor's sizes, or None where it has none yet (a lazy module's weight raises on ``.shape``)."""
+    try:
+        return tuple(int(n) for n in tensor.shape)
+    except Exception:
         return None
-    hidden = max(widths, key=lambda w: (widths[w], w))
-    return {"matmul_params": matmul, "n_layers": max(1, layers), "hidden": hidden,
-            "attention": True if attention else None}
+
+
+def _pair(value: Any) -> tuple[int, int] | None:
+    """An int or a pair of ints (none negative) as a pair; None for anything else."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = (value, value)
+    if (isinstance(value, tuple) and len(value) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)):
+        return int(value[0]), int(value[1])
+    return None
 
 
 def padding_event(batch: Any, pad_token_id: int | None) -> BatchEvent | None:

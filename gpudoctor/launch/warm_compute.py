@@ -31,7 +31,7 @@ from typing import Any
 from gpudoctor.analysis import Analysis
 from gpudoctor.common import batchlengths
 from gpudoctor.core.thresholds import WASTE_SHARE
-from gpudoctor.launch import length_cost, timing_child
+from gpudoctor.launch import conv_net, length_cost, timing_child
 from gpudoctor.recording import warm_compute
 from gpudoctor.rules.data import DataWait, data_wait
 
@@ -72,13 +72,20 @@ def job(a: Analysis) -> dict[str, Any] | None:
                            "threads": threads, "budget_s": BUDGET_S, "device": "cpu",
                            "autocast": cfg.get("autocast_dtype") if cfg.get("autocast") else None,
                            "worker_cpu_s": worker_cpu or None}
-    built = length_cost.architecture(dict(p.model or {}))
+    recorded: Mapping[str, Any] = p.model or {}
+    built = length_cost.architecture(dict(recorded))
     shapes = Counter((batchlengths.rows(b), int(b.get("seq_len") or 0)) for b in p.batches)
     rows, width = shapes.most_common(1)[0][0] if shapes else (None, 0)
     if built is not None and rows and width > 0:  # the training's own kinds of kernels, at its shapes
         if built["stand_in"]:
             built["config"]["n_positions"] = max(width, 8)
         job |= {**built, "rows": rows, "width": width}
+    elif built is None and isinstance(walk := recorded.get("shape"), Mapping):
+        net = conv_net.chain(walk, job["params"])  # a CNN: its own layers at its batch's shape
+        if net is not None:
+            name = recorded.get("class")
+            job |= {"layers": net.layers, "input": net.input, "convs": [net.convs, net.recorded_convs],
+                    "shown": name if isinstance(name, str) and name.isidentifier() else "the model"}
     return job
 
 
@@ -142,6 +149,11 @@ def _median(timed: list[dict[str, float]]) -> dict[str, float]:
 
 def _stand_in(job: Mapping[str, Any]) -> str:
     """What was timed, in the evidence's words."""
+    if job.get("layers"):
+        n, c, h, w = job["input"]
+        kept, recorded = job["convs"]
+        some = f"{kept} of its {recorded}" if kept < recorded else f"its {kept}"
+        return f"{job['shown']}'s layers ({some} convolutions), {n} images of {c}x{h}x{w}"
     if not job.get("model"):
         return LINEAR
     shape = f"{job['rows']} rows of {job['width']} tokens"

@@ -3,8 +3,9 @@
 Run by :mod:`gpudoctor.launch.warm_compute` after the training exited, with the threads the
 training had. The stand-in is the recorded ``transformers`` architecture (or a GPT-2 of the
 recorded shape) at the recorded rows and width, random weights, forward, backward and an AdamW
-step (built as :mod:`gpudoctor.launch.length_cost_worker` builds it, with its checks); where the
-architecture is not known, two linear layers holding about as many weights as the training's
+step (built as :mod:`gpudoctor.launch.length_cost_worker` builds it, with its checks); for a
+convolutional model, its recorded layers at its recorded image batch (:mod:`gpudoctor.launch.conv_net`);
+where neither is known, two linear layers holding about as many weights as the training's
 model, the batch grown until one step takes as long as the recorded compute. Nothing of the
 user's code or files is run or read. Rounds interleave the two conditions, so a load that drifts
 bends both alike: ``gap`` seconds of Python work (or of sleep, for a build that waits), one step
@@ -27,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpudoctor.launch import draws, length_cost_worker
+from gpudoctor.launch import conv_net, draws, length_cost_worker
 from gpudoctor.processes.pids import DIES_WITH_PARENT
 
 MIN_ROUNDS = 5
@@ -66,7 +67,7 @@ def _import(job: dict[str, Any]) -> None:
 
 
 def _time(job: dict[str, Any], seconds: float) -> dict[str, Any]:
-    step, x, rows, width = _recorded(job) if job.get("model") else _linear(job)
+    step, x, rows, width = _recorded(job) if job.get("model") else _convs(job) if job.get("layers") else _linear(job)
     gap, deadline = float(job["gap_s"]), time.monotonic() + seconds
     for _ in range(3):
         step(x)
@@ -191,6 +192,30 @@ def _recorded(job: dict[str, Any]) -> tuple[Callable[[Any], float], Any, int, in
         return time.perf_counter() - t0
 
     return step, ids, rows, width
+
+
+def _convs(job: dict[str, Any]) -> tuple[Callable[[Any], float], Any, int, int]:
+    """A convolutional model's recorded layers (:mod:`gpudoctor.launch.conv_net`), random weights, at
+    its recorded image batch, with an AdamW step: its convolutions' working set, not a matmul's."""
+    import torch
+
+    if job.get("threads"):
+        torch.set_num_threads(int(job["threads"]))
+    torch.manual_seed(0)
+    net = conv_net.chain({"layers": job["layers"], "input": job["input"]}, job.get("params"))
+    if net is None:  # the job is checked again here: it crossed a process boundary
+        raise ValueError("the recorded layers do not make a model within the bounds")
+    model, x = conv_net.build(net, torch)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step(x: Any) -> float:
+        t0 = time.perf_counter()
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return time.perf_counter() - t0
+
+    return step, x, int(net.input[0]), int(net.input[2])
 
 
 def _linear(job: dict[str, Any]) -> tuple[Callable[[Any], float], Any, int, int]:
