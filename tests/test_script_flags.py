@@ -205,9 +205,9 @@ def _switch(dest: str) -> dict[str, object]:
             "takes_value": False, "const": True}
 
 
-def _tokenizing_loop(tmp_path: Path, switch: str) -> dict:
-    """A loop that waits 60 ms a batch, 20 ms of it tokenizing, beside 20 ms of compute; its script
-    takes an on/off ``--<switch>``."""
+def _tokenizing_loop(tmp_path: Path, switch: str, *, tokenize_s: float = 0.02, cpu_total_pct: float = 40.0) -> dict:
+    """A loop that waits 60 ms a batch, ``tokenize_s`` of it tokenizing, beside 20 ms of compute; its
+    script takes an on/off ``--<switch>``."""
     b = RecordingBuilder(tmp_path, cores=2, duration_s=60.0)
     rows = b.process()
     rows[0]["argv"] = ["/usr/bin/python3", "train.py"]
@@ -215,8 +215,8 @@ def _tokenizing_loop(tmp_path: Path, switch: str) -> dict:
     rows.append({"k": "cli", "t": T0 + 0.5, "style": "argparse", "parser": "ArgumentParser", "from_argv": True,
                  "args": None, "options": [_switch(switch)]})
     end = b.training_loop(rows, start_s=2.0, steps=600, compute_s=0.02, wait_s=0.06, fetch_s=0.06)
-    b.tokenizer_counters(rows, start_s=2.0, end_s=end, total_s=0.02 * 600)
-    b.host_rows(cpu_total_pct=40.0, cpu_proc_pct=100.0)
+    b.tokenizer_counters(rows, start_s=2.0, end_s=end, total_s=tokenize_s * 600)
+    b.host_rows(cpu_total_pct=cpu_total_pct, cpu_proc_pct=100.0)
     return build_report(load_recording(b.write()))
 
 
@@ -234,3 +234,19 @@ def test_a_caching_switch_promises_the_whole_build_a_pretokenizing_one_the_token
     assert cached["data"]["switch_kind"] == "cache" and "caches each whole item" in cached["fix"]["summary"]
     assert cached["predicted_speedup"] == pytest.approx(0.08 / 0.02, rel=0.03)
     assert cached["data"]["command_argv"] == ["python", "train.py", "--precompute"]
+
+
+def test_a_switch_is_named_by_one_finding_with_one_figure_where_the_tokenizer_leads_on_busy_cores(tmp_path):
+    """Every core busy and the tokenizer most of the build: ``cpu_saturated`` named the same
+    ``--precompute`` for the rest of the build at 1.33x beside ``tokenization_in_loop``'s 4.00x. One
+    knob, one finding: the tokenizer's, whose words say no core is free for workers."""
+    report = _tokenizing_loop(tmp_path, "precompute", tokenize_s=0.04, cpu_total_pct=97.0)
+    naming = [f for f in report["findings"] if "--precompute" in f["data"].get("command_argv", [])]
+    assert [f["rule"] for f in naming] == ["tokenization_in_loop"]
+    assert naming[0]["predicted_speedup"] == pytest.approx(0.08 / 0.02, rel=0.03)
+    assert "no core is free for more DataLoader workers" in naming[0]["fix"]["summary"]
+    # where the tokenizer is not most of it, the CPU finding names it, at the same figure
+    rest = _tokenizing_loop(tmp_path / "rest", "precompute", cpu_total_pct=97.0)
+    figures = {f["rule"]: f["predicted_speedup"] for f in rest["findings"]
+               if "--precompute" in f["data"].get("command_argv", [])}
+    assert set(figures) == {"tokenization_in_loop", "cpu_saturated"} and len(set(figures.values())) == 1
