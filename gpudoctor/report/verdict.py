@@ -77,7 +77,7 @@ def _job_verdict(v: Verdict, real: list[Finding]) -> str:
         return f"{v.job}: no training process was measured from inside; only host figures are available."
     if not real:
         return f"{v.job}. Healthy: no waste above {percent(WASTE_SHARE)} found on any node."
-    found = _found(real, real[0].title, f"{100 * real[0].waste_fraction:.0f}%")
+    found = _found(real, real[0].title, _pct(real[0].waste_fraction))
     return f"{v.job}. {found} {_faster(v.wasted, 'job')}"
 
 
@@ -104,15 +104,23 @@ def _risk_words(findings: Sequence[Finding]) -> str:
 def _measured_and_recovered(share: Callable[[str], float], f: Finding) -> str:
     """``data_wait is 79% of wall time; the fix recovers 12% on this machine``: the measured share
     and the part of it the fix gives back, said apart so neither reads as the other."""
-    recovered = f"the fix recovers {100 * f.waste_fraction:.0f}% of wall time on this machine"
+    recovered = f"the fix recovers {_pct(f.waste_fraction)} of wall time on this machine"
     if not f.claims:
         return recovered
     c = f.claims[0]
-    measured = share(c.bucket) * (c.part_share if c.part else 1.0)  # a part: only what it is made of
-    if not measured:
+    # the figures as the report writes them (4 decimals) and the finding's line then says them: one
+    # figure (the unrounded 0.61496 read "61%" here and, through the report's 0.615, "62%" there)
+    measured = round(share(c.bucket), 4)
+    figure = 100 * measured * round(c.part_share, 4) if c.part else 100 * measured  # a part: only what it is made of
+    if not figure:
         return recovered
     name = f"{c.bucket} ({c.part.replace('_', ' ')})" if c.part else c.bucket
-    return f"{name} is {100 * measured:.0f}% of wall time; {recovered}"
+    return f"{name} is {figure:.0f}% of wall time; {recovered}"
+
+
+def _pct(share: float) -> str:
+    """A share as the report writes it (4 decimals) and the terminal then says it: one figure."""
+    return f"{100 * round(share, 4):.0f}%"
 
 
 def _crash_words(crash: Crash | None) -> str:
