@@ -576,9 +576,7 @@ def _layer(kind: str, sub: Any) -> list[Any] | None:
             return None
         return ["conv", int(shape[1]) * groups, int(shape[0]), kh, kw, sh, sw, *padding, dh, dw, groups]
     if kind in ("MaxPool2d", "AvgPool2d"):
-        nums = [_pair(safe_attr(sub, k)) for k in ("kernel_size", "stride", "padding")]
-        if nums[1] is None and safe_attr(sub, "stride") is None:
-            nums[1] = nums[0]
+        nums = [_pair(safe_attr(sub, k)) for k in ("kernel_size", "stride", "padding")]  # torch sets stride
         if any(n is None for n in nums):
             return None
         return ["pool", "max" if kind.startswith("Max") else "avg", *nums[0], *nums[1], *nums[2]]  # type: ignore[misc]

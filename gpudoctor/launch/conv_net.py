@@ -15,6 +15,7 @@ ReLU after each convolution. Nothing of the user's code runs: the layers are tor
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
@@ -52,7 +53,7 @@ def chain(shape: Mapping[str, Any], params: int | None) -> Chain | None:
         if step is None:
             continue
         state, added = step
-        if n * _prod(state) > MAX_ELEMENTS:
+        if n * math.prod(state) > MAX_ELEMENTS:
             return None
         weights += added
         convs += layer[0] == "conv"
@@ -87,7 +88,7 @@ def _next(layer: object, state: tuple[int, ...]) -> tuple[tuple[int, ...], int] 
         return (state[0], *nums), 0
     if kind == "norm" and _ints(nums, 1) and len(state) == 3 and nums[0] == state[0]:
         return state, 2 * nums[0]
-    if kind == "linear" and _ints(nums, 2) and min(nums) >= 1 and nums[0] == _prod(state):
+    if kind == "linear" and _ints(nums, 2) and min(nums) >= 1 and nums[0] == math.prod(state):
         return (nums[1],), nums[0] * nums[1] + nums[1]
     return None
 
@@ -120,10 +121,3 @@ def build(c: Chain, torch: Any) -> tuple[Any, Any]:
 def _ints(value: object, n: int) -> TypeGuard[Sequence[int]]:
     return (isinstance(value, Sequence) and not isinstance(value, str) and len(value) == n
             and all(isinstance(v, int) and not isinstance(v, bool) for v in value))
-
-
-def _prod(shape: tuple[int, ...]) -> int:
-    out = 1
-    for v in shape:
-        out *= v
-    return out

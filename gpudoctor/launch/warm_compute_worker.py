@@ -197,47 +197,22 @@ def _recorded(job: dict[str, Any]) -> tuple[Callable[[Any], float], Any, int, in
 def _convs(job: dict[str, Any]) -> tuple[Callable[[Any], float], Any, int, int]:
     """A convolutional model's recorded layers (:mod:`gpudoctor.launch.conv_net`), random weights, at
     its recorded image batch, with an AdamW step: its convolutions' working set, not a matmul's."""
-    import torch
-
-    if job.get("threads"):
-        torch.set_num_threads(int(job["threads"]))
-    torch.manual_seed(0)
+    torch = _seeded(job)
     net = conv_net.chain({"layers": job["layers"], "input": job["input"]}, job.get("params"))
     if net is None:  # the job is checked again here: it crossed a process boundary
         raise ValueError("the recorded layers do not make a model within the bounds")
     model, x = conv_net.build(net, torch)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-
-    def step(x: Any) -> float:
-        t0 = time.perf_counter()
-        model(x).square().mean().backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return time.perf_counter() - t0
-
-    return step, x, int(net.input[0]), int(net.input[2])
+    return _square_mean_step(torch, model), x, int(net.input[0]), int(net.input[2])
 
 
 def _linear(job: dict[str, Any]) -> tuple[Callable[[Any], float], Any, int, int]:
     """Two linear layers of the training's weight count, the batch grown until a step back to back
     takes the recorded compute: where the architecture is not known."""
-    import torch
-
-    if job.get("threads"):
-        torch.set_num_threads(int(job["threads"]))
-    torch.manual_seed(0)
+    torch = _seeded(job)
     width = int(min(MAX_WIDTH, max(16, (max(1, int(job.get("params") or 0)) / 2) ** 0.5)))
     model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, width))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    step = _square_mean_step(torch, model)
     target, deadline = float(job["compute_s"]), time.monotonic() + float(job["budget_s"]) / 2
-
-    def step(x: Any) -> float:
-        t0 = time.perf_counter()
-        model(x).square().mean().backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return time.perf_counter() - t0
-
     rows = 64
     while True:
         x = torch.rand(rows, width)
@@ -247,6 +222,31 @@ def _linear(job: dict[str, Any]) -> tuple[Callable[[Any], float], Any, int, int]
         if took >= target or rows >= MAX_ROWS or time.monotonic() > deadline:
             return step, x, rows, width
         rows = min(MAX_ROWS, int(rows * min(8.0, max(1.25, target / max(took, 1e-6)))))
+
+
+def _seeded(job: dict[str, Any]) -> Any:
+    """torch on the training's threads, seeded: a stand-in built the same way in every draw."""
+    import torch
+
+    if job.get("threads"):
+        torch.set_num_threads(int(job["threads"]))
+    torch.manual_seed(0)
+    return torch
+
+
+def _square_mean_step(torch: Any, model: Any) -> Callable[[Any], float]:
+    """A timed training step of a stand-in with no loss of its own: the output's mean square,
+    backward, an AdamW step."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step(x: Any) -> float:
+        t0 = time.perf_counter()
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return time.perf_counter() - t0
+
+    return step
 
 
 if __name__ == "__main__":
