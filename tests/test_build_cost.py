@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from gpudoctor.analysis.buildcost import BuildCost, LoopModel, worker_cap
+from gpudoctor.launch import launcher
 from gpudoctor.recording.store import load_recording
 from gpudoctor.report.build import build_report
 from tests.recording_builder import RecordingBuilder
@@ -184,8 +185,8 @@ def test_hooks_tell_a_waiting_build_from_a_computing_one(tmp_path: Path, kind: s
     script.write_text(SCRIPT)
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    subprocess.run([sys.executable, "-m", "gpudoctor", "run", "--out", str(out), "--", sys.executable, str(script), kind],
-                   env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", "gpudoctor", "run", "--no-timing", "--out", str(out), "--", sys.executable,
+                    str(script), kind], env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     rows = [json.loads(line) for p in (out / "events").glob("*.jsonl") for line in p.read_text().splitlines()]
     fetch = [r for r in rows if r.get("k") == "counter" and r.get("name") == "fetch"]
     assert sum(r["calls"] for r in fetch) == 32 and all("cpu" in r and "rdelay" in r for r in fetch)
@@ -195,6 +196,10 @@ def test_hooks_tell_a_waiting_build_from_a_computing_one(tmp_path: Path, kind: s
     assert p is not None and p.fetch_cpu_calls == 32
     build = BuildCost(p.fetch_timed_s / 32, p.fetch_cpu_s / 32, p.fetch_thread_cpu_s / 32, p.fetch_run_delay_s / 32, False)
     assert build.kind == ("wait" if kind == "sleep" else "cpu")
+    # --no-timing: the compute is not timed back to back after the training (a build this long would be), and
+    # the report says so
+    notes = json.loads((out / "report.json").read_text())["notes"]
+    assert launcher.not_timed(launcher.NO_TIMING) in notes and not (out / "warm_compute.json").exists()
 
 
 HOG_SCRIPT = "import ctypes; ctypes.CDLL(None).prctl(15, b'gd-test-hog', 0, 0, 0)\nwhile True: pass"

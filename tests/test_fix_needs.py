@@ -24,7 +24,7 @@ SCRIPT = ROOT / "tests" / "scripts" / "text_collator_trainer.py"
 
 def _report(tmp_path: Path, *args: str) -> dict[str, Any]:
     folder = tmp_path / "run"
-    proc = run_cli("run", "--out", str(folder), "--", sys.executable, str(SCRIPT), "--out",
+    proc = run_cli("run", "--no-timing", "--out", str(folder), "--", sys.executable, str(SCRIPT), "--out",
                    str(tmp_path / "out"), *args)
     assert proc.returncode == 0, proc.stderr[-2000:]
     report: dict[str, Any] = json.loads((folder / "report.json").read_text())

@@ -19,7 +19,7 @@ SCRIPT = str(ROOT / "tests" / "scripts" / "worker_unsafe_loop.py")
 
 def test_verdict_and_finding_lines_say_measured_share_and_recovered_share(tmp_path):
     folder = tmp_path / "run"
-    proc = run_cli("run", "--out", str(folder), "--", sys.executable, SCRIPT, "--steps", "300")
+    proc = run_cli("run", "--no-timing", "--out", str(folder), "--", sys.executable, SCRIPT, "--steps", "300")
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads((folder / "report.json").read_text())
     top = next(f for f in report["findings"] if f["severity"] != "info")

@@ -34,7 +34,7 @@ TINY = ROOT / "tests" / "scripts" / "tiny_loop.py"
 def stalled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real run folder of a loop that waits on its data (its report is the truth to match)."""
     folder = tmp_path_factory.mktemp("live") / "run"
-    done = run_cli("run", "--out", str(folder), "--", sys.executable, str(STALL), "--steps", "150")
+    done = run_cli("run", "--no-timing", "--out", str(folder), "--", sys.executable, str(STALL), "--steps", "150")
     assert done.returncode == 0, done.stderr
     return folder
 

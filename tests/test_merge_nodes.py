@@ -50,7 +50,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("GPUDOCTOR_RUN_DIR", None)
     launches = [subprocess.Popen(
-        gpudoctor_cmd("run", "--out", str(tmp / f"node{k}"), "--", torchrun, "--nnodes", "2", "--node-rank", str(k),
+        gpudoctor_cmd("run", "--no-timing", "--out", str(tmp / f"node{k}"), "--", torchrun, "--nnodes", "2", "--node-rank", str(k),
                       "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", port,
                       str(PROBES / "ddp_nodes.py"), "--slow-rank", "1", "--sleep-ms", str(SLEEP_MS),
                       "--truth", str(tmp / "truth")),

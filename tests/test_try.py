@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from gpudoctor.launch import launcher
 from gpudoctor.report.check import problem
 from tests.conftest import PROBES, ROOT, cli, run_cli
 
@@ -53,6 +54,9 @@ def test_try_applies_workers_and_compares_steps_per_s(tmp_path: Path) -> None:
     assert abs(trial["achieved_speedup"] - t / b) < 1e-3
     assert trial["baseline"]["steps"] >= 3 and trial["trial"]["steps"] >= 3
     assert trial["trial_run"]["stopped"] and trial["trial_run"]["status"] == "interrupted"
+    # the trial is measured, not predicted: nothing is timed after it, and its report says so
+    assert not any((out / "trial" / name).exists() for name in ("warm_compute.json", "length_cost.json"))
+    assert launcher.not_timed(launcher.TRIAL_UNTIMED) in json.loads((out / "trial" / "report.json").read_text())["notes"]
     assert "achieved" in proc.stderr and "steps/s" in proc.stderr
     md = (out / "report.md").read_text()
     assert "Fix tried" in md and "applied: DataLoader: num_workers=2 (was 0)" in md

@@ -27,19 +27,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--interval", type=flags.interval, default=0.1, help="sampling period in seconds (default 0.1)")
     flags.add_quiet(p)
     flags.add_no_trackers(p)
+    p.add_argument("--no-timing", action="store_true",
+                   help="do not time the model at other row widths or its compute back to back after the training "
+                        "exits (up to a minute more; GPU time on a GPU); the predictions that would use them say so")
     flags.add_history(p)
     flags.add_command(p)
 
 
 def main(args: argparse.Namespace) -> int:
-    from gpudoctor.launch.launcher import RunSpec, run
+    from gpudoctor.launch.launcher import NO_TIMING, RunSpec, run
     from gpudoctor.render.progress import live_output
 
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
     ran = run(RunSpec(command, args.out, args.interval, args.price_per_gpu_hour, args.gpus, as_json=args.json,
-                      trackers=not args.no_trackers,
+                      trackers=not args.no_trackers, untimed=NO_TIMING if args.no_timing else None,
                       view=_panel() if live_output(sys.stderr, quiet=args.quiet, as_json=args.json) else None))
     if ran.report is not None:
         flags.record_history(args, ran.report, ran.folder)

@@ -67,7 +67,7 @@ def main(args: argparse.Namespace) -> int:
     from gpudoctor.analysis import analyze
     from gpudoctor.common import safefs
     from gpudoctor.hooks.apply import ENV
-    from gpudoctor.launch.launcher import RunSpec, run
+    from gpudoctor.launch.launcher import TRIAL_UNTIMED, RunSpec, run
     from gpudoctor.launch.recorder import default_out
     from gpudoctor.recording.store import load_recording
     from gpudoctor.rules import knobs
@@ -124,6 +124,7 @@ def main(args: argparse.Namespace) -> int:
     say(f"gpudoctor try: trial: {plan.rule} with {values}, {seconds:g} s of training", file=sys.stderr)
     trial = run(replace(spec, command=trial_command, out=folder / TRIAL_DIR,
                         extra_env={ENV: str((folder / APPLY_FILE).resolve())}, limit=limit, summary=False,
+                        untimed=TRIAL_UNTIMED,
                         view=_progress(args, f"try: trial of {plan.rule}", limit)))
     trial_code, trial_report = trial.code, trial.report
     # the trial's report failed (said on stderr): its recording is still read for the comparison

@@ -125,6 +125,19 @@ class RunSpec:
     # stopped before the report is said (None: nothing shown while it runs)
     view: Callable[[Path], View] | None = None
     nvml_binding: Any = None  # tests: a fake NVML at the binding boundary
+    # why nothing is timed once the training exited (the model at other row widths, the compute
+    # back to back: up to a minute of this machine, GPU time on a GPU); None: they are timed
+    untimed: str | None = None
+
+
+TRIAL_UNTIMED = "a trial is measured, not predicted"
+NO_TIMING = "--no-timing"
+
+
+def not_timed(why: str) -> str:
+    """The report's note where nothing was timed after the training."""
+    return (f"nothing timed after the training ({why}): a padding fix is predicted from the recorded steps "
+            "or FLOPs, a fix that removes a batch build at the compute as measured")
 
 
 def run(spec: RunSpec) -> Launched:
@@ -279,16 +292,18 @@ def _exit_code(code: int) -> int:
 
 def _report(folder: RunFolder, spec: RunSpec) -> Diagnosis:
     options = ReportOptions(price_per_gpu_hour=spec.price_per_gpu_hour, gpus=spec.gpus, price_source=spec.price_source,
-                            prepare=lambda a: _measure_after(a, folder.at))
+                            prepare=lambda a: _measure_after(a, folder.at, spec.untimed))
     diagnosis = conclude(folder.at, options, trackers=spec.trackers, shown=folder.root)
     if spec.summary:
         print_summary(diagnosis.report, folder.root, spec.as_json)
     return diagnosis
 
 
-def _measure_after(a: Analysis, at: Path) -> str | None:
+def _measure_after(a: Analysis, at: Path, untimed: str | None) -> str | None:
     """What only this machine can tell after the training exited: the model at other row widths,
-    the compute back to back; their notes, where one failed."""
+    the compute back to back; their notes, where one failed (or why none was timed)."""
+    if untimed is not None:
+        return not_timed(untimed)
     notes = [n for n in (length_cost.measure(a, at), warm_compute.measure(a, at)) if n]
     return "; ".join(notes) or None
 
