@@ -135,7 +135,7 @@ NO_TIMING = "--no-timing"
 
 
 def not_timed(why: str) -> str:
-    """The report's note where nothing was timed after the training."""
+    """The report's note where a timing was wanted after the training and none was run."""
     return (f"nothing timed after the training ({why}): a padding fix is predicted from the recorded steps "
             "or FLOPs, a fix that removes a batch build at the compute as measured")
 
@@ -301,9 +301,9 @@ def _report(folder: RunFolder, spec: RunSpec) -> Diagnosis:
 
 def _measure_after(a: Analysis, at: Path, untimed: str | None) -> str | None:
     """What only this machine can tell after the training exited: the model at other row widths,
-    the compute back to back; their notes, where one failed (or why none was timed)."""
+    the compute back to back; their notes, where one failed (or, where one was wanted, why none was timed)."""
     if untimed is not None:
-        return not_timed(untimed)
+        return not_timed(untimed) if length_cost.job(a) is not None or warm_compute.job(a) is not None else None
     notes = [n for n in (length_cost.measure(a, at), warm_compute.measure(a, at)) if n]
     return "; ".join(notes) or None
 
