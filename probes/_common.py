@@ -35,6 +35,7 @@ import os
 import random
 import stat
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -65,6 +66,19 @@ def add_common_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="where the model trains: cpu (default) or cuda "
                    "(bench/gpu_check.py); the probes that take it move their model and batches there")
     return p
+
+
+def wait_for_attach(seconds: float) -> None:
+    """Before the first step, wait up to ``seconds`` for ``gpudoctor attach`` to finish installing its
+    hooks here (a test's way to attach during startup surely: on a busy machine the injection can
+    land after the loop began, and a report's window then starts mid-run). The wait is startup, in
+    the truth as in the report; 0 (the default) waits for nothing."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        payload = sys.modules.get("gpudoctor.attach.payload")
+        if payload is not None and getattr(getattr(payload, "_state", None), "active", False):
+            return
+        time.sleep(0.02)
 
 
 def truth_path(args) -> str | None:

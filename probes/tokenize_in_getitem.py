@@ -57,6 +57,8 @@ def main(argv=None):
     p.add_argument("--pretokenize", action="store_true",
                    help="tokenize every document once before the loop (the fix; its time goes to startup)")
     p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--wait-for-attach", type=float, default=0.0, metavar="S",
+                   help="before the first step, wait up to S seconds for gpudoctor attach's hooks (startup)")
     args = C.add_common_args(p).parse_args(argv)
     C.setup(args)
     truth = C.Truth(PROBE, "tokenization_in_loop", C.truth_path(args))
@@ -77,6 +79,7 @@ def main(argv=None):
     model.train()
     pads = C.PadCounter()
 
+    C.wait_for_attach(args.wait_for_attach)
     truth.mark_train_start()
     loss = C.train_timed(model, loader, opt, truth, pads, done=lambda step: step >= args.steps)
 

@@ -105,11 +105,14 @@ def attached(tmp_path_factory: pytest.TempPathFactory):
 @pytest.mark.slow
 @pytest.mark.gdb_inject
 def test_tokenization_probe_attached_after_start_matches_truth(attached):
-    run = attached("tokenize_in_getitem")
+    # The probe waits for the hooks before its first step (up to 120 s, counted as its startup): even quiet,
+    # the injection landed 0.1 s after the loop began once, and a report met mid-run has no startup to compare.
+    run = attached("tokenize_in_getitem", "--wait-for-attach", "120")
     assert run.probe.returncode == 0, run.probe_err[-2000:]
     assert run.doctor.returncode == 0, run.doctor.stderr[-2000:]
     target = run.meta["attach"]["targets"][0]
     assert target["method"] == "gdb" and target["installed_at"] and target["error"] is None
+    assert target["underway"] is False  # in during startup: the report's window holds the startup
     assert run.top["rule"] == "tokenization_in_loop", [(f["rule"], f["waste_fraction"]) for f in run.report["findings"]]
     assert within(run.report["shares"]["tokenization"], run.truth["tokenize_share"])
     assert within(run.report["breakdown"]["data_wait"], run.truth["data_wait_share"])

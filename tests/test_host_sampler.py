@@ -10,6 +10,7 @@ import time
 from itertools import pairwise
 
 import psutil
+import pytest
 
 from gpudoctor.recording import JsonlAppender
 from gpudoctor.recording.store import read_jsonl
@@ -107,7 +108,7 @@ def test_another_gpudoctor_is_named_apart_by_pid(tmp_path) -> None:
 LATE_CHILD = r"""
 import subprocess, sys, time
 time.sleep(0.5)  # born after the sampler's first listing
-busy = "import time\nt = time.time()\nwhile time.time() - t < 1.0: pass\ntime.sleep(30)"
+busy = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.0: pass\nprint('burned', flush=True)\ntime.sleep(30)"
 kid = subprocess.Popen([sys.executable, "-c", busy])
 print(kid.pid, flush=True)
 time.sleep(30)
@@ -122,13 +123,17 @@ def test_a_child_found_late_is_rated_over_its_life_not_the_last_tick() -> None:
     try:
         sampler = HostSampler(parent.pid, None, tree_refresh_s=3600.0)  # lists the parent alone
         child = int(parent.stdout.readline())
-        time.sleep(1.3)  # the child burns its second of CPU, then sleeps
+        assert parent.stdout.readline().strip() == "burned"  # its second of CPU (longer on a busy machine), then sleeps
         sampler.sample()  # a tick that does not re-list the tree
         sampler.tree_refresh_s = 0.0
         time.sleep(0.01)
         row = sampler.sample()  # re-lists: the child is new, its CPU since birth all in one short tick
+        kid = psutil.Process(child)
+        life_pct = 100.0 * sum(kid.cpu_times()[:2]) / (time.time() - kid.create_time())
         assert row is not None and str(child) in row["procs"]
-        assert 20.0 < row["procs"][str(child)] <= 105.0  # one thread: at most one core, and it did work
+        # one thread: at most one core; rated over its life (a second of CPU over however long it took)
+        assert row["procs"][str(child)] <= 105.0
+        assert row["procs"][str(child)] == pytest.approx(life_pct, rel=0.3)
         assert row["cpu_proc_pct"] <= 100.0 * (os.cpu_count() or 1)
     finally:
         for proc in psutil.Process(parent.pid).children(recursive=True):
