@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, Dataset
 # 2 workers build a batch in about 5 ms of CPU, far under the 40 ms period; a step of the outputs loop
 # takes about 1 ms of CPU, far under its 12.5 ms (beside two busy programs its rate fell mid-run: late
 # slope 0.35 of the whole, where the rule's levelling-off line is 0.5)
-STEPS_PER_S = {"workers": 25, "outputs": 80}
+STEPS_PER_S = {"workers": 25, "outputs": 80, "none": 25}  # none: unpaced it took 0.7 of a core (the suite's)
 # an item's rows: the outputs loop keeps each step's hidden activations, 8 x rows x 512 floats (16 rows:
 # 256 kB a step, about 20 MiB/s; at 256 rows it kept 4 MiB a step, 8 GiB over the test's 24 s, and on
 # CI the tree's resident memory fell in the loop's second half as the host ran short)
@@ -73,11 +73,9 @@ def main() -> None:
         opt.step()
         opt.zero_grad()
         kept.append(hidden if args.leak == "outputs" else loss.item())
-        if args.leak != "none":  # paced: both leak per step (an item, an output), so a steady rate of steps
-            steps += 1  # is a steady leak in time, however busy the machine (CI: the rate halved mid-run)
-            time.sleep(max(0.0, start + steps / STEPS_PER_S[args.leak] - time.time()))
-        else:
-            time.sleep(0.005)
+        # paced: the leaks are per step (an item, an output), so a steady rate of steps is a steady leak
+        steps += 1  # in time, however busy the machine (CI: the rate halved mid-run)
+        time.sleep(max(0.0, start + steps / STEPS_PER_S[args.leak] - time.time()))
         if time.time() > end:
             break
     if args.truth:  # a least-squares line through every step's reading, past the loop's first third
