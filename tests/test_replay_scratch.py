@@ -101,7 +101,7 @@ def test_a_killed_replay_leaves_its_checkpoints_only_in_its_run_folder_and_they_
 
 
 def test_caches_another_user_made_are_refused(tmp_path, other_user, other_user_dir):
-    from gpudoctor.replay.prepare import private_root
+    from gpudoctor.replay.cache import private_root
     from gpudoctor.sweep.cache import TrialCache
 
     with pytest.raises(UserError, match=f"belongs to uid {other_user.uid}"):

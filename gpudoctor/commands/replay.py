@@ -77,6 +77,20 @@ def _progress(args: argparse.Namespace, config: ReplayConfig) -> Callable[[Path]
     return lambda folder: replay_progress(folder, b.max_steps, b.max_seconds, sys.stderr)
 
 
+def prepare_first(worker: list[str], config: ReplayConfig) -> bool:
+    """Build the data/tokenizer cache before the profiled run, unprofiled: it is this tool's setup, not
+    the config's startup. A config replayed again finds its folder without a worker (True: one was run)."""
+    from gpudoctor.replay.cache import prepared
+
+    if prepared(config) is not None:
+        return False
+    prep = subprocess.run([*worker, "--prepare-only"], capture_output=True, text=True, env=childpy.doctor_env())
+    if prep.returncode != 0:
+        lines = (prep.stderr or prep.stdout).strip().splitlines()
+        raise UserError(lines[-1].removeprefix("gpudoctor: ") if lines else "replay preparation failed", prep.returncode)
+    return True
+
+
 def main(args: argparse.Namespace) -> int:
     # the config loader (yaml), the launcher and the preflight model load only when a replay runs
     from gpudoctor.launch import launcher as launch
@@ -92,11 +106,7 @@ def main(args: argparse.Namespace) -> int:
         lookup(target)  # unknown GPU: list the known ones before any work is done
     # The doctor's own interpreter, isolated (-I): nothing of the current folder's is imported (childpy)
     worker = childpy.isolated("gpudoctor.replay.worker", str(config_path))
-    # Build the data/tokenizer cache first, unprofiled: it is this tool's setup, not the config's startup.
-    prep = subprocess.run([*worker, "--prepare-only"], capture_output=True, text=True, env=childpy.doctor_env())
-    if prep.returncode != 0:
-        lines = (prep.stderr or prep.stdout).strip().splitlines()
-        raise UserError(lines[-1].removeprefix("gpudoctor: ") if lines else "replay preparation failed", prep.returncode)
+    prepare_first(worker, config)
     bounds = []
     if args.max_steps is not None:
         bounds += ["--max-steps", str(args.max_steps)]

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -21,60 +19,27 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.common import safefs
 from gpudoctor.common.errors import UserError
 from gpudoctor.replay import synthetic
+from gpudoctor.replay.cache import META, SCHEMA, cache_key, private_root
 from gpudoctor.replay.checks import template_fields
 from gpudoctor.replay.config import BpeSection, ReplayConfig
 from gpudoctor.replay.data import TextOps, pack
 
-SCHEMA = "gpudoctor.replay_prepared/2"  # 2: the probes' lexicon (one synthetic corpus)
 SPECIALS = ("<|endoftext|>", "<|pad|>")
-
-
-def cache_root() -> Path:
-    """``$GPUDOCTOR_REPLAY_CACHE`` or ``~/.cache/gpudoctor/replay``."""
-    env = os.environ.get("GPUDOCTOR_REPLAY_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "gpudoctor" / "replay"
-
-
-def private_root(root: Path | None = None) -> Path:
-    """The cache folder, 0700, refused if another user made it or can write it: its
-    prepared data and tokenizer are loaded as they are, so no one else may plant them."""
-    return safefs.private_dir(root or cache_root(), "the replay cache")
-
-
-def cache_key(cfg: ReplayConfig) -> str:
-    """Digest of what the prepared data depends on (and of the input file's stat)."""
-    body: dict[str, Any] = {
-        "schema": SCHEMA,
-        "dataset": dataclasses.asdict(cfg.dataset),
-        "text": dataclasses.asdict(cfg.text),
-        "tokenizer": dataclasses.asdict(cfg.tokenizer),
-        "max_length": cfg.max_length,
-        "padding": cfg.padding,
-        "examples": cfg.replay.examples,
-    }
-    for key in ("dataset", "tokenizer"):
-        path = body[key].get("path")
-        if path:
-            resolved = cfg.resolve(path)
-            stat = resolved.stat()
-            body[key]["path"] = [str(resolved.resolve()), stat.st_size, stat.st_mtime_ns]
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:20]
 
 
 def prepare(cfg: ReplayConfig, root: Path | None = None) -> tuple[Path, dict[str, Any]]:
     """Return the prepared folder for ``cfg`` and its meta, building it if missing."""
     folder = private_root(root) / cache_key(cfg)
-    meta_path = folder / "meta.json"
+    meta_path = folder / META
     if meta_path.is_file():
         return folder, {**json.loads(meta_path.read_text()), "cache_hit": True}
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder.parent))
     try:
         meta = _build(cfg, tmp)
-        (tmp / "meta.json").write_text(json.dumps(meta))
+        (tmp / META).write_text(json.dumps(meta))
         with contextlib.suppress(OSError):  # another process finished first: use theirs
             tmp.rename(folder)
     finally:

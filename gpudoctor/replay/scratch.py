@@ -33,8 +33,7 @@ def base_dir() -> Path:
     run_dir = os.environ.get("GPUDOCTOR_RUN_DIR")
     if run_dir:
         return safefs.private_dir(Path(run_dir) / SCRATCH, "the replay's scratch folder")
-    # the data pipeline (torch): only outside a run folder
-    from gpudoctor.replay.prepare import private_root
+    from gpudoctor.replay.cache import private_root  # the config's types: only outside a run folder
 
     return safefs.private_dir(private_root() / SCRATCH, "the replay's scratch folder")
 

@@ -64,8 +64,8 @@ def main() -> None:
     samples: list[tuple[float, float]] = []
     me = psutil.Process()
     start = time.time()
-    end, steps = start + args.seconds, 0
-    for x in loader:
+    end = start + args.seconds
+    for steps, x in enumerate(loader, 1):
         samples.append((time.time(), _tree_rss_mib(me)))
         hidden = model[1](model[0](x))
         loss = model[2](hidden).pow(2).mean()
@@ -74,7 +74,7 @@ def main() -> None:
         opt.zero_grad()
         kept.append(hidden if args.leak == "outputs" else loss.item())
         # paced: the leaks are per step (an item, an output), so a steady rate of steps is a steady leak
-        steps += 1  # in time, however busy the machine (CI: the rate halved mid-run)
+        # in time, however busy the machine (CI: the rate halved mid-run)
         time.sleep(max(0.0, start + steps / STEPS_PER_S[args.leak] - time.time()))
         if time.time() > end:
             break
