@@ -15,6 +15,7 @@ the doctor what happened.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -199,18 +200,38 @@ def _subclasses(cls: type) -> set[type]:
 
 
 def _catch_up(writer: Any, th: Any, live: dict[str, list[Any]]) -> None:
-    """Events the hooks would have written had they been there from the start."""
+    """Events the hooks would have written had they been there from the start.
+
+    Each live object is read on its own and skipped if reading it fails: the attach can land while
+    the patient is inside an ``__init__`` (a tokenizer or DataLoader half built, its attributes not
+    set yet: CI saw "TokenizersBackend has no attribute verbose"), and one such object must not
+    keep the hooks out. The hooks see it once it is built and used."""
     now = time.time()
     iterated = {id(getattr(it, "_dataset", None)) for it in live["iterators"]}
     # The loader being iterated first: the analysis takes the earliest loader event as training's.
-    for loader in sorted(live["loaders"], key=lambda ld: id(ld.dataset) not in iterated):
-        event = torch_hooks._loader_event(loader)
-        event["t"] = now if id(loader.dataset) in iterated else now + 1e-3
+    for loader in sorted(live["loaders"], key=lambda ld: id(getattr(ld, "dataset", None)) not in iterated):
+        if not getattr(loader, "_DataLoader__initialized", True):  # torch sets it last in __init__
+            continue
+        try:
+            event = torch_hooks._loader_event(loader)
+        except Exception:  # noqa: BLE001 - half built, or an odd subclass: not ours to fail on
+            continue
+        event["t"] = now if id(getattr(loader, "dataset", None)) in iterated else now + 1e-3
         writer.emit(event)
     if th is not None and th.pad_token_id is None:
-        th.pad_token_id = next((t.pad_token_id for t in live["tokenizers"] if t.pad_token_id is not None), None)
+        th.pad_token_id = next((pad for t in live["tokenizers"] if (pad := _pad_token_id(t)) is not None), None)
     for trainer in live["trainers"]:
-        _adopt_trainer(writer, trainer, now)
+        with contextlib.suppress(Exception):  # a Trainer half built is adopted by the hooks once it trains
+            _adopt_trainer(writer, trainer, now)
+
+
+def _pad_token_id(tokenizer: Any) -> int | None:
+    """The tokenizer's pad id, or None where it has none or cannot say yet (half built)."""
+    try:
+        pad = tokenizer.pad_token_id
+    except Exception:  # noqa: BLE001 - transformers' __getattr__ on an object whose __init__ has not run
+        return None
+    return pad if isinstance(pad, int) else None
 
 
 def _adopt_trainer(writer: Any, trainer: Any, now: float) -> None:

@@ -1,0 +1,27 @@
+"""The attach payload installs whatever state it meets the patient in (issue #35's CI: an attach that
+landed inside a tokenizer's ``__init__`` failed with "TokenizersBackend has no attribute verbose", and
+the run had host figures only)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT, cli_env
+
+
+def test_objects_met_half_built_are_skipped_and_the_hooks_go_in(tmp_path: Path) -> None:
+    run_dir, control = tmp_path / "run", tmp_path / "control"
+    run_dir.mkdir()
+    control.mkdir()
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "scripts" / "half_built_attach.py"), str(run_dir),
+                           str(control)], capture_output=True, text=True, timeout=120, env=cli_env(), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [name.split(".", 1)[1] for name in seen["status"]] == ["installed.json"]
+    assert seen["pad_token_id"] == 0  # read from the built tokenizer, the half-built one passed over
+    loaders = [e for f in (run_dir / "events").glob("*.jsonl") for line in f.read_text().splitlines()
+               if (e := json.loads(line)).get("k") == "loader"]
+    assert len(loaders) == 1 and loaders[0]["batch_size"] == 4  # the built DataLoader, caught up
