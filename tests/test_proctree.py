@@ -6,7 +6,9 @@ import subprocess
 import sys
 
 import psutil
+import pytest
 
+from gpudoctor.processes import proctree
 from gpudoctor.processes.proctree import ProcTree
 
 # The parent prints, waits for a line, starts a child that starts a grandchild, prints their pids, waits.
@@ -65,3 +67,24 @@ def test_exited_members_leave_and_a_gone_root_empties_the_tree() -> None:
         proc.kill()
         proc.wait()
     assert tree.refresh() == []
+
+
+def test_a_live_member_missing_from_one_listing_stays(monkeypatch: pytest.MonkeyPatch) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                             "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+                             "print(c.pid, flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        child = int(proc.stdout.readline())
+        tree = ProcTree(proc.pid, full_rescan_s=3600)
+        assert {p.pid for p in tree.refresh()} == {proc.pid, child}
+        listing = proctree._listing
+        monkeypatch.setattr(proctree, "_listing", lambda: (listing() or set()) - {child})  # one listing misses it
+        assert {p.pid for p in tree.refresh()} == {proc.pid, child}  # still running: still a member
+        monkeypatch.setattr(proctree, "_listing", listing)
+        assert {p.pid for p in tree.refresh()} == {proc.pid, child}
+    finally:
+        for kid in psutil.Process(proc.pid).children(recursive=True):
+            kid.kill()
+        proc.kill()
+        proc.wait()

@@ -63,7 +63,9 @@ class ProcTree:
         self._members = {root.pid: root, **{p.pid: p for p in children}}
 
     def _incremental(self, root: psutil.Process, listed: set[int]) -> None:
-        members = {pid: p for pid, p in self._members.items() if pid in listed}
+        # A member missing from the listing has left unless it still runs (same pid and start time): a
+        # host row once lacked a live DataLoader worker, a third of the tree's memory, for one tick.
+        members = {pid: p for pid, p in self._members.items() if pid in listed or _running(p)}
         members[root.pid] = root
         parents: dict[int, tuple[int, psutil.Process]] = {}
         for pid in listed - self._listed:
@@ -84,6 +86,13 @@ class ProcTree:
                     del parents[pid]
                     added = True
         self._members = members
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return bool(proc.is_running())
+    except psutil.Error:
+        return False
 
 
 def _listing() -> set[int] | None:
