@@ -214,7 +214,7 @@ def _catch_up(writer: Any, th: Any, live: dict[str, list[Any]]) -> None:
             continue
         try:
             event = torch_hooks._loader_event(loader)
-        except Exception:  # noqa: BLE001 - half built, or an odd subclass: not ours to fail on
+        except Exception:  # half built, or an odd subclass: not ours to fail on
             continue
         event["t"] = now if id(getattr(loader, "dataset", None)) in iterated else now + 1e-3
         writer.emit(event)
@@ -229,7 +229,7 @@ def _pad_token_id(tokenizer: Any) -> int | None:
     """The tokenizer's pad id, or None where it has none or cannot say yet (half built)."""
     try:
         pad = tokenizer.pad_token_id
-    except Exception:  # noqa: BLE001 - transformers' __getattr__ on an object whose __init__ has not run
+    except Exception:  # transformers' __getattr__ on an object whose __init__ has not run
         return None
     return pad if isinstance(pad, int) else None
 

@@ -54,7 +54,12 @@ def cache_key(cfg: ReplayConfig) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:20]
 
 
+def folder(cfg: ReplayConfig, root: Path | None = None) -> Path:
+    """Where the config's prepared data is (or will be built)."""
+    return private_root(root) / cache_key(cfg)
+
+
 def prepared(cfg: ReplayConfig, root: Path | None = None) -> Path | None:
     """The config's prepared folder if it is complete, else None (to be built)."""
-    folder = private_root(root) / cache_key(cfg)
-    return folder if (folder / META).is_file() else None
+    at = folder(cfg, root)
+    return at if (at / META).is_file() else None

@@ -21,7 +21,8 @@ from typing import Any
 
 from gpudoctor.common.errors import UserError
 from gpudoctor.replay import synthetic
-from gpudoctor.replay.cache import META, SCHEMA, cache_key, private_root
+from gpudoctor.replay.cache import META, SCHEMA
+from gpudoctor.replay.cache import folder as prepared_folder
 from gpudoctor.replay.checks import template_fields
 from gpudoctor.replay.config import BpeSection, ReplayConfig
 from gpudoctor.replay.data import TextOps, pack
@@ -31,7 +32,7 @@ SPECIALS = ("<|endoftext|>", "<|pad|>")
 
 def prepare(cfg: ReplayConfig, root: Path | None = None) -> tuple[Path, dict[str, Any]]:
     """Return the prepared folder for ``cfg`` and its meta, building it if missing."""
-    folder = private_root(root) / cache_key(cfg)
+    folder = prepared_folder(cfg, root)
     meta_path = folder / META
     if meta_path.is_file():
         return folder, {**json.loads(meta_path.read_text()), "cache_hit": True}

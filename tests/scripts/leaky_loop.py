@@ -22,7 +22,8 @@ from torch.utils.data import DataLoader, Dataset
 # 2 workers build a batch in about 5 ms of CPU, far under the 40 ms period; a step of the outputs loop
 # takes about 1 ms of CPU, far under its 12.5 ms (beside two busy programs its rate fell mid-run: late
 # slope 0.35 of the whole, where the rule's levelling-off line is 0.5)
-STEPS_PER_S = {"workers": 25, "outputs": 80, "none": 25}  # none: unpaced it took 0.7 of a core (the suite's)
+# the healthy control too: unpaced (a 5 ms sleep a step) it kept 0.7 of one of the suite's two cores busy
+STEPS_PER_S = {"workers": 25, "outputs": 80, "none": 25}
 # an item's rows: the outputs loop keeps each step's hidden activations, 8 x rows x 512 floats (16 rows:
 # 256 kB a step, about 20 MiB/s; at 256 rows it kept 4 MiB a step, 8 GiB over the test's 24 s, and on
 # CI the tree's resident memory fell in the loop's second half as the host ran short)
