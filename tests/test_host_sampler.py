@@ -109,8 +109,9 @@ LATE_CHILD = r"""
 import subprocess, sys, time
 time.sleep(0.5)  # born after the sampler's first listing
 busy = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.0: pass\nprint('burned', flush=True)\ntime.sleep(30)"
+spawned = time.time()  # the child's birth, a fork later: its life from here, on time.time()'s clock
 kid = subprocess.Popen([sys.executable, "-c", busy])
-print(kid.pid, flush=True)
+print(kid.pid, spawned, flush=True)
 time.sleep(30)
 """
 
@@ -122,14 +123,16 @@ def test_a_child_found_late_is_rated_over_its_life_not_the_last_tick() -> None:
     parent = subprocess.Popen([sys.executable, "-c", LATE_CHILD], stdout=subprocess.PIPE, text=True)
     try:
         sampler = HostSampler(parent.pid, None, tree_refresh_s=3600.0)  # lists the parent alone
-        child = int(parent.stdout.readline())
+        pid, spawned = parent.stdout.readline().split()
+        child = int(pid)
         assert parent.stdout.readline().strip() == "burned"  # its second of CPU (longer on a busy machine), then sleeps
         sampler.sample()  # a tick that does not re-list the tree
         sampler.tree_refresh_s = 0.0
         time.sleep(0.01)
         row = sampler.sample()  # re-lists: the child is new, its CPU since birth all in one short tick
         kid = psutil.Process(child)
-        life_pct = 100.0 * sum(kid.cpu_times()[:2]) / (time.time() - kid.create_time())
+        # over its life from the parent's clock: psutil's create_time may read a second early (common.proctime)
+        life_pct = 100.0 * sum(kid.cpu_times()[:2]) / (time.time() - float(spawned))
         assert row is not None and str(child) in row["procs"]
         # one thread: at most one core; rated over its life (a second of CPU over however long it took)
         assert row["procs"][str(child)] <= 105.0

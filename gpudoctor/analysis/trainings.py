@@ -29,8 +29,9 @@ def lifetime(records: Records, start: float, end: float) -> Lifetime:
     return born, max(died, born)
 
 
-# A process's start comes from psutil's create_time, which is off by up to ~0.7 s here (boot-time
-# skew): a training started right after another ended must not read as running beside it.
+# A process's start is read to a clock tick (common.proctime), but from psutil's create_time, up to a
+# second early (boot-time skew), off Linux and in older recordings: a training started right after
+# another ended must not read as running beside it.
 START_SLACK_S = 1.0
 
 

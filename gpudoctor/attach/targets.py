@@ -11,7 +11,6 @@ parent has none.
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 
 import psutil
@@ -19,6 +18,7 @@ import psutil
 from gpudoctor.attach import symbols
 from gpudoctor.attach.inject import permission_hint
 from gpudoctor.common.errors import UserError
+from gpudoctor.common.proctime import started_at
 from gpudoctor.processes.proctree import ProcTree
 
 LAUNCHER_SCRIPTS = {"torchrun", "accelerate", "deepspeed"}
@@ -161,22 +161,15 @@ def _target(proc: psutil.Process, rank: int | None) -> Target:
 
 
 def start_time(proc: psutil.Process) -> float:
-    """Epoch start of ``proc`` to ~10 ms: /proc's clock ticks against CLOCK_BOOTTIME.
-
-    psutil's create_time() anchors to /proc/stat's whole-second boot time, so it
-    is often 0.3-1 s early, which would show as startup that never happened.
-    """
+    """Epoch start of ``proc`` to ~10 ms (common.proctime); psutil's where /proc does not tell."""
+    exact = started_at(proc.pid)
+    if exact is not None:
+        return exact
     try:
-        with open(f"/proc/{proc.pid}/stat", encoding="utf-8", errors="replace") as fh:
-            ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
-        age_s = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
-        return time.time() - age_s
-    except (OSError, ValueError, IndexError, AttributeError):
-        try:
-            created: float = proc.create_time()
-            return created
-        except psutil.Error:
-            return 0.0
+        created: float = proc.create_time()
+        return created
+    except psutil.Error:
+        return 0.0
 
 
 def describe(pid: int) -> dict[str, object]:

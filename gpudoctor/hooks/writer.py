@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.common import safefs
+from gpudoctor.common.proctime import started_at
 from gpudoctor.common.redact import redact_argv, redact_mapping
 from gpudoctor.core.events import Event
 from gpudoctor.hooks.guard import guarded
@@ -312,13 +313,14 @@ def name_thread(name: bytes) -> None:
 
 def _proc_event() -> dict[str, Any]:
     env = os.environ
-    create_time: float | None
-    try:
-        import psutil
+    create_time = started_at(os.getpid())
+    if create_time is None:  # not Linux: psutil's, which may read up to a second early
+        try:
+            import psutil
 
-        create_time = psutil.Process().create_time()
-    except Exception:  # psutil missing in the patient's interpreter: time is still known from samples
-        create_time = None
+            create_time = psutil.Process().create_time()
+        except Exception:  # psutil missing in the patient's interpreter: time is still known from samples
+            create_time = None
     is_worker = False
     torch_data = sys.modules.get("torch.utils.data")
     if torch_data is not None:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from gpudoctor import hooks
+from gpudoctor.common.proctime import started_at
 from gpudoctor.common.redact import redact_argv
 from gpudoctor.hooks import patch
 from gpudoctor.hooks.guard import guarded
@@ -64,7 +65,7 @@ class profile:  # noqa: N801 - reads as a function at the call site, like torch.
                                                           price_per_gpu_hour=self.price, gpus=self.gpus))
         self._recorder.prepare()
         # The process started before us: count its imports and setup as startup too.
-        self._recorder.start(os.getpid(), psutil.Process().create_time())
+        self._recorder.start(os.getpid(), started_at(os.getpid()) or psutil.Process().create_time())
         hooks.install(folder.root)
         self.folder, self._at = folder.root, folder.at
         self._owner = True

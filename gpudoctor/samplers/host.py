@@ -40,6 +40,7 @@ from typing import Any
 
 import psutil
 
+from gpudoctor.common.proctime import started_at
 from gpudoctor.processes.proctree import ProcTree
 from gpudoctor.samplers.base import RowWriter, Sampler
 
@@ -130,7 +131,7 @@ class HostSampler(Sampler):
                 continue
             try:
                 ppid = proc.ppid()
-                born = proc.create_time()
+                born = started_at(proc.pid) or proc.create_time()  # psutil's reads up to 1 s early
                 born_after_start = born >= self._watch_since
             except psutil.NoSuchProcess:
                 continue
