@@ -64,8 +64,7 @@ class profile:  # noqa: N801 - reads as a function at the call site, like torch.
                                                           interval_s=self.interval_s,
                                                           price_per_gpu_hour=self.price, gpus=self.gpus))
         self._recorder.prepare()
-        # The process started before us: count its imports and setup as startup too.
-        self._recorder.start(os.getpid(), started_at(os.getpid()) or psutil.Process().create_time())
+        self._recorder.start(os.getpid(), *_session_start())
         hooks.install(folder.root)
         self.folder, self._at = folder.root, folder.at
         self._owner = True
@@ -76,6 +75,8 @@ class profile:  # noqa: N801 - reads as a function at the call site, like torch.
         if not self._owner:
             return
         self._owner = False
+        global _last_end
+        _last_end = time.time()
         self._finish(exc_type)
 
     @guarded("profile report")
@@ -105,6 +106,40 @@ class profile:  # noqa: N801 - reads as a function at the call site, like torch.
     def checkpoint(self) -> Iterator[None]:
         with _span("checkpoint", "gpudoctor.profile.checkpoint"):
             yield
+
+
+_last_end: float | None = None  # when this process's last profile() ended (a Trainer callback's too)
+INTERACTIVE = ("an interactive session (a notebook or a REPL): the time before the training began is not counted "
+               "as startup")
+AFTER_LAST = "this process was profiled before: startup counts from the end of its last profiled training"
+
+
+def _session_start() -> tuple[float, str | None]:
+    """Where this recording's startup begins, and why where that is not the process's start.
+
+    A script's imports and setup before its training are startup: they count from the process's
+    start. A notebook kernel or a REPL lived before the training for reasons of its own (hours of
+    cells), and a process that trains twice did the first training before the second: counted
+    from the process's start, either would read as startup that the training never had.
+    """
+    if _interactive():
+        return time.time(), INTERACTIVE
+    born = started_at(os.getpid()) or psutil.Process().create_time()
+    if _last_end is not None and _last_end > born:
+        return _last_end, AFTER_LAST
+    return born, None
+
+
+def _interactive() -> bool:
+    """A REPL (``sys.ps1`` is set while one runs) or a running IPython shell or Jupyter kernel (the
+    test tqdm and transformers use: a script that merely imported IPython has no shell)."""
+    if hasattr(sys, "ps1"):
+        return True
+    get_ipython = getattr(sys.modules.get("IPython"), "get_ipython", None)
+    try:
+        return callable(get_ipython) and get_ipython() is not None
+    except Exception:  # whatever IPython does, the training goes on; counted as a script
+        return False
 
 
 def step() -> None:

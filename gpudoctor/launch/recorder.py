@@ -73,7 +73,7 @@ class Recorder:
             self._gpus_desc = nvml.describe_gpus()
         self._problems = list(nvml.problems())
 
-    def start(self, pid: int, start_time: float | None = None) -> None:
+    def start(self, pid: int, start_time: float | None = None, start_note: str | None = None) -> None:
         start_time = start_time or time.time()
         self.meta = {
             "mode": self.options.mode,
@@ -94,6 +94,8 @@ class Recorder:
         }
         if self.options.doctor_priority is not None:
             self.meta["doctor_priority"] = self.options.doctor_priority
+        if start_note:
+            self.meta["start_note"] = start_note
         try:
             self.folder.write_meta(self.meta)
         except OSError as exc:  # --out full already: keep going (the patient is running), report at stop

@@ -266,6 +266,8 @@ def _load(folder: RunFolder, meta_shown: Path) -> Recording:
     fixed = clean_meta(rec.meta)
     if fixed:
         rec.notes.append(f"meta.json had unexpected values for {', '.join(fixed)}; they were ignored")
+    if rec.meta.get("start_note"):
+        rec.notes.append(str(rec.meta["start_note"])[:300])
     with _subfolder(folder.root, "samples", rec.notes) as samples:
         rec.host, bad_host = read_samples(samples / "host.jsonl", clean_host_row, notes=rec.notes) \
             if samples else ([], 0)

@@ -257,6 +257,7 @@ _META_CHECKS: dict[str, tuple[Check, Any]] = {
     "pid": (opt(is_int), None),
     "started_at": (opt(is_str), None),
     "start_time": (opt(is_time), None),
+    "start_note": (opt(is_str), None),  # why the recording starts where it does, where that is not the process's start
     "end_time": (opt(is_time), None),
     "status": (is_str, "partial"),
     "exit_code": (opt(is_int), None),
