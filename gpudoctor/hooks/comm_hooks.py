@@ -97,6 +97,16 @@ class _Tally:
     gather_bwd_s: float = 0.0  # ... the host's seconds in the blocking ones
 
 
+def wall_of(perf_t: float) -> float:
+    """``time.perf_counter()`` reading ``perf_t`` on the clock the other events use, as it reads now.
+
+    The offset between the two is read at each use, not once: when the wall clock is stepped (NTP,
+    a VM resumed: one stepped 18 s under a DDP test here) the events written after the step and
+    these spans stay on one timeline, where an offset read at start put every all-reduce 18 s before
+    the steps around it and the report counted no communication at all."""
+    return perf_t + (time.time() - time.perf_counter())
+
+
 @dataclass
 class _Round:
     """The gradient buckets of one backward: ``[launch, done, bytes, on_host]`` each (perf_counter)."""
@@ -119,7 +129,6 @@ class CommHooks:
         self._pending: weakref.ref[Any] | None = None  # a DDP model whose forward's backward will all-reduce
         self._buckets: weakref.WeakKeyDictionary[Any, tuple[int, bool, list[int]]] = weakref.WeakKeyDictionary()
         self._inside = threading.local()  # in our bucket hook: its all_reduce is DDP's, not direct
-        self._wall_minus_perf = time.time() - time.perf_counter()
         self._held: SpanEvent | None = None  # a direct call's wait not written yet (held by the writer)
         self._held_end = 0.0  # its end, perf_counter
         self._spans = 0  # direct-call spans written this step
@@ -468,7 +477,7 @@ class CommHooks:
         exposed = max(0.0, max(b[1] for b in buckets) - last_launch)
         t.exposed_s = (t.exposed_s or 0.0) + exposed
         if exposed > 0:
-            self.writer.emit({"k": "span", "c": COMMUNICATION, "t0": last_launch + self._wall_minus_perf,
+            self.writer.emit({"k": "span", "c": COMMUNICATION, "t0": wall_of(last_launch),
                               "dt": exposed, "name": "DDP gradient all-reduce"})
 
     # -- direct torch.distributed calls -------------------------------------------------------
@@ -536,7 +545,7 @@ class CommHooks:
             self._held["dt"] += seconds
             return
         self._emit_held()
-        self._held = {"k": "span", "c": COMMUNICATION, "t0": p0 + self._wall_minus_perf, "dt": seconds,
+        self._held = {"k": "span", "c": COMMUNICATION, "t0": wall_of(p0), "dt": seconds,
                       "name": f"torch.distributed.{name}"}
         self._held_end = p0 + seconds
         self.writer.hold(_HELD, self._held)
