@@ -6,6 +6,8 @@ that every patch is gone afterwards (the same path ``attach`` uses to detach).
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from torch.utils.data import DataLoader, Dataset
 
 import gpudoctor
 from gpudoctor import hooks
+from tests.conftest import PROBES, ROOT, cli_env
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "probes"))
 
@@ -145,12 +148,6 @@ def test_lightning_callback_records_fit_and_validation(tmp_path):
 
 def _profiled(tmp_path: Path, trainings: int, repl: bool = False) -> list[dict]:
     """tests/scripts/profiled_startup.py's trainings, as a script or typed into a Python REPL."""
-    import json
-    import subprocess
-    import sys
-
-    from tests.conftest import PROBES, ROOT, cli_env
-
     script = ROOT / "tests" / "scripts" / "profiled_startup.py"
     args = [str(tmp_path / "runs"), str(PROBES), str(trainings)]
     if repl:  # the REPL sets sys.ps1 as a notebook kernel sets up IPython: time before is the user's
