@@ -31,10 +31,13 @@ _truths: dict[str, dict[str, Any]] = {}  # each loop's own measurement of its gr
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict[str, Any], Path, str]]:
-    """Each loop for 24 s of training: a busy host samples once a second, and the line is drawn through
-    the last two thirds of the loop (16 samples; 8 needed: at 18 s, beside three test workers on 2
-    cores, the idle-priority sampler's ticks stretched to 3 s and the line had 7). The three run at once, each its own
-    ``gpudoctor run`` (each is the others' busy host, as two CPU hogs were when the figures were set)."""
+    """Each loop for 36 s of training: a busy host samples once a second, and the line is drawn through
+    the last two thirds of the loop (24 samples; 8 needed). The idle-priority sampler starves on a
+    saturated box: at 18 s, beside three test workers on 2 cores, its ticks stretched to 3 s and the line
+    had 7; at 24 s a clean-clone CI once wrote 7 rows in the line's 16 s (gaps of 3.5-4.7 s while this
+    file's three loops and doctors and the other xdist worker shared the 2 cores). The three run at once,
+    each its own ``gpudoctor run`` (each is the others' busy host, as two CPU hogs were when the figures
+    were set)."""
     from concurrent.futures import ThreadPoolExecutor
 
     out = {}
@@ -42,7 +45,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict[str, 
     leaks = ("outputs", "workers", "none")
     with ThreadPoolExecutor(len(leaks)) as pool:
         procs = dict(zip(leaks, pool.map(lambda leak: run_cli(
-            "run", "--out", str(root / leak), "--", sys.executable, str(LOOP), "--leak", leak, "--seconds", "24",
+            "run", "--out", str(root / leak), "--", sys.executable, str(LOOP), "--leak", leak, "--seconds", "36",
             "--truth", str(root / f"{leak}.truth.json")), leaks), strict=True))
     for leak, proc in procs.items():
         folder = root / leak

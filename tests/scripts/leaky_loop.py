@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, Dataset
 # the healthy control too: unpaced (a 5 ms sleep a step) it kept 0.7 of one of the suite's two cores busy
 STEPS_PER_S = {"workers": 25, "outputs": 80, "none": 25}
 # an item's rows: the outputs loop keeps each step's hidden activations, 8 x rows x 512 floats (16 rows:
-# 256 kB a step, about 20 MiB/s; at 256 rows it kept 4 MiB a step, 8 GiB over the test's 24 s, and on
+# 256 kB a step, about 20 MiB/s; at 256 rows it kept 4 MiB a step, 8 GiB over the test's then 24 s, and on
 # CI the tree's resident memory fell in the loop's second half as the host ran short)
 ROWS = {"none": 256, "workers": 256, "outputs": 16}
 
@@ -43,7 +43,7 @@ class Items(Dataset):  # type: ignore[type-arg]
         if self.cache is not None:
             # a decoded item kept for ever, in this worker (512 kB: the main process's own memory moves
             # by 100-250 MiB under a busy host while its workers feed it, as a real loop's does, and the
-            # leak must stand above that within the 8 s half-window the test draws its line over; filled,
+            # leak must stand above that within the 12 s half-window the test draws its line over; filled,
             # not drawn at random: resident for a few microseconds of CPU, where a busy host has none)
             self.cache[i] = torch.full((256, 512), float(i))
         return x
