@@ -26,10 +26,10 @@ from gpudoctor.common.errors import UserError
 from gpudoctor.common.termtext import say
 
 if TYPE_CHECKING:
-    from gpudoctor.core.schema import Report, Trial
-    from gpudoctor.launch.launcher import View
+    from gpudoctor.core.schema import Pair, Report, Trial
+    from gpudoctor.launch.launcher import RunSpec, View
     from gpudoctor.live.view import Limited
-    from gpudoctor.tryfix.outputs import Output
+    from gpudoctor.tryfix.outputs import Output, Seen
     from gpudoctor.tryfix.plan import Plan
 
 HELP = "measure a finding's fix on the command itself, before editing code"
@@ -46,6 +46,8 @@ STARTUP_CAP_MIN_S = 120.0  # a trial that never reaches a step is stopped after 
 APPLY_FILE = "apply.json"
 TRIAL_DIR = "trial"
 OUTPUTS_DIR = "outputs"  # under TRIAL_DIR: the trial's own copies of what the baseline wrote
+PAIRS_DIR = "pairs"  # --pairs N: pair k's runs in pairs/<k>/baseline and pairs/<k>/trial
+MAX_PAIRS = 9
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -54,6 +56,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "finding the hooks can apply)")
     p.add_argument("--seconds", type=flags.positive, default=60.0, metavar="S",
                    help="seconds of training per run, counted from the first step (default 60)")
+    p.add_argument("--pairs", type=flags.count, default=1, metavar="N",
+                   help="measure N before/after pairs, back to back, and report the median of their speedups "
+                        f"(default 1, at most {MAX_PAIRS}): on a machine whose speed moves between runs (a shared "
+                        "or virtual one) one pair lands wherever it was")
     p.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
                    help="try this value instead of (or besides) the fix's own, e.g. --set num_workers=2")
     p.add_argument("--interval", type=flags.interval, default=0.1, help="sampling period in seconds (default 0.1)")
@@ -81,6 +87,9 @@ def main(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise UserError("no command to try; usage: gpudoctor try [--fix RULE] [--seconds S] -- python train.py")
+    if args.pairs > MAX_PAIRS:
+        raise UserError(f"--pairs {args.pairs} is more than {MAX_PAIRS}; each pair runs the command twice: use at most "
+                        f"{MAX_PAIRS}")
     sets = planning.parse_sets(args.set)
     planning.check_sets(sets)  # before the baseline: a refusal costs nothing
     seconds = float(args.seconds)
@@ -134,6 +143,13 @@ def main(args: argparse.Namespace) -> int:
         notes.append(limit.note)
     crash = _crash(trial_code, limit.stopped, a_trial)
     length, unmeasured = _window(a, a_trial, crash)
+    pairs = None
+    if args.pairs > 1 and crash is None:
+        first = trial_section.pair(steady.steady_rate(a, length), steady.steady_rate(a_trial, length), TRIAL_DIR,
+                                   unmeasured)
+        more, said = _more_pairs(args, spec, command, edited, seen, folder, max(STARTUP_CAP_MIN_S, 3 * startup))
+        pairs = [first, *more]
+        notes += said
     section = trial_section.build(
         plan,
         prediction=knobs.predict(a, findings, plan.rule, plan.workers),
@@ -147,6 +163,7 @@ def main(args: argparse.Namespace) -> int:
                    "crash": crash},
         notes=notes,
         unmeasured=unmeasured,
+        pairs=pairs,
     )
     _finish(report, section, folder, args.json)
     flags.record_history(args, report, folder)
@@ -200,6 +217,52 @@ def _window(a: Any, a_trial: Any, crash: dict[str, Any] | None) -> tuple[float |
         return length, (f"{which} ran {short} steady steps in the common {length:.1f} s of training, fewer than the "
                         f"{MIN_COMPARE_STEPS} a comparison needs; raise --seconds")
     return length, None
+
+
+def _more_pairs(args: argparse.Namespace, spec: RunSpec, command: list[str], edited: list[str] | None,
+                seen: list[Seen], folder: Path, startup_cap_s: float) -> tuple[list[Pair], list[str]]:
+    """Pairs 2 to ``--pairs``: the command as it ran, then with the fix, each for ``--seconds`` of
+    training, recorded (their steps are what is measured) but not timed after (nothing is predicted
+    from them), each writing its own copies of the outputs the command line names. A run that
+    crashes ends the pairs; the ones measured stand."""
+    from gpudoctor.analysis import analyze
+    from gpudoctor.hooks.apply import ENV
+    from gpudoctor.launch.launcher import TRIAL_UNTIMED, run
+    from gpudoctor.recording.store import load_recording
+    from gpudoctor.tryfix import outputs, steady
+    from gpudoctor.tryfix import section as trial_section
+    from gpudoctor.tryfix.limit import TrainingLimit
+
+    seconds = float(args.seconds)
+    pairs: list[Pair] = []
+    notes: list[str] = []
+    for k in range(2, args.pairs + 1):
+        runs = []
+        for side in ("baseline", "trial"):
+            out = folder / PAIRS_DIR / str(k) / side
+            written = outputs.written(seen, out / OUTPUTS_DIR)
+            cmd = outputs.redirect(((edited or command) if side == "trial" else command), written)
+            limit = TrainingLimit(out / "events", seconds, startup_cap_s)
+            say(f"gpudoctor try: pair {k} of {args.pairs}: {side}, {seconds:g} s of training", file=sys.stderr)
+            env = {ENV: str((folder / APPLY_FILE).resolve())} if side == "trial" else None
+            done = run(replace(spec, command=cmd, out=out, extra_env=env, limit=limit, summary=False,
+                               untimed=TRIAL_UNTIMED, view=_progress(args, f"try: pair {k}, {side}", limit)))
+            a = done.diagnosis.analysis if done.diagnosis is not None else analyze(load_recording(done.folder))
+            crash = _crash(done.code, limit.stopped, a)
+            if crash is not None:
+                notes.append(f"Pair {k}'s {side} crashed (exit code {crash['exit_code']}; its recording is in "
+                             f"{PAIRS_DIR}/{k}/{side}/): the pairs stopped there.")
+                break
+            runs.append(a)
+        if len(runs) < 2:
+            break
+        length, unmeasured = _window(runs[0], runs[1], None)
+        pairs.append(trial_section.pair(steady.steady_rate(runs[0], length), steady.steady_rate(runs[1], length),
+                                        f"{PAIRS_DIR}/{k}", unmeasured))
+    notes.append(f"Measured over {len(pairs) + 1} before/after pairs, back to back, each run {seconds:g} s of training "
+                 f"(pair 1 is this report's run and {TRIAL_DIR}/, pair k is in {PAIRS_DIR}/k/): the achieved speedup "
+                 "is the median of the pairs' own speedups, the steps/s each side's median.")
+    return pairs, notes
 
 
 def _plan_notes(plan: Plan) -> list[str]:

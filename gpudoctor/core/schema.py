@@ -390,6 +390,16 @@ class Rate(TypedDict, total=False):
     window_s: Seconds | None
 
 
+class Pair(TypedDict, total=False):
+    """One before/after pair of ``try --pairs N``: the command as it ran, then with the fix, back to back."""
+
+    baseline_steps_per_s: Speedup | None
+    trial_steps_per_s: Speedup | None
+    speedup: Speedup | None
+    folder: str  # under the run folder: the first pair is the run folder and ``trial/``
+    unmeasured: str | None  # why this pair has no speedup (a run crashed, too few steps)
+
+
 class Applied(TypedDict, total=False):
     call: str
     values: dict[str, Any]
@@ -407,7 +417,9 @@ class Trial(TypedDict, total=False):
     """``gpudoctor try`` (the baseline's report; the trial's recording is in ``trial/``): the fix
     tried, what the trial's own ``applied`` events say was set, what was not and why, and
     ``predicted_speedup`` (steady-state steps/s after over before) beside ``achieved_speedup``
-    (``trial_steps_per_s / baseline_steps_per_s``) (:mod:`gpudoctor.tryfix.section`)."""
+    (``trial_steps_per_s / baseline_steps_per_s``) (:mod:`gpudoctor.tryfix.section`). With
+    ``--pairs N`` the achieved speedup is the median of the ``pairs``' own ratios and the two
+    rates are each side's median: one pair lands wherever the machine's speed was during it."""
 
     rule: str
     fix: Fix
@@ -429,6 +441,7 @@ class Trial(TypedDict, total=False):
     seconds: Seconds | None
     trial_run: dict[str, Any] | None  # {"folder", "exit_code", "stopped", "status", "window_s", "crash"}
     unmeasured: str | None  # why no achieved speedup: the trial crashed, or the windows were too short
+    pairs: list[Pair] | None  # ``--pairs N`` over 1: every pair, the first one included
     notes: list[str]
 
 

@@ -40,6 +40,12 @@ def _view(s: Trial) -> dict[str, Any]:
     rows = [("steady-state steps/s", _fmt(s.get("baseline_steps_per_s")), _fmt(s.get("trial_steps_per_s"))),
             ("steps measured (after warm-up)", _int(base.get("steps")), _int(trial.get("steps"))),
             ("window (s of training)", _fmt(base.get("window_s"), 1), _fmt(trial.get("window_s"), 1))]
+    if s.get("pairs"):  # --pairs N: the steps/s above are each side's median
+        rows[0] = ("steady-state steps/s (median of the pairs)", *rows[0][1:])
+        rows += [(f"pair {k}: steps/s ({_x(p.get('speedup'), None)})" if p.get("unmeasured") is None
+                  else f"pair {k}: {p.get('unmeasured')}",
+                  _fmt(p.get("baseline_steps_per_s")), _fmt(p.get("trial_steps_per_s")))
+                 for k, p in enumerate(s.get("pairs") or [], 1)]
     return {
         "title": f"{s.get('rule')}: " + (speedups(s) if ran(s) else "nothing applied, no trial run"),
         "predicted": _x(s.get("predicted_speedup"), s.get("predicted_speedup_range")),
@@ -63,6 +69,9 @@ def speedups(section: Trial) -> str:
     achieved = section.get("achieved_speedup")
     b, t = section.get("baseline_steps_per_s"), section.get("trial_steps_per_s")
     got = f"achieved {achieved:.2f}x" if isinstance(achieved, (int, float)) else "achieved n/a"
+    measured = [x for x in (num(p.get("speedup")) for p in section.get("pairs") or []) if x is not None]
+    if isinstance(achieved, (int, float)) and len(measured) > 1:
+        got += f" (median of {len(measured)} pairs, {min(measured):.2f}-{max(measured):.2f}x)"
     unmeasured = section.get("unmeasured")
     rates = (f" (steps/s {b:.2f} -> {t:.2f})" if isinstance(b, (int, float)) and isinstance(t, (int, float))
              else f" ({unmeasured})" if isinstance(unmeasured, str) and unmeasured

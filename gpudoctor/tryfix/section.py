@@ -7,9 +7,10 @@ is listed under ``not_applied`` with the reason.
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
-from gpudoctor.core.schema import Applied, NotApplied, Trial
+from gpudoctor.core.schema import Applied, NotApplied, Pair, Trial
 from gpudoctor.recording.records import Records
 from gpudoctor.render.trial import ran, speedups
 from gpudoctor.rules.knobs import Prediction
@@ -59,11 +60,18 @@ def not_applied(plan: Plan, applied: list[Applied] | None) -> list[NotApplied]:
 
 def build(plan: Plan, *, prediction: Prediction | None, baseline: Rate | None, trial: Rate | None,
           applied: list[Applied] | None, seconds: float, trial_run: dict[str, Any] | None,
-          notes: list[str], unmeasured: str | None = None) -> Trial:
+          notes: list[str], unmeasured: str | None = None, pairs: list[Pair] | None = None) -> Trial:
+    """``pairs``: every pair of ``--pairs N`` (the first one is ``baseline`` and ``trial``); the
+    achieved speedup is then the median of their ratios, each rate its side's median."""
     fix = plan.finding["fix"]
     b = baseline.steps_per_s if baseline else None
     t = trial.steps_per_s if trial else None
     achieved = t / b if b and t is not None else None
+    measured = [p for p in pairs or [] if p.get("speedup") is not None]
+    if len(measured) > 1:
+        b, t = (statistics.median(float(p[side] or 0.0) for p in measured)
+                for side in ("baseline_steps_per_s", "trial_steps_per_s"))
+        achieved = statistics.median(float(p["speedup"] or 0.0) for p in measured)
     missing = not_applied(plan, applied)
     flags = {k: v for p in plan.parts if p.target == COMMAND_LINE for k, v in p.apply.items()}
     ran = trial_run is not None and bool(trial_run.get("command_edited"))
@@ -93,6 +101,7 @@ def build(plan: Plan, *, prediction: Prediction | None, baseline: Rate | None, t
         "seconds": seconds,
         "trial_run": trial_run,
         "unmeasured": unmeasured,
+        "pairs": pairs if pairs and len(pairs) > 1 else None,
         "notes": notes,
     }
     if applied is not None:
@@ -122,3 +131,14 @@ def headline(section: Trial) -> str:
 
 def _r(x: float | None) -> float | None:
     return round(x, 4) if isinstance(x, (int, float)) else None
+
+
+def pair(baseline: Rate | None, trial: Rate | None, folder: str, unmeasured: str | None) -> Pair:
+    """One before/after pair's rates and ratio (none where it could not be measured)."""
+    b = baseline.steps_per_s if baseline is not None and unmeasured is None else None
+    t = trial.steps_per_s if trial is not None and unmeasured is None else None
+    if b and t is not None:
+        return {"baseline_steps_per_s": _r(b), "trial_steps_per_s": _r(t), "speedup": _r(t / b), "folder": folder,
+                "unmeasured": None}
+    return {"baseline_steps_per_s": _r(b), "trial_steps_per_s": _r(t), "speedup": None, "folder": folder,
+            "unmeasured": unmeasured or "steady-state steps/s unavailable: too few steps; raise --seconds"}
