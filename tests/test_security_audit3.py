@@ -198,6 +198,10 @@ def _full_report() -> dict[str, Any]:
         "trial_steps_per_s": 8.8, "baseline": {"steps_per_s": 8.0, "steps": 20, "warmup_steps": 3, "window_s": 3.0},
         "trial": {"steps_per_s": 8.8, "steps": 22, "warmup_steps": 3, "window_s": 3.0}, "seconds": 3.0,
         "trial_run": {"folder": "trial", "status": "finished", "crash": None}, "unmeasured": None,
+        "pairs": [{"baseline_steps_per_s": 8.0, "trial_steps_per_s": 8.8, "speedup": 1.1, "folder": "trial",
+                   "unmeasured": None},
+                  {"baseline_steps_per_s": None, "trial_steps_per_s": None, "speedup": None, "folder": "pairs/2",
+                   "unmeasured": "too few steps"}],
         "notes": ["a trial note"]}
     node = {"node": "node0", "folder": "n0", "host": "h0", "ranks": [0], "status": "finished", "duration_s": 10.0,
             "clock_offset_s": 0.0, "alignment_residual_s": 0.01, "aligned_steps": 10,

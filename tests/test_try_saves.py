@@ -32,7 +32,9 @@ def test_try_sets_a_save_interval_through_the_scripts_own_flag(tmp_path: Path) -
     trial = report["trial"]
     assert trial["values"] == {"command_line": {"--save-every": save_steps}} and trial["complete"] is True
     assert trial["predicted_speedup"] == pytest.approx(finding["predicted_speedup"], abs=1e-3)
-    assert trial["achieved_speedup"] is not None
+    assert trial["pairs"] is None  # one pair, the default: the speedup is its two rates' ratio
+    assert trial["achieved_speedup"] == pytest.approx(trial["trial_steps_per_s"] / trial["baseline_steps_per_s"],
+                                                      abs=1e-3)
     assert f"--save-every {save_steps}" in proc.stderr  # the trial's command, said before it runs
     a = analyze(load_recording(out / "trial"))
     p = a.primary
