@@ -70,7 +70,7 @@ def test_try_applies_workers_and_compares_steps_per_s(tmp_path: Path) -> None:
         run = out / "pairs" / "2" / side
         assert (run / "report.json").exists() and not (run / "warm_compute.json").exists()
         assert [json.loads(p.read_text())["num_workers"] for p in (run / "outputs").glob("*.json")] == [workers]
-    assert any(n.startswith("Measured over 2 before/after pairs") for n in trial["notes"])
+    assert any(n.startswith("2 before/after pairs ran back to back") for n in trial["notes"])
     assert "median of 2 pairs" in proc.stderr and "pair 2 of 2: trial" in proc.stderr
     assert "pair 2: steps/s" in (out / "report.md").read_text()
     assert trial["trial_run"]["stopped"] and trial["trial_run"]["status"] == "interrupted"
@@ -107,3 +107,23 @@ def test_try_refuses_more_pairs_than_it_allows(tmp_path: Path) -> None:
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
     zero = cli("try", "--pairs", "0", "--", "python", "-c", "pass")
     assert zero.returncode != 0 and "'0' must be >= 1" in zero.stderr
+
+
+def test_the_pairs_measured_stand_when_the_first_is_not() -> None:
+    """A first pair with too few steps and a second measured: the achieved speedup is the second's,
+    with no "unmeasured" left beside it; one pair alone keeps its own ratio and no ``pairs``."""
+    from gpudoctor.tryfix import section
+    from gpudoctor.tryfix.plan import Plan
+    from gpudoctor.tryfix.steady import Rate
+
+    plan = Plan("io_bound", {"rule": "io_bound", "fix": {"summary": "workers"}}, [])  # type: ignore[typeddict-item]
+    short = "the trial ran 4 steady steps in the common 1.0 s of training"
+    slow, fast = Rate(10.0, 40, 3, 4.0), Rate(25.0, 100, 3, 4.0)
+    pairs = [section.pair(slow, fast, "trial", short), section.pair(slow, fast, "pairs/2", None)]
+    assert pairs[0]["speedup"] is None and pairs[0]["unmeasured"] == short and pairs[1]["speedup"] == 2.5
+    built = section.build(plan, prediction=None, baseline=slow, trial=fast, applied=[], seconds=4.0, trial_run=None,
+                          notes=[], unmeasured=short, pairs=pairs)
+    assert built["achieved_speedup"] == 2.5 and built["unmeasured"] is None and built["pairs"] == pairs
+    alone = section.build(plan, prediction=None, baseline=slow, trial=fast, applied=[], seconds=4.0, trial_run=None,
+                          notes=[], pairs=pairs[1:])
+    assert alone["achieved_speedup"] == 2.5 and alone["pairs"] is None

@@ -259,9 +259,9 @@ def _more_pairs(args: argparse.Namespace, spec: RunSpec, command: list[str], edi
         length, unmeasured = _window(runs[0], runs[1], None)
         pairs.append(trial_section.pair(steady.steady_rate(runs[0], length), steady.steady_rate(runs[1], length),
                                         f"{PAIRS_DIR}/{k}", unmeasured))
-    notes.append(f"Measured over {len(pairs) + 1} before/after pairs, back to back, each run {seconds:g} s of training "
-                 f"(pair 1 is this report's run and {TRIAL_DIR}/, pair k is in {PAIRS_DIR}/k/): the achieved speedup "
-                 "is the median of the pairs' own speedups, the steps/s each side's median.")
+    notes.append(f"{len(pairs) + 1} before/after pairs ran back to back, each run {seconds:g} s of training (pair 1 is "
+                 f"this report's run and {TRIAL_DIR}/, pair k is in {PAIRS_DIR}/k/): the achieved speedup is the median "
+                 "of the measured pairs' own speedups, the steps/s each side's median.")
     return pairs, notes
 
 

@@ -68,10 +68,10 @@ def build(plan: Plan, *, prediction: Prediction | None, baseline: Rate | None, t
     t = trial.steps_per_s if trial else None
     achieved = t / b if b and t is not None else None
     measured = [p for p in pairs or [] if p.get("speedup") is not None]
-    if len(measured) > 1:
+    if pairs and len(pairs) > 1 and measured:  # the pairs measured stand, whichever they are
         b, t = (statistics.median(float(p[side] or 0.0) for p in measured)
                 for side in ("baseline_steps_per_s", "trial_steps_per_s"))
-        achieved = statistics.median(float(p["speedup"] or 0.0) for p in measured)
+        achieved, unmeasured = statistics.median(float(p["speedup"] or 0.0) for p in measured), None
     missing = not_applied(plan, applied)
     flags = {k: v for p in plan.parts if p.target == COMMAND_LINE for k, v in p.apply.items()}
     ran = trial_run is not None and bool(trial_run.get("command_edited"))
