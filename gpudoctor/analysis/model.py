@@ -160,7 +160,7 @@ def _hook_error_notes(rec: Recording, start: float) -> list[str]:
 def _training_processes(rec: Recording, start: float, end: float) -> list[list[ProcessView]]:
     """The training processes (not DataLoader workers), grouped into trainings (see trainings.py)."""
     # Processes the hooks never reached (attach without a debugger) are seen through stack samples.
-    events = {**sampled_records(load_stack_rows(rec.root), skip_pids=set(rec.events)), **rec.events}
+    events = {**sampled_records(load_stack_rows(rec.root, rec.clock), skip_pids=set(rec.events)), **rec.events}
     workers: dict[int, list[Records]] = {}
     for records in events.values():
         if records.proc is not None and records.proc.get("is_worker"):

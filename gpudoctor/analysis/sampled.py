@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from gpudoctor.core.events import SpanEvent
+from gpudoctor.recording.clock import ClockSteps
 from gpudoctor.recording.read import read_samples
 from gpudoctor.recording.records import Records
 from gpudoctor.recording.validate import is_time
@@ -58,8 +59,11 @@ SPAN_OF = {Code.DATA_WAIT: "data_wait", Code.DATA_WAIT_TOKENIZE: "data_wait", Co
 TOKENIZING = {Code.DATA_WAIT_TOKENIZE, Code.TOKENIZE}
 
 
-def load_stack_rows(root: Path) -> list[dict[str, Any]]:
+def load_stack_rows(root: Path, clock: ClockSteps | None = None) -> list[dict[str, Any]]:
+    """``samples/stacks.jsonl``'s valid rows; ``clock``: the recording's wall-clock steps, taken out."""
     rows, _ = read_samples(Path(root) / "samples" / "stacks.jsonl", _clean_row)
+    if clock:
+        clock.fix_rows(rows, ("t", "t1"))
     return rows
 
 

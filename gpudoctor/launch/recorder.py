@@ -91,6 +91,7 @@ class Recorder:
             "price_source": self.options.price_source,
             "gpus_option": self.options.gpus,
             "gpudoctor_version": __version__,
+            "clock": [_reading()],  # the wall and monotonic clocks now: a step found without any sample row
         }
         if self.options.doctor_priority is not None:
             self.meta["doctor_priority"] = self.options.doctor_priority
@@ -134,6 +135,7 @@ class Recorder:
                 if error is not None and self.write_error is None:
                     self.write_error = error
         self.meta.update(end_time=time.time(), status=status, exit_code=exit_code, nvml_problems=problems)
+        self.meta["clock"] = [*self.meta.get("clock", [])[:1], _reading()]
         if self._host is not None:
             self.meta["sampling"] = {"adaptive": self.options.adaptive, "base_interval_s": self.options.interval_s,
                                      "last_interval_s": round(self._host.interval_s, 3),
@@ -184,3 +186,8 @@ def default_out(mode: str) -> Path:
     Refused in one line when another user can write the current folder (or one above it)."""
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return unique_folder(Path("reports"), f"{mode}-{stamp}")
+
+
+def _reading() -> dict[str, float]:
+    """The wall clock and the monotonic clock at one moment (:mod:`gpudoctor.recording.clock`)."""
+    return {"t": time.time(), "m": round(time.monotonic(), 4)}

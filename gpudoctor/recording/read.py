@@ -53,9 +53,11 @@ from gpudoctor.common import batchlengths
 from gpudoctor.common.safefs import is_holey, is_pinned, open_read
 from gpudoctor.common.wording import plural
 from gpudoctor.core.events import NO_BATCH_WAIT, SpanEvent
+from gpudoctor.recording.clock import ClockSteps
 from gpudoctor.recording.records import LoopData, Records
 from gpudoctor.recording.validate import (
     KNOWN_KINDS,
+    TIME_FIELDS,
     clean_event,
     fast_counter,
     fast_span,
@@ -479,12 +481,15 @@ class EventLoad:
         return self.records.loop
 
 
-def read_events(path: Path, max_line: int = MAX_LINE_BYTES, budget: Budget | None = None) -> EventLoad:
+def read_events(path: Path, max_line: int = MAX_LINE_BYTES, budget: Budget | None = None,
+                clock: ClockSteps | None = None) -> EventLoad:
     """Load ``events/<pid>.jsonl``: valid events kept, bad ones counted, counters summed.
 
     Within ``budget`` (the folder's, shared by its files; a fresh one when None) and the
-    per-file caps: what is beyond them is skipped and said in ``notes``.
+    per-file caps: what is beyond them is skipped and said in ``notes``. ``clock``: the
+    recording's wall-clock steps, taken out of every time on the way in.
     """
+    fix = clock.fix if clock else None
     out = EventLoad()
     budget = budget if budget is not None else Budget()
     issues = ReadIssues(max_line=max_line, max_bytes=max(0, min(MAX_EVENT_FILE_BYTES, budget.bytes_left)))
@@ -511,7 +516,7 @@ def read_events(path: Path, max_line: int = MAX_LINE_BYTES, budget: Budget | Non
                 k = e.get("k")
                 if k == "step":
                     if fast_step(e):
-                        steps.append(e["t"])
+                        steps.append(fix(e["t"]) if fix else e["t"])
                         kept += STEP_BYTES
                         dt = e.get("dt")
                         if type(dt) is float and dt > 0:
@@ -521,6 +526,8 @@ def read_events(path: Path, max_line: int = MAX_LINE_BYTES, budget: Budget | Non
                 elif k == "span":
                     if fast_span(e):
                         t0, dt, c, name = e["t0"], e["dt"], e["c"], e.get("name", "?")
+                        if fix:
+                            t0 = fix(t0)
                         intervals = spans.get(c)
                         if intervals is None:
                             spans[c] = intervals = []
@@ -539,6 +546,8 @@ def read_events(path: Path, max_line: int = MAX_LINE_BYTES, budget: Budget | Non
                         kept_lines += 1
                         continue
                 elif k == "counter" and fast_counter(e):
+                    if fix:
+                        e["t"] = fix(e["t"])
                     times.append(e["t"])
                     records.add(e)
                     kept += kept_bytes(e)
@@ -556,6 +565,10 @@ def read_events(path: Path, max_line: int = MAX_LINE_BYTES, budget: Budget | Non
                 else:
                     unknown["..."] = unknown.get("...", 0) + 1
                 continue
+            if fix:
+                for key in TIME_FIELDS.get(e["k"], ()):
+                    if is_time(e.get(key)):
+                        e[key] = fix(e[key])
             times += [e[key] for key in ("t", "t0") if is_time(e.get(key))]
             records.add(e)  # steps and spans valid, but with ints or odd extras: to the loop as above
             kept += SPAN_BYTES + NAME_BYTES if e["k"] in ("step", "span") else kept_bytes(e)
@@ -606,12 +619,15 @@ def _bound_batch(e: dict[str, Any], budget: Budget) -> None:
     budget.lengths_left -= len(e.get("lengths") or ())
 
 
-def read_spans(path: Path) -> list[SpanEvent]:
+def read_spans(path: Path, clock: ClockSteps | None = None) -> list[SpanEvent]:
     """Every valid ``span`` of ``events/<pid>.jsonl`` with its name, read again for the tables
-    (:class:`LoopData` keeps spans as bare intervals); what validate refuses is left out, as there."""
+    (:class:`LoopData` keeps spans as bare intervals); what validate refuses is left out, as there.
+    ``clock``: the recording's wall-clock steps, taken out as :func:`read_events` does."""
     out: list[SpanEvent] = []
     for e in iter_jsonl(path):
         if type(e) is dict and e.get("k") == "span" and (fast_span(e) or clean_event(e) is not None):
+            if clock:
+                e["t0"] = clock.fix(e["t0"])
             out.append(e)  # type: ignore[arg-type]  # checked: a span's fields, typed as validate checks them
     return out
 

@@ -26,7 +26,8 @@ from gpudoctor.common import safefs
 from gpudoctor.common.errors import UserError
 from gpudoctor.common.termtext import say
 from gpudoctor.common.wording import plural
-from gpudoctor.recording import claim, length_cost, warm_compute
+from gpudoctor.recording import claim, clock, length_cost, warm_compute
+from gpudoctor.recording.clock import ClockSteps
 from gpudoctor.recording.length_cost import LengthCost
 from gpudoctor.recording.read import (  # noqa: F401 - read_jsonl re-exported
     Budget,
@@ -219,6 +220,7 @@ class Recording:
     event_owners: dict[int, int] = field(default_factory=dict)  # pid -> uid owning its events file
     length_cost: LengthCost | None = None  # seconds of a batch at several widths, timed after the run
     warm_compute: WarmCompute | None = None  # a stand-in step back to back and after a build, timed after the run
+    clock: ClockSteps = field(default_factory=ClockSteps)  # the wall clock's steps, taken out of every time on load
 
     @property
     def loops(self) -> dict[int, LoopData]:
@@ -273,6 +275,13 @@ def _load(folder: RunFolder, meta_shown: Path) -> Recording:
             if samples else ([], 0)
         rec.gpu, bad_gpu = read_samples(samples / "gpu.jsonl", clean_gpu_row, notes=rec.notes) \
             if samples else ([], 0)
+    # the wall clock's steps, from the doctor's own rows and its readings at the start and the end
+    rec.clock = clock.from_rows([*rec.host, *rec.gpu, *rec.meta.get("clock", [])])
+    rec.notes += rec.clock.notes
+    if rec.clock:
+        rec.clock.fix_rows(rec.host)
+        rec.clock.fix_rows(rec.gpu)
+        rec.clock.fix_rows([rec.meta], ("start_time", "end_time"))
     bad_events = 0
     extents: list[float] = [r["t"] for rows in (rec.host, rec.gpu) for r in (rows[:1] + rows[-1:])]
     budget = Budget()  # the folder's, shared by its events files
@@ -282,7 +291,7 @@ def _load(folder: RunFolder, meta_shown: Path) -> Recording:
                 pid = int(path.stem)
             except ValueError:
                 continue
-            loaded = read_events(path, budget=budget)
+            loaded = read_events(path, budget=budget, clock=rec.clock)
             bad_events += loaded.bad
             rec.notes += loaded.notes  # a refused file (link, FIFO, stranger's), over-long lines, a cut budget
             if loaded.owner is not None:

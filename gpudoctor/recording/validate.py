@@ -136,6 +136,18 @@ EVENT_FIELDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
     kind: _fields(cls) for kind, cls in events.CHECKED.items()
 }
 
+def _is_time(hint: Any) -> bool:
+    if get_origin(hint) in (Union, UnionType):
+        return any(_is_time(a) for a in get_args(hint))
+    return get_origin(hint) is Annotated and hint.__metadata__[0] == "time"
+
+
+# kind -> its fields that are wall-clock times (``core.events.Time``): what a clock step moves.
+TIME_FIELDS: dict[str, tuple[str, ...]] = {
+    kind: tuple(n for n, h in get_type_hints(cls, include_extras=True).items() if _is_time(h))
+    for kind, cls in events.CHECKED.items()
+}
+
 # TrainingArguments fields the rules compute with: a value of another type is nulled.
 _TRAINER_ARG_CHECKS: dict[str, Check] = {
     "per_device_train_batch_size": is_count,
@@ -266,6 +278,9 @@ _META_CHECKS: dict[str, tuple[Check, Any]] = {
     "nvml_problems": (is_str_list, []),
     "price_per_gpu_hour": (opt(lambda v: is_number(v) and v >= 0), None),
     "gpus_option": (opt(lambda v: is_count(v) and v > 0), None),
+    # the doctor's readings of its wall and monotonic clocks (at the start and the end): clock steps
+    "clock": (lambda v: type(v) is list and len(v) <= 8 and all(type(x) is dict and is_time(x.get("t"))
+                                                                 and is_number(x.get("m")) for x in v), []),
 }
 
 

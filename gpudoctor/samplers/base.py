@@ -29,8 +29,9 @@ class RowWriter(Protocol):
 class Sampler:
     """Calls :meth:`sample` every ``interval_s`` on a daemon thread.
 
-    Each row gets ``"t"`` (epoch seconds, taken just before sampling) and goes to
-    ``writer``. Subclasses implement :meth:`sample`; returning ``None`` skips a row.
+    Each row gets ``"t"`` (epoch seconds, taken just before sampling) and ``"m"`` (the
+    monotonic clock at the same moment: where the two part, the wall clock was stepped,
+    :mod:`gpudoctor.recording.clock`) and goes to ``writer``. Subclasses implement :meth:`sample`; returning ``None`` skips a row.
     """
 
     name = "sampler"
@@ -74,12 +75,12 @@ class Sampler:
 
     def tick(self) -> None:
         """Take one sample and write it; errors are recorded, not raised."""
-        t = time.time()
+        t, m = time.time(), time.monotonic()
         try:
             row = self.sample()
             if row is not None:
                 if self.writer is not None:
-                    self.writer.write({"t": t, **row})
+                    self.writer.write({"t": t, "m": round(m, 4), **row})
                 self.rows_written += 1
         except Exception as exc:  # recorded in self.errors and reported by the caller
             self._record_error(exc)

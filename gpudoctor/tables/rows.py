@@ -56,10 +56,10 @@ def event_rows(a: Analysis, run: str) -> Rows:
     rec, t0 = a.rec, a.start
     rows: Rows = []
     ranks = {p.pid: p.rank for p in a.procs}  # a training process's rank as the analysis reads it
-    stacks = load_stack_rows(rec.root)
+    stacks = load_stack_rows(rec.root, rec.clock)
     sampled = sampled_records(stacks, skip_pids=set(rec.events))
     procs = {pid: r.proc for pid, r in itertools.chain(sampled.items(), rec.events.items()) if r.proc is not None}
-    hooked = ((pid, read_spans(rec.root / "events" / f"{pid}.jsonl")) for pid in sorted(rec.events))
+    hooked = ((pid, read_spans(rec.root / "events" / f"{pid}.jsonl", rec.clock)) for pid in sorted(rec.events))
     for pid, spans in itertools.chain(hooked, sorted(sampled_spans(stacks, skip_pids=set(rec.events)).items())):
         proc = procs.get(pid, ProcEvent(k="proc"))
         rank, worker = ranks.get(pid, proc.get("rank")), proc.get("is_worker")
