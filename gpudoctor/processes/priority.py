@@ -4,7 +4,10 @@ Why: on a host whose cores the training keeps busy (torch threads, DataLoader
 workers), every cycle the doctor takes comes out of the patient, and torch's
 thread pool loses more than its share when one of its threads is preempted.
 So the doctor, its threads and py-spy run ``SCHED_IDLE`` (else nice 19) with
-the idle I/O class.
+the idle I/O class. Two yield but keep their turn, at nice 19: py-spy (its samples
+would fall only where the patient waits) and the host sampler's thread (:func:`in_turn`:
+idle, on a saturated host its once-a-second tick came every 3-10 s and the memory line
+went thin), where the doctor may leave ``SCHED_IDLE`` (root, or RLIMIT_NICE).
 
 On Linux these belong to a *thread*, and a new thread or child inherits its
 creator's. Hence: :func:`lower_doctor` lowers every thread of the doctor and is
@@ -43,6 +46,7 @@ with contextlib.suppress(OSError, TypeError):  # the process's own symbols: find
     _libc = ctypes.CDLL(None, use_errno=True)
 
 _spawner: _Spawner | None = None
+_in_turn: set[int] = set()  # native ids of the threads that keep their ticks in turn (in_turn)
 IDLE_SWITCH_S = 0.1  # the GIL switch interval of an idle doctor (see lower_doctor)
 _saved_switch_s: float | None = None  # the interval before lower_doctor, restored by restore_doctor
 
@@ -59,6 +63,40 @@ def _lower_thread(tid: int) -> tuple[str, str]:
         cpu = "SCHED_IDLE"
     io = "idle" if set_ioprio(tid, IOPRIO_CLASS_IDLE) else "unchanged"
     return cpu, io
+
+
+def _turn_thread(tid: int) -> str:
+    """Thread ``tid`` at nice 19 under SCHED_OTHER with idle I/O: it yields to the patient but is
+    scheduled in turn; leaving SCHED_IDLE needs CAP_SYS_NICE (root) or RLIMIT_NICE, else it stays."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, tid, NICE_IDLE)
+    set_ioprio(tid, IOPRIO_CLASS_IDLE)
+    try:
+        os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+    except (OSError, AttributeError):
+        return "SCHED_IDLE"
+    return f"nice {NICE_IDLE}"
+
+
+def in_turn() -> str:
+    """The calling thread keeps its ticks on a saturated host: nice 19, not ``SCHED_IDLE``; said as
+    for meta.json. For the host sampler: idle, on a host whose cores the training and other
+    programs keep busy, it got a tick every 3-10 s where it asked for one a second (a memory line
+    of 7 rows where 8 draw one). At nice 19 a tick (~1 ms, once a second there) still yields to the
+    patient, as py-spy does (:func:`sampler_nice`). :func:`lower_doctor` keeps such a thread so;
+    :func:`out_of_turn` when it ends."""
+    tid = threading.get_native_id()
+    _in_turn.add(tid)
+    try:
+        idle = os.sched_getscheduler(0) == os.SCHED_IDLE
+    except (OSError, AttributeError):
+        return "unchanged"
+    return _turn_thread(tid) if idle else "unchanged"
+
+
+def out_of_turn() -> None:
+    """The calling thread is ending: its id may be another thread's next."""
+    _in_turn.discard(threading.get_native_id())
 
 
 def lower_self() -> None:
@@ -147,6 +185,9 @@ def lower_doctor() -> dict[str, str]:
         if not tids:
             break
         for tid in sorted(tids):
+            if tid in _in_turn:  # the host sampler: nice 19, said on its own (in_turn)
+                _turn_thread(tid)
+                continue
             lowered = _lower_thread(tid)
             if lowered[0] != "unchanged" or tid == 0 or os.path.exists(f"/proc/self/task/{tid}"):
                 got.append(lowered)  # (a thread that ended meanwhile was not left unlowered)

@@ -12,7 +12,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gpudoctor.processes.priority import name_thread
+from gpudoctor.processes.priority import in_turn, name_thread, out_of_turn
 
 if TYPE_CHECKING:
     from gpudoctor.samplers.pace import Pace
@@ -35,6 +35,7 @@ class Sampler:
     """
 
     name = "sampler"
+    in_turn = False  # keep its ticks on a saturated host: nice 19 rather than SCHED_IDLE (priority.in_turn)
 
     def __init__(self, writer: RowWriter | None, interval_s: float = 0.1, pace: Pace | None = None) -> None:
         if interval_s <= 0:
@@ -49,6 +50,7 @@ class Sampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._stopped = False
+        self.native_id: int | None = None  # the sampling thread's, once it runs
 
     def sample(self) -> dict[str, Any] | None:
         raise NotImplementedError
@@ -87,10 +89,15 @@ class Sampler:
 
     def _run(self) -> None:
         name_thread(f"gd-{self.name}")
+        self.native_id = threading.get_native_id()
+        if self.in_turn:
+            in_turn()
         try:
             self._loop()
         finally:
             self.cpu_s = time.thread_time()
+            if self.in_turn:
+                out_of_turn()
 
     def _loop(self) -> None:
         next_t = time.monotonic()
