@@ -79,14 +79,17 @@ def _turn_thread(tid: int) -> str:
 
 
 def in_turn() -> str:
-    """The calling thread keeps its ticks on a saturated host: nice 19, not ``SCHED_IDLE``; said as
-    for meta.json. For the host sampler: idle, on a host whose cores the training and other
+    """The calling thread keeps its ticks on a saturated host: nice 19, not ``SCHED_IDLE``; returns
+    what it got ("nice 19"; "SCHED_IDLE" where it may not leave it; "unchanged" where it was not
+    lowered, as in the training's own process). For the host sampler: idle, on a host whose cores the training and other
     programs keep busy, it got a tick every 3-10 s where it asked for one a second (a memory line
     of 7 rows where 8 draw one). At nice 19 a tick (~1 ms, once a second there) still yields to the
     patient, as py-spy does (:func:`sampler_nice`). :func:`lower_doctor` keeps such a thread so;
     :func:`out_of_turn` when it ends."""
     tid = threading.get_native_id()
     _in_turn.add(tid)
+    if _saved_switch_s is None:  # not a doctor lowered by lower_doctor (the Python API, in the training)
+        return "unchanged"
     try:
         idle = os.sched_getscheduler(0) == os.SCHED_IDLE
     except (OSError, AttributeError):
