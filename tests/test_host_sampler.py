@@ -28,7 +28,7 @@ time.sleep(0.4)
 """
 
 ROW_KEYS = {
-    "t", "cpu_proc_pct", "cpu_main_pct", "procs", "n_procs", "rss_mib", "read_mib_s",
+    "t", "m", "cpu_proc_pct", "cpu_main_pct", "procs", "n_procs", "rss_mib", "read_mib_s",
     "write_mib_s", "n_cpus", "cpu_percore_pct", "cpu_total_pct", "iowait_pct",
     "disk_read_mib_s", "disk_write_mib_s", "mem_available_mib",
 }  # fmt: skip

@@ -73,6 +73,8 @@ def _shifted(src: Path, dst: Path, by_s: float) -> Path:
     for path in [dst / "meta.json", *dst.glob("events/*.jsonl"), *dst.glob("samples/*.jsonl")]:
         if path.suffix == ".json":
             meta = json.loads(path.read_text())
+            # the doctor's own readings of its wall clock run ahead too (beside the monotonic one)
+            meta["clock"] = [{**r, "t": r["t"] + by_s} for r in meta.get("clock", [])]
             path.write_text(json.dumps({k: v + by_s if k in TIME_KEYS and isinstance(v, float) else v
                                         for k, v in meta.items()}))
             continue

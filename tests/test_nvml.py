@@ -86,7 +86,7 @@ def rows_of(sampler: GpuSampler) -> list[dict]:
 def test_rows_match_golden_and_unsupported_is_null(sampler: GpuSampler) -> None:
     sampler.tick()
     (row,) = rows_of(sampler)
-    assert isinstance(row.pop("t"), float)
+    assert isinstance(row.pop("t"), float) and isinstance(row.pop("m"), float)  # wall and monotonic clocks
     assert row == {"gpus": [ROW_GPU0, ROW_GPU1, ROW_GPU2]}
 
 
