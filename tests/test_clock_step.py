@@ -73,3 +73,14 @@ def test_steps_a_row_gap_cannot_separate_are_said_not_undone() -> None:
     two = from_rows([{"t": 0.0, "m": 0.0}, {"t": 20.5, "m": 0.5}, {"t": 21.0, "m": 1.0}, {"t": 51.5, "m": 1.5}])
     assert two.shift == (20.0, 50.0)
     assert [two.fix(t) for t in (0.4, 20.6, 21.0, 51.4, 51.5)] == pytest.approx([0.4, 0.6, 1.0, 1.4, 1.5])
+
+
+def test_forged_readings_neither_raise_nor_flood_the_notes() -> None:
+    """A run folder may come from anyone: readings past any clock's range, and a thousand steps."""
+    odd = [{"t": 100.0, "m": 1e300}, {"t": 1e17, "m": 2e300}, {"t": 1e300, "m": 5.0}, {"t": 100.0, "m": float("nan")}]
+    assert not from_rows(odd)
+    absurd = from_rows([{"t": 0.0, "m": 1.0}, {"t": 1e300, "m": 2.0}])
+    assert absurd and absurd.notes[0].startswith("The wall clock was stepped")
+    many = [{"t": 100.0 * i + (0.0 if i % 2 else 50.0), "m": float(i)} for i in range(1000)]
+    steps = from_rows(many)
+    assert len(steps.notes) == 6 and steps.notes[-1].startswith("... and ")

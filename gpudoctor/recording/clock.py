@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MIN_STEP_S = 1.0  # under this, a step is within what the rows' own timing spreads (a late tick)
+MAX_NOTES = 5  # a folder may come from anyone: a forged file of steps says a few, then how many more
+MAX_MONOTONIC_S = 1e10  # a monotonic reading is seconds since boot: past this it is not one
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,8 @@ def from_rows(rows: Sequence[dict[str, Any]]) -> ClockSteps:
     notes: list[str] = []
     total = 0.0
     prev: tuple[float, float] | None = None
-    timed = sorted(((row["t"], row["m"]) for row in rows if _number(row.get("t")) and _number(row.get("m"))),
-                   key=lambda tm: tm[1])  # in the order they were taken (a step back reorders them by wall time)
+    timed = sorted(((row["t"], row["m"]) for row in rows if _number(row.get("t")) and _number(row.get("m"))
+                    and 0 <= row["m"] < MAX_MONOTONIC_S), key=lambda tm: tm[1])  # in the order they were taken (a step back reorders them by wall time)
     for t, m in timed:
         if prev is not None:
             dm = m - prev[1]
@@ -81,6 +83,8 @@ def from_rows(rows: Sequence[dict[str, Any]]) -> ClockSteps:
                              "times recorded around it cannot be told apart, so they stand as recorded: durations "
                              "across it are off by that much.")
         prev = (t, m)
+    if len(notes) > MAX_NOTES:
+        notes[MAX_NOTES:] = [f"... and {len(notes) - MAX_NOTES} more wall-clock steps."]
     return ClockSteps(tuple(after), tuple(shift), tuple(notes))
 
 
@@ -89,4 +93,7 @@ def _number(v: object) -> bool:
 
 
 def _clock(t: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(t))
+    try:
+        return time.strftime("%H:%M:%S", time.localtime(t))
+    except (OverflowError, ValueError, OSError):  # a forged time: said, never raised
+        return "an unreadable time"
