@@ -136,6 +136,7 @@ EVENT_FIELDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
     kind: _fields(cls) for kind, cls in events.CHECKED.items()
 }
 
+
 def _is_time(hint: Any) -> bool:
     if get_origin(hint) in (Union, UnionType):
         return any(_is_time(a) for a in get_args(hint))

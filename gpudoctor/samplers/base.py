@@ -31,7 +31,8 @@ class Sampler:
 
     Each row gets ``"t"`` (epoch seconds, taken just before sampling) and ``"m"`` (the
     monotonic clock at the same moment: where the two part, the wall clock was stepped,
-    :mod:`gpudoctor.recording.clock`) and goes to ``writer``. Subclasses implement :meth:`sample`; returning ``None`` skips a row.
+    :mod:`gpudoctor.recording.clock`) and goes to ``writer``. Subclasses implement
+    :meth:`sample`; returning ``None`` skips a row.
     """
 
     name = "sampler"
@@ -50,7 +51,6 @@ class Sampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._stopped = False
-        self.native_id: int | None = None  # the sampling thread's, once it runs
 
     def sample(self) -> dict[str, Any] | None:
         raise NotImplementedError
@@ -89,7 +89,6 @@ class Sampler:
 
     def _run(self) -> None:
         name_thread(f"gd-{self.name}")
-        self.native_id = threading.get_native_id()
         if self.in_turn:
             in_turn()
         try:
