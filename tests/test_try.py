@@ -119,7 +119,7 @@ def test_the_pairs_measured_stand_when_the_first_is_not() -> None:
     plan = Plan("io_bound", {"rule": "io_bound", "fix": {"summary": "workers"}}, [])  # type: ignore[typeddict-item]
     short = "the trial ran 4 steady steps in the common 1.0 s of training"
     slow, fast = Rate(10.0, 40, 3, 4.0), Rate(25.0, 100, 3, 4.0)
-    pairs = [section.pair(slow, fast, "trial", short), section.pair(slow, fast, "pairs/2", None)]
+    pairs = [section.pair(None, "trial", short), section.pair((slow, fast), "pairs/2", None)]
     assert pairs[0]["speedup"] is None and pairs[0]["unmeasured"] == short and pairs[1]["speedup"] == 2.5
     built = section.build(plan, prediction=None, baseline=slow, trial=fast, applied=[], seconds=4.0, trial_run=None,
                           notes=[], unmeasured=short, pairs=pairs)

@@ -27,10 +27,14 @@ from gpudoctor.common.termtext import say
 
 if TYPE_CHECKING:
     from gpudoctor.core.schema import Pair, Report, Trial
-    from gpudoctor.launch.launcher import RunSpec, View
+    from gpudoctor.launch.launcher import Launched, RunSpec, View
     from gpudoctor.live.view import Limited
+    from gpudoctor.tryfix.limit import TrainingLimit
     from gpudoctor.tryfix.outputs import Output, Seen
     from gpudoctor.tryfix.plan import Plan
+    from gpudoctor.tryfix.steady import Rate
+
+    Rates = tuple[Rate, Rate]  # the baseline's and the trial's steady rates over one window
 
 HELP = "measure a finding's fix on the command itself, before editing code"
 DESCRIPTION = ("Profile CMD for S seconds of training (the baseline), then run CMD again for S seconds of "
@@ -70,12 +74,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     # the analysis, the launcher and the fix planner load only when a trial runs (the CLI starts fast)
-    from gpudoctor.analysis import analyze
     from gpudoctor.common import safefs
-    from gpudoctor.hooks.apply import ENV
-    from gpudoctor.launch.launcher import TRIAL_UNTIMED, RunSpec, run
+    from gpudoctor.launch.launcher import RunSpec, run
     from gpudoctor.launch.recorder import default_out
-    from gpudoctor.recording.store import load_recording
     from gpudoctor.rules import knobs
     from gpudoctor.tryfix import outputs, steady
     from gpudoctor.tryfix import plan as planning
@@ -131,30 +132,24 @@ def main(args: argparse.Namespace) -> int:
     if trial_command != command:
         values = "; ".join(x for x in (shlex.join(trial_command), values) if x)
     say(f"gpudoctor try: trial: {plan.rule} with {values}, {seconds:g} s of training", file=sys.stderr)
-    trial = run(replace(spec, command=trial_command, out=folder / TRIAL_DIR,
-                        extra_env={ENV: str((folder / APPLY_FILE).resolve())}, limit=limit, summary=False,
-                        untimed=TRIAL_UNTIMED,
-                        view=_progress(args, f"try: trial of {plan.rule}", limit)))
+    trial, a_trial = _doctored(args, spec, trial_command, folder / TRIAL_DIR, folder / APPLY_FILE, limit,
+                               f"try: trial of {plan.rule}")
     trial_code, trial_report = trial.code, trial.report
-    # the trial's report failed (said on stderr): its recording is still read for the comparison
-    a_trial = trial.diagnosis.analysis if trial.diagnosis is not None else analyze(load_recording(trial.folder))
     notes = _plan_notes(plan) + _output_notes(written)
     if limit.note:
         notes.append(limit.note)
     crash = _crash(trial_code, limit.stopped, a_trial)
-    length, unmeasured = _window(a, a_trial, crash)
+    length, rates, unmeasured = _window(a, a_trial, crash)
     pairs = None
     if args.pairs > 1 and crash is None:
-        first = trial_section.pair(steady.steady_rate(a, length), steady.steady_rate(a_trial, length), TRIAL_DIR,
-                                   unmeasured)
-        more, said = _more_pairs(args, spec, command, edited, seen, folder, max(STARTUP_CAP_MIN_S, 3 * startup))
-        pairs = [first, *more]
+        more, said = _more_pairs(args, spec, command, edited, seen, folder, limit.startup_cap_s)
+        pairs = [trial_section.pair(rates, TRIAL_DIR, unmeasured), *more]
         notes += said
     section = trial_section.build(
         plan,
         prediction=knobs.predict(a, findings, plan.rule, plan.workers),
-        baseline=steady.steady_rate(a, length) if unmeasured is None else None,
-        trial=steady.steady_rate(a_trial, length) if unmeasured is None else None,
+        baseline=rates[0] if rates else None,
+        trial=rates[1] if rates else None,
         applied=trial_section.applied_events(a_trial.rec.events),
         seconds=seconds,
         trial_run={"folder": TRIAL_DIR, "exit_code": trial_code, "stopped": limit.stopped,
@@ -200,23 +195,24 @@ def _crash(code: int, stopped: bool, a_trial: Any) -> dict[str, Any] | None:
 MIN_COMPARE_STEPS = 10  # steady steps each run needs in the common window for a comparison
 
 
-def _window(a: Any, a_trial: Any, crash: dict[str, Any] | None) -> tuple[float | None, str | None]:
-    """The common length of training both runs are measured over, or why they cannot be compared."""
+def _window(a: Any, a_trial: Any, crash: dict[str, Any] | None) -> tuple[float | None, Rates | None, str | None]:
+    """The common length of training both runs are measured over and their steady rates over it;
+    or why they cannot be compared (no rates)."""
     from gpudoctor.tryfix import steady
 
     if crash is not None:
-        return None, f"the trial crashed (exit code {crash['exit_code']}) after {crash['steps']} steps"
+        return None, None, f"the trial crashed (exit code {crash['exit_code']}) after {crash['steps']} steps"
     lengths = [steady.training_s(a), steady.training_s(a_trial)]
     if lengths[0] is None or lengths[1] is None:
-        return None, "a run reached no training step"
+        return None, None, "a run reached no training step"
     length = min(lengths[0], lengths[1])
-    rates = [steady.steady_rate(a, length), steady.steady_rate(a_trial, length)]
+    rates = (steady.steady_rate(a, length), steady.steady_rate(a_trial, length))
     short = min(r.steps for r in rates)
     if short < MIN_COMPARE_STEPS:
         which = "the trial" if rates[1].steps <= rates[0].steps else "the baseline"
-        return length, (f"{which} ran {short} steady steps in the common {length:.1f} s of training, fewer than the "
-                        f"{MIN_COMPARE_STEPS} a comparison needs; raise --seconds")
-    return length, None
+        return length, None, (f"{which} ran {short} steady steps in the common {length:.1f} s of training, fewer "
+                              f"than the {MIN_COMPARE_STEPS} a comparison needs; raise --seconds")
+    return length, rates, None
 
 
 def _more_pairs(args: argparse.Namespace, spec: RunSpec, command: list[str], edited: list[str] | None,
@@ -225,11 +221,7 @@ def _more_pairs(args: argparse.Namespace, spec: RunSpec, command: list[str], edi
     training, recorded (their steps are what is measured) but not timed after (nothing is predicted
     from them), each writing its own copies of the outputs the command line names. A run that
     crashes ends the pairs; the ones measured stand."""
-    from gpudoctor.analysis import analyze
-    from gpudoctor.hooks.apply import ENV
-    from gpudoctor.launch.launcher import TRIAL_UNTIMED, run
-    from gpudoctor.recording.store import load_recording
-    from gpudoctor.tryfix import outputs, steady
+    from gpudoctor.tryfix import outputs
     from gpudoctor.tryfix import section as trial_section
     from gpudoctor.tryfix.limit import TrainingLimit
 
@@ -244,10 +236,8 @@ def _more_pairs(args: argparse.Namespace, spec: RunSpec, command: list[str], edi
             cmd = outputs.redirect(((edited or command) if side == "trial" else command), written)
             limit = TrainingLimit(out / "events", seconds, startup_cap_s)
             say(f"gpudoctor try: pair {k} of {args.pairs}: {side}, {seconds:g} s of training", file=sys.stderr)
-            env = {ENV: str((folder / APPLY_FILE).resolve())} if side == "trial" else None
-            done = run(replace(spec, command=cmd, out=out, extra_env=env, limit=limit, summary=False,
-                               untimed=TRIAL_UNTIMED, view=_progress(args, f"try: pair {k}, {side}", limit)))
-            a = done.diagnosis.analysis if done.diagnosis is not None else analyze(load_recording(done.folder))
+            done, a = _doctored(args, spec, cmd, out, folder / APPLY_FILE if side == "trial" else None, limit,
+                                f"try: pair {k}, {side}")
             crash = _crash(done.code, limit.stopped, a)
             if crash is not None:
                 notes.append(f"Pair {k}'s {side} crashed (exit code {crash['exit_code']}; its recording is in "
@@ -256,13 +246,28 @@ def _more_pairs(args: argparse.Namespace, spec: RunSpec, command: list[str], edi
             runs.append(a)
         if len(runs) < 2:
             break
-        length, unmeasured = _window(runs[0], runs[1], None)
-        pairs.append(trial_section.pair(steady.steady_rate(runs[0], length), steady.steady_rate(runs[1], length),
-                                        f"{PAIRS_DIR}/{k}", unmeasured))
+        _, rates, unmeasured = _window(runs[0], runs[1], None)
+        pairs.append(trial_section.pair(rates, f"{PAIRS_DIR}/{k}", unmeasured))
     notes.append(f"{len(pairs) + 1} before/after pairs ran back to back, each run {seconds:g} s of training (pair 1 is "
                  f"this report's run and {TRIAL_DIR}/, pair k is in {PAIRS_DIR}/k/): the achieved speedup is the median "
                  "of the measured pairs' own speedups, the steps/s each side's median.")
     return pairs, notes
+
+
+def _doctored(args: argparse.Namespace, spec: RunSpec, command: list[str], out: Path, apply: Path | None,
+              limit: TrainingLimit, label: str) -> tuple[Launched, Any]:
+    """One more recorded run of the command (the trial, or a repeat pair's side) for ``--seconds``
+    of training, not timed after (it is measured, not predicted), with the fix's values where
+    ``apply`` names them; and its analysis, read from its recording where its report failed (said
+    on stderr)."""
+    from gpudoctor.analysis import analyze
+    from gpudoctor.hooks.apply import ENV
+    from gpudoctor.launch.launcher import TRIAL_UNTIMED, run
+    from gpudoctor.recording.store import load_recording
+
+    done = run(replace(spec, command=command, out=out, extra_env={ENV: str(apply.resolve())} if apply else None,
+                       limit=limit, summary=False, untimed=TRIAL_UNTIMED, view=_progress(args, label, limit)))
+    return done, done.diagnosis.analysis if done.diagnosis is not None else analyze(load_recording(done.folder))
 
 
 def _plan_notes(plan: Plan) -> list[str]:

@@ -65,36 +65,31 @@ def _lower_thread(tid: int) -> tuple[str, str]:
     return cpu, io
 
 
-def _turn_thread(tid: int) -> str:
+def _turn_thread(tid: int) -> None:
     """Thread ``tid`` at nice 19 under SCHED_OTHER with idle I/O: it yields to the patient but is
     scheduled in turn; leaving SCHED_IDLE needs CAP_SYS_NICE (root) or RLIMIT_NICE, else it stays."""
     with contextlib.suppress(OSError, AttributeError):
         os.setpriority(os.PRIO_PROCESS, tid, NICE_IDLE)
     set_ioprio(tid, IOPRIO_CLASS_IDLE)
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
-    except (OSError, AttributeError):
-        return "SCHED_IDLE"
-    return f"nice {NICE_IDLE}"
 
 
-def in_turn() -> str:
-    """The calling thread keeps its ticks on a saturated host: nice 19, not ``SCHED_IDLE``; returns
-    what it got ("nice 19"; "SCHED_IDLE" where it may not leave it; "unchanged" where it was not
-    lowered, as in the training's own process). For the host sampler: idle, on a host whose cores the training and other
-    programs keep busy, it got a tick every 3-10 s where it asked for one a second (a memory line
-    of 7 rows where 8 draw one). At nice 19 a tick (~1 ms, once a second there) still yields to the
-    patient, as py-spy does (:func:`sampler_nice`). :func:`lower_doctor` keeps such a thread so;
+def in_turn() -> None:
+    """The calling thread keeps its ticks on a saturated host: nice 19, not ``SCHED_IDLE``, in a
+    doctor lowered by :func:`lower_doctor` (never in the training's own process: the Python API).
+    For the host sampler: idle, on a host whose cores the training and other programs keep busy,
+    it got a tick every 3-10 s where it asked for one a second (a memory line of 7 rows where 8
+    draw one). At nice 19 a tick (~1 ms, once a second there) still yields to the patient, as
+    py-spy does (:func:`sampler_nice`). :func:`lower_doctor` keeps such a thread so;
     :func:`out_of_turn` when it ends."""
     tid = threading.get_native_id()
     _in_turn.add(tid)
-    if _saved_switch_s is None:  # not a doctor lowered by lower_doctor (the Python API, in the training)
-        return "unchanged"
-    try:
-        idle = os.sched_getscheduler(0) == os.SCHED_IDLE
-    except (OSError, AttributeError):
-        return "unchanged"
-    return _turn_thread(tid) if idle else "unchanged"
+    if _saved_switch_s is None:  # not a lowered doctor
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        if os.sched_getscheduler(0) == os.SCHED_IDLE:
+            _turn_thread(tid)
 
 
 def out_of_turn() -> None:

@@ -36,7 +36,7 @@ class Sampler:
     """
 
     name = "sampler"
-    in_turn = False  # keep its ticks on a saturated host: nice 19 rather than SCHED_IDLE (priority.in_turn)
+    keeps_turn = False  # its ticks on time on a saturated host: nice 19 rather than SCHED_IDLE (priority.in_turn)
 
     def __init__(self, writer: RowWriter | None, interval_s: float = 0.1, pace: Pace | None = None) -> None:
         if interval_s <= 0:
@@ -89,13 +89,13 @@ class Sampler:
 
     def _run(self) -> None:
         name_thread(f"gd-{self.name}")
-        if self.in_turn:
+        if self.keeps_turn:
             in_turn()
         try:
             self._loop()
         finally:
             self.cpu_s = time.thread_time()
-            if self.in_turn:
+            if self.keeps_turn:
                 out_of_turn()
 
     def _loop(self) -> None:

@@ -68,7 +68,7 @@ class HostSampler(Sampler):
     """Samples the process tree under ``root_pid`` and the host, every ``interval_s``."""
 
     name = "host"
-    in_turn = True  # its memory and other-programs rows are levels: a tick skipped is a point lost
+    keeps_turn = True  # its memory and other-programs rows are levels: a tick skipped is a point lost
 
     def __init__(
         self,

@@ -133,12 +133,9 @@ def _r(x: float | None) -> float | None:
     return round(x, 4) if isinstance(x, (int, float)) else None
 
 
-def pair(baseline: Rate | None, trial: Rate | None, folder: str, unmeasured: str | None) -> Pair:
+def pair(rates: tuple[Rate, Rate] | None, folder: str, unmeasured: str | None) -> Pair:
     """One before/after pair's rates and ratio (none where it could not be measured)."""
-    b = baseline.steps_per_s if baseline is not None and unmeasured is None else None
-    t = trial.steps_per_s if trial is not None and unmeasured is None else None
-    if b and t is not None:
-        return {"baseline_steps_per_s": _r(b), "trial_steps_per_s": _r(t), "speedup": _r(t / b), "folder": folder,
-                "unmeasured": None}
-    return {"baseline_steps_per_s": _r(b), "trial_steps_per_s": _r(t), "speedup": None, "folder": folder,
-            "unmeasured": unmeasured or "steady-state steps/s unavailable: too few steps; raise --seconds"}
+    b, t = (rates[0].steps_per_s, rates[1].steps_per_s) if rates else (None, None)
+    return {"baseline_steps_per_s": _r(b), "trial_steps_per_s": _r(t), "speedup": _r(t / b) if b and t is not None else None,
+            "folder": folder, "unmeasured": None if b and t is not None else
+            unmeasured or "steady-state steps/s unavailable: too few steps; raise --seconds"}
