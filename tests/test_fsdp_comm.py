@@ -92,7 +92,7 @@ def test_try_keeps_fsdp2s_parameters_in_its_own_ranks_and_stops_them_cleanly(tmp
     step_s = probe_run("fsdp_comm", "--steps", str(STEPS), launcher=_torchrun()).report["steps"]["step_time_s"]["p90"]
     seconds = max(4.0, 2 * (MIN_COMPARE_STEPS + 4) * step_s)
     out = tmp_path / "try"
-    proc = run_cli("try", "--out", str(out), "--seconds", f"{seconds:.1f}", "--", *_torchrun(), str(PROBES / "fsdp_comm.py"),
+    proc = run_cli("try", "--out", str(out), "--seconds", f"{seconds:.1f}", "--pairs", "1", "--", *_torchrun(), str(PROBES / "fsdp_comm.py"),
                    "--steps", "5000", timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())

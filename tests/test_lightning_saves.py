@@ -71,7 +71,7 @@ def test_check_fails_the_lightning_run_that_saves_every_step(every_step):
 
 def test_try_sets_modelcheckpoint_and_measures_it(tmp_path):
     folder = tmp_path / "try"
-    proc = run_cli("try", "--fix", "checkpoint_overhead", "--seconds", "6", "--out", str(folder), "--",
+    proc = run_cli("try", "--fix", "checkpoint_overhead", "--seconds", "6", "--pairs", "1", "--out", str(folder), "--",
                    sys.executable, SCRIPT, "--dir",
                    str(tmp_path / "ckpt"), "--every", "1", "--steps", "400", "--mb", "48")
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -21,7 +21,7 @@ def test_try_sets_a_save_interval_through_the_scripts_own_flag(tmp_path: Path) -
     value, as ``run`` prescribes it (one knob, one value: #40), and saves that often, into its own copy
     of the checkpoint folder the baseline made (the baseline's left as it was)."""
     out, ckpts = tmp_path / "try", tmp_path / "ckpts"
-    proc = run_cli("try", "--out", str(out), "--seconds", "7", "--fix", "checkpoint_overhead", "--",
+    proc = run_cli("try", "--out", str(out), "--seconds", "7", "--pairs", "1", "--fix", "checkpoint_overhead", "--",
                    "python", str(PROBES / "fsync_checkpoints.py"), "--steps", "300", "--n-embd", "128",
                    "--out-dir", str(ckpts), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -32,7 +32,7 @@ def test_try_sets_a_save_interval_through_the_scripts_own_flag(tmp_path: Path) -
     trial = report["trial"]
     assert trial["values"] == {"command_line": {"--save-every": save_steps}} and trial["complete"] is True
     assert trial["predicted_speedup"] == pytest.approx(finding["predicted_speedup"], abs=1e-3)
-    assert trial["pairs"] is None  # one pair, the default: the speedup is its two rates' ratio
+    assert trial["pairs"] is None  # one pair (--pairs 1): the speedup is its two rates' ratio
     assert trial["achieved_speedup"] == pytest.approx(trial["trial_steps_per_s"] / trial["baseline_steps_per_s"],
                                                       abs=1e-3)
     assert f"--save-every {save_steps}" in proc.stderr  # the trial's command, said before it runs
@@ -58,7 +58,7 @@ def test_try_sets_a_save_interval_through_the_scripts_own_flag(tmp_path: Path) -
 
 def test_try_thins_a_loops_saves_and_says_so(tmp_path: Path) -> None:
     out = tmp_path / "try"
-    proc = run_cli("try", "--out", str(out), "--seconds", "7", "--fix", "checkpoint_overhead", "--",
+    proc = run_cli("try", "--out", str(out), "--seconds", "7", "--pairs", "1", "--fix", "checkpoint_overhead", "--",
                    "python", str(ROOT / "tests" / "scripts" / "save_each_step.py"), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())

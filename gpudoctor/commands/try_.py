@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from gpudoctor.commands import flags
 from gpudoctor.common.errors import UserError
 from gpudoctor.common.termtext import say
+from gpudoctor.tryfix import confirm
 
 if TYPE_CHECKING:
     from gpudoctor.core.schema import Pair, Report, Trial
@@ -60,10 +61,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "finding the hooks can apply)")
     p.add_argument("--seconds", type=flags.positive, default=60.0, metavar="S",
                    help="seconds of training per run, counted from the first step (default 60)")
-    p.add_argument("--pairs", type=flags.count, default=1, metavar="N",
+    p.add_argument("--pairs", type=flags.count, default=None, metavar="N",
                    help="measure N before/after pairs, back to back, and report the median of their speedups "
-                        f"(default 1, at most {MAX_PAIRS}): on a machine whose speed moves between runs (a shared "
-                        "or virtual one) one pair lands wherever it was")
+                        f"(at most {MAX_PAIRS}): on a machine whose speed moves between runs (a shared or virtual "
+                        f"one) one pair lands wherever it was. Default: 1, and {confirm.PAIRS - 1} more when its "
+                        f"speedup is more than {confirm.PROMISE:.0%} from the prediction (--pairs 1: never more)")
     p.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
                    help="try this value instead of (or besides) the fix's own, e.g. --set num_workers=2")
     p.add_argument("--interval", type=flags.interval, default=0.1, help="sampling period in seconds (default 0.1)")
@@ -88,7 +90,7 @@ def main(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise UserError("no command to try; usage: gpudoctor try [--fix RULE] [--seconds S] -- python train.py")
-    if args.pairs > MAX_PAIRS:
+    if args.pairs is not None and args.pairs > MAX_PAIRS:
         raise UserError(f"--pairs {args.pairs} is more than {MAX_PAIRS}; each pair runs the command twice: use at most "
                         f"{MAX_PAIRS}")
     sets = planning.parse_sets(args.set)
@@ -140,14 +142,19 @@ def main(args: argparse.Namespace) -> int:
         notes.append(limit.note)
     crash = _crash(trial_code, limit.stopped, a_trial)
     length, rates, unmeasured = _window(a, a_trial, crash)
+    prediction = knobs.predict(a, findings, plan.rule, plan.workers)
+    first = trial_section.pair(rates, TRIAL_DIR, unmeasured)
+    wanted, why = confirm.pairs_wanted(args.pairs, prediction, first["speedup"])
     pairs = None
-    if args.pairs > 1 and crash is None:
-        more, said = _more_pairs(args, spec, command, edited, seen, folder, limit.startup_cap_s)
-        pairs = [trial_section.pair(rates, TRIAL_DIR, unmeasured), *more]
+    if wanted > 1 and crash is None:
+        if why:
+            notes.append(why)
+        more, said = _more_pairs(args, spec, command, edited, seen, folder, limit.startup_cap_s, wanted)
+        pairs = [first, *more]
         notes += said
     section = trial_section.build(
         plan,
-        prediction=knobs.predict(a, findings, plan.rule, plan.workers),
+        prediction=prediction,
         baseline=rates[0] if rates else None,
         trial=rates[1] if rates else None,
         applied=trial_section.applied_events(a_trial.rec.events),
@@ -216,11 +223,13 @@ def _window(a: Any, a_trial: Any, crash: dict[str, Any] | None) -> tuple[float |
 
 
 def _more_pairs(args: argparse.Namespace, spec: RunSpec, command: list[str], edited: list[str] | None,
-                seen: list[Seen], folder: Path, startup_cap_s: float) -> tuple[list[Pair], list[str]]:
-    """Pairs 2 to ``--pairs``: the command as it ran, then with the fix, each for ``--seconds`` of
-    training, recorded (their steps are what is measured) but not timed after (nothing is predicted
-    from them), each writing its own copies of the outputs the command line names. A run that
-    crashes ends the pairs; the ones measured stand."""
+                seen: list[Seen], folder: Path, startup_cap_s: float, wanted: int) -> tuple[list[Pair], list[str]]:
+    """Pairs 2 to ``wanted``: the command as it ran and with the fix, each for ``--seconds`` of
+    training, the even pairs trial first (a machine that drifts one way over the pairs moves the
+    odd pairs' ratios one way and the even pairs' the other, and the median sits between), recorded
+    (their steps are what is measured) but not timed after (nothing is predicted from them), each
+    writing its own copies of the outputs the command line names. A run that crashes ends the
+    pairs; the ones measured stand."""
     from gpudoctor.tryfix import outputs
     from gpudoctor.tryfix import section as trial_section
     from gpudoctor.tryfix.limit import TrainingLimit
@@ -228,14 +237,14 @@ def _more_pairs(args: argparse.Namespace, spec: RunSpec, command: list[str], edi
     seconds = float(args.seconds)
     pairs: list[Pair] = []
     notes: list[str] = []
-    for k in range(2, args.pairs + 1):
-        runs = []
-        for side in ("baseline", "trial"):
+    for k in range(2, wanted + 1):
+        runs: dict[str, Any] = {}
+        for side in confirm.order(k):
             out = folder / PAIRS_DIR / str(k) / side
             written = outputs.written(seen, out / OUTPUTS_DIR)
             cmd = outputs.redirect(((edited or command) if side == "trial" else command), written)
             limit = TrainingLimit(out / "events", seconds, startup_cap_s)
-            say(f"gpudoctor try: pair {k} of {args.pairs}: {side}, {seconds:g} s of training", file=sys.stderr)
+            say(f"gpudoctor try: pair {k} of {wanted}: {side}, {seconds:g} s of training", file=sys.stderr)
             done, a = _doctored(args, spec, cmd, out, folder / APPLY_FILE if side == "trial" else None, limit,
                                 f"try: pair {k}, {side}")
             crash = _crash(done.code, limit.stopped, a)
@@ -243,14 +252,15 @@ def _more_pairs(args: argparse.Namespace, spec: RunSpec, command: list[str], edi
                 notes.append(f"Pair {k}'s {side} crashed (exit code {crash['exit_code']}; its recording is in "
                              f"{PAIRS_DIR}/{k}/{side}/): the pairs stopped there.")
                 break
-            runs.append(a)
+            runs[side] = a
         if len(runs) < 2:
             break
-        _, rates, unmeasured = _window(runs[0], runs[1], None)
+        _, rates, unmeasured = _window(runs["baseline"], runs["trial"], None)
         pairs.append(trial_section.pair(rates, f"{PAIRS_DIR}/{k}", unmeasured))
     notes.append(f"{len(pairs) + 1} before/after pairs ran back to back, each run {seconds:g} s of training (pair 1 is "
-                 f"this report's run and {TRIAL_DIR}/, pair k is in {PAIRS_DIR}/k/): the achieved speedup is the median "
-                 "of the measured pairs' own speedups, the steps/s each side's median.")
+                 f"this report's run and {TRIAL_DIR}/, pair k is in {PAIRS_DIR}/k/, the even pairs' trial run "
+                 "first): the achieved speedup is the median of the measured pairs' own speedups, the steps/s each "
+                 "side's median.")
     return pairs, notes
 
 
