@@ -7,7 +7,8 @@ So the doctor, its threads and py-spy run ``SCHED_IDLE`` (else nice 19) with
 the idle I/O class. Two yield but keep their turn, at nice 19: py-spy (its samples
 would fall only where the patient waits) and the host sampler's thread (:func:`in_turn`:
 idle, on a saturated host its once-a-second tick came every 3-10 s and the memory line
-went thin), where the doctor may leave ``SCHED_IDLE`` (root, or RLIMIT_NICE).
+went thin), started from a normal thread (:func:`start_in_turn`) so that a doctor that may not
+leave ``SCHED_IDLE`` (no CAP_SYS_NICE) never puts it there.
 
 On Linux these belong to a *thread*, and a new thread or child inherits its
 creator's. Hence: :func:`lower_doctor` lowers every thread of the doctor and is
@@ -82,14 +83,27 @@ def in_turn() -> None:
     it got a tick every 3-10 s where it asked for one a second (a memory line of 7 rows where 8
     draw one). At nice 19 a tick (~1 ms, once a second there) still yields to the patient, as
     py-spy does (:func:`sampler_nice`). :func:`lower_doctor` keeps such a thread so;
-    :func:`out_of_turn` when it ends."""
+    :func:`out_of_turn` when it ends. Started by :func:`start_in_turn`, the thread is already
+    ``SCHED_OTHER`` where the doctor could not leave ``SCHED_IDLE``."""
     tid = threading.get_native_id()
     _in_turn.add(tid)
     if _saved_switch_s is None:  # not a lowered doctor
         return
-    with contextlib.suppress(OSError, AttributeError):
-        if os.sched_getscheduler(0) == os.SCHED_IDLE:
-            _turn_thread(tid)
+    _turn_thread(tid)
+
+
+def start_in_turn(thread: threading.Thread) -> None:
+    """Start ``thread`` (one that calls :func:`in_turn`) from :func:`popen_normal`'s thread once
+    the doctor is lowered: a new thread takes its creator's policy, and a doctor without
+    CAP_SYS_NICE (RLIMIT_NICE 0: any user's default) may never leave ``SCHED_IDLE`` once in it,
+    where nice 19 any thread may take. Elsewhere (not lowered, no such thread) it starts here."""
+    spawner = _spawner
+    if spawner is None or _saved_switch_s is None or threading.current_thread() is spawner:
+        thread.start()
+        return
+    fut: Future[None] = Future()
+    spawner.jobs.put((thread.start, fut))
+    fut.result()
 
 
 def out_of_turn() -> None:
@@ -243,7 +257,8 @@ def _tids() -> list[int]:
 
 
 class _Spawner(threading.Thread):
-    """A thread left at normal priority whose only work is starting gdb (a fork and an exec)."""
+    """A thread left at normal priority whose only work is starting gdb (a fork and an exec) and
+    the threads that keep their turn (:func:`start_in_turn`)."""
 
     def __init__(self) -> None:
         super().__init__(name="gpudoctor-spawn", daemon=True)

@@ -12,7 +12,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gpudoctor.processes.priority import in_turn, name_thread, out_of_turn
+from gpudoctor.processes.priority import in_turn, name_thread, out_of_turn, start_in_turn
 
 if TYPE_CHECKING:
     from gpudoctor.samplers.pace import Pace
@@ -61,7 +61,10 @@ class Sampler:
         self._thread = threading.Thread(
             target=self._run, name=f"gpudoctor-{self.name}", daemon=True
         )
-        self._thread.start()
+        if self.keeps_turn:  # from a normal thread: a doctor without CAP_SYS_NICE never leaves SCHED_IDLE
+            start_in_turn(self._thread)
+        else:
+            self._thread.start()
 
     def stop(self) -> None:
         """Stop promptly, join, flush and close the writer; safe to call twice."""
