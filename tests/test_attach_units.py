@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -277,3 +278,25 @@ def test_a_patient_stopped_in_time_sleep_sleeps_on_after_an_injection(tmp_path: 
         inject(patient.pid, bootstrap)
     out, err = patient.communicate(timeout=60)
     assert patient.returncode == 0 and out.strip() == "slept", err[-2000:]
+
+
+ENDING = """
+import json, os, sys
+import psutil
+from gpudoctor.attach.session import AttachOptions, AttachSession
+session = AttachSession(AttachOptions(pid=os.getpid(), out=sys.argv[1] + "/run", doctor_priority={"cpu": "nice 10"}),
+                        psutil.Process())
+session._ending.set()  # the window is over: the detach's status poll sees the install
+session._idle()
+print(json.dumps({"policy": os.sched_getscheduler(0), "idle": session.stacks.idle,
+                  "meta": session.recorder.meta.get("doctor_priority")}))
+"""
+
+
+def test_an_install_seen_after_the_window_never_lowers_the_doctor_again(tmp_path: Path):
+    """A Ctrl-C a moment after the install: the detach's own status poll saw it after the doctor
+    went back to normal, lowered it again, and beside two busy programs the report took minutes."""
+    done = subprocess.run([sys.executable, "-c", ENDING, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout)
+    assert got == {"policy": os.SCHED_OTHER, "idle": False, "meta": None}

@@ -142,8 +142,9 @@ def test_attach_doctor_goes_idle_once_hooked(tmp_path: Path) -> None:
         threads: dict[str, tuple[str, int, int | None]] = {}
         deadline = time.time() + 120
         while time.time() < deadline and doctor.poll() is None:
-            threads = _threads(doctor.pid)  # lowered one by one: wait for the last, not the host sampler
-            if "gd-host" in threads and all(got[:2] == (_policy_of(comm), 19) for comm, got in threads.items()
+            # lowered one by one, the calling thread last (its policy, then its I/O class): wait for all of it
+            threads = _threads(doctor.pid)
+            if "gd-host" in threads and all(got == (_policy_of(comm), 19, IDLE) for comm, got in threads.items()
                                             if comm != "gd-spawn"):
                 break
             time.sleep(0.1)

@@ -257,8 +257,13 @@ class AttachSession:
                 rec.error = f"the hooks failed to load in pid {rec.pid}: {str(status.get('error'))[:500]}"
 
     def _idle(self) -> None:
-        """Hooked: from now on the doctor (threads, later py-spy windows) takes only idle cycles."""
-        if self.options.doctor_priority is None or self.stacks.idle:
+        """Hooked: from now on the doctor (threads, later py-spy windows) takes only idle cycles.
+
+        Not once the window is over: an install first seen by the detach's own status poll (a
+        Ctrl-C a moment after it) lowered the doctor again after :meth:`_unidle`, and beside two
+        busy programs its report then took minutes (the idle main thread importing the HTML
+        renderer 25 s after the Ctrl-C)."""
+        if self.options.doctor_priority is None or self.stacks.idle or self._ending.is_set():
             return
         got = priority.lower_doctor()
         self.stacks.idle = True

@@ -196,7 +196,9 @@ def lower_doctor() -> dict[str, str]:
             tids = {0} - done
         if not tids:
             break
-        for tid in sorted(tids):
+        # the calling thread last: once idle on a saturated host it waits seconds for each next
+        # step, and the threads not yet lowered would run at their old priority all that while
+        for tid in sorted(tids, key=lambda t: (t == threading.get_native_id(), t)):
             if tid in _in_turn:  # the host sampler: nice 19, said on its own (in_turn)
                 _turn_thread(tid)
                 continue
