@@ -6,11 +6,11 @@ from __future__ import annotations
 import gc
 import inspect
 import os
+import subprocess
+import sys
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
-
-import psutil
 
 from gpudoctor.hooks.writer import EventWriter
 from gpudoctor.recording.store import JsonlAppender
@@ -59,7 +59,27 @@ def test_host_sampler_keeps_nothing_per_sample(tmp_path):
     sampler.stop()
     assert sampler.rows_written == 330
     assert grown < 32 * 1024, f"{grown} bytes kept over 300 samples"
-    assert len(sampler._others_cpu) <= len(psutil.pids())  # one entry per live process, none kept for the dead
+
+
+def test_the_other_programs_table_keeps_none_of_the_dead(tmp_path):
+    """Each read replaces the table whole: a program seen once and gone since leaves no entry. (Its
+    size against ``psutil.pids()`` read later raced the machine: 73 entries for 72 processes on a
+    busy CI, a process ended between the two reads.)"""
+    patient = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # outside the patient's tree
+    sampler = HostSampler(patient.pid, JsonlAppender(tmp_path / "host.jsonl"), interval_s=0.1)
+    try:
+        sampler._other_programs(1.0)
+        assert any(pid == other.pid for pid, _ in sampler._others_cpu)
+        other.kill()
+        other.wait()
+        sampler._other_programs(2.0)
+        assert not any(pid == other.pid for pid, _ in sampler._others_cpu)
+    finally:
+        sampler.stop()
+        for proc in (patient, other):
+            proc.kill()
+            proc.wait()
 
 
 def test_gpu_sampler_keeps_nothing_per_sample_even_when_a_gpu_is_lost(tmp_path):
