@@ -32,7 +32,9 @@ import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 NICE_IDLE = 19
 _IOPRIO_CLASS_SHIFT = 13
@@ -97,13 +99,10 @@ def start_in_turn(thread: threading.Thread) -> None:
     the doctor is lowered: a new thread takes its creator's policy, and a doctor without
     CAP_SYS_NICE (RLIMIT_NICE 0: any user's default) may never leave ``SCHED_IDLE`` once in it,
     where nice 19 any thread may take. Elsewhere (not lowered, no such thread) it starts here."""
-    spawner = _spawner
-    if spawner is None or _saved_switch_s is None or threading.current_thread() is spawner:
+    if _saved_switch_s is None:
         thread.start()
-        return
-    fut: Future[None] = Future()
-    spawner.jobs.put((thread.start, fut))
-    fut.result()
+    else:
+        _on_spawner(thread.start)
 
 
 def out_of_turn() -> None:
@@ -299,9 +298,14 @@ def popen_normal(argv: list[str], then: Callable[[], None] | None = None,
     def spawn() -> subprocess.Popen[Any]:
         return subprocess.Popen(argv, preexec_fn=preexec, **kwargs)
 
+    return _on_spawner(spawn)
+
+
+def _on_spawner(fn: Callable[[], T]) -> T:
+    """``fn()`` on the normal-priority spawner thread, waited for; here where there is none or this is it."""
     spawner = _spawner
     if spawner is None or threading.current_thread() is spawner:
-        return spawn()
-    fut: Future[subprocess.Popen[Any]] = Future()
-    spawner.jobs.put((spawn, fut))
+        return fn()
+    fut: Future[T] = Future()
+    spawner.jobs.put((fn, fut))
     return fut.result()
