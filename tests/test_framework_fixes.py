@@ -74,6 +74,12 @@ def test_accelerate_mixed_precision_and_accumulation_are_the_accelerators(tmp_pa
     assert accum["call"] == "Accelerator" and accum["config"]["gradient_accumulation_steps"] < 32, accum
     save = _finding(report, "checkpoint_overhead")["fix"]
     assert "accelerator.save_state" in save["snippet"] and "torch.save" not in save["snippet"], save
+    # An HF Trainer built earlier in this process (another file on the same xdist worker) leaves
+    # accelerate's process-wide state set, and an Accelerator then refuses another precision.
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
     built = accelerate.Accelerator(cpu=True, **fix["config"], **accum["config"])
     assert built.mixed_precision == "bf16"
     assert built.gradient_accumulation_steps == accum["config"]["gradient_accumulation_steps"]
