@@ -75,14 +75,22 @@ def test_accelerate_mixed_precision_and_accumulation_are_the_accelerators(tmp_pa
     save = _finding(report, "checkpoint_overhead")["fix"]
     assert "accelerator.save_state" in save["snippet"] and "torch.save" not in save["snippet"], save
     # An HF Trainer built earlier in this process (another file on the same xdist worker) leaves
-    # accelerate's process-wide state set, and an Accelerator then refuses another precision.
+    # accelerate's process-wide state set, and an Accelerator then refuses another precision: the
+    # state is cleared before, and after, so this bf16 one is not left to the tests that follow.
+    _reset_accelerate_state()
+    try:
+        built = accelerate.Accelerator(cpu=True, **fix["config"], **accum["config"])
+        assert built.mixed_precision == "bf16"
+        assert built.gradient_accumulation_steps == accum["config"]["gradient_accumulation_steps"]
+    finally:
+        _reset_accelerate_state()
+
+
+def _reset_accelerate_state() -> None:
     from accelerate.state import AcceleratorState, GradientState
 
     AcceleratorState._reset_state(reset_partial_state=True)
     GradientState._reset_state()
-    built = accelerate.Accelerator(cpu=True, **fix["config"], **accum["config"])
-    assert built.mixed_precision == "bf16"
-    assert built.gradient_accumulation_steps == accum["config"]["gradient_accumulation_steps"]
 
 
 def test_accelerator_as_built_is_recorded_from_a_real_loop(tmp_path):
