@@ -80,6 +80,8 @@ class Attached:
         self.probe_out, self.probe_err = self.probe.communicate(timeout=120)
         self.report = load(self.folder, "report.json")
         self.meta = load(self.folder, "meta.json")
+        assert truth.exists(), (f"the probe wrote no truth (exit {self.probe.returncode}); its stderr ends: "
+                                 f"{self.probe_err[-2000:]!r}")
         self.truth = load(tmp, truth.name)
 
     @property
