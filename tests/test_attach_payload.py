@@ -25,3 +25,21 @@ def test_objects_met_half_built_are_skipped_and_the_hooks_go_in(tmp_path: Path) 
     loaders = [e for f in (run_dir / "events").glob("*.jsonl") for line in f.read_text().splitlines()
                if (e := json.loads(line)).get("k") == "loader"]
     assert len(loaders) == 1 and loaders[0]["batch_size"] == 4  # the built DataLoader, caught up
+
+
+def test_a_bootstrap_landing_inside_an_import_lock_leaves_the_import_whole_and_attaches_after(tmp_path: Path) -> None:
+    """CI saw a probe die of ``KeyError`` in ``_ModuleLock.acquire`` (lazy ``import torch._dynamo`` at its
+    optimizer) when the pending call landed there and the bootstrap imported the payload inside it."""
+    from gpudoctor.attach.inject import write_bootstrap
+
+    control = tmp_path / "control"
+    bootstrap = write_bootstrap(control, tmp_path / "run")
+    try:
+        done = subprocess.run([sys.executable, str(ROOT / "tests" / "scripts" / "bootstrap_in_acquire.py"),
+                               str(bootstrap), str(control)], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        seen = json.loads(done.stdout.splitlines()[-1])
+        assert seen["fired"] and seen["import"] == "imported"  # the training's import finished
+        assert seen["status"]["ok"] is True and seen["status"]["underway"] is False  # and the attach came after
+    finally:
+        (control / "detach").touch()

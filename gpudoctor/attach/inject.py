@@ -62,10 +62,86 @@ _GDB_SETTINGS = (
 )
 
 # The bootstrap proper. It runs with the real builtins (see _robust), never __main__'s names.
+# It may land inside an import (torch still loading, a lazy import): importing there runs importlib
+# inside itself on the thread that is importing, which CPython before 3.12 cannot take (stopped
+# within ``_ModuleLock.acquire``, the nested import deletes the caller's ``_blocking_on`` entry and the
+# training's own import dies with a KeyError: seen in CI). So it first looks at the stack with only
+# the modules every interpreter has loaded (``sys``, ``_thread``, ``posix``), and mid-import imports
+# nothing: a helper thread waits for the import to end and queues the bootstrap again.
 _BODY = '''\
-def _gpudoctor_attach(control, pkg_parent, run_dir, doctor_pid):
-    import json, os, sys, time
+def _importing(frame):
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _session_on(control):
+    import sys
+    posix = sys.modules.get("os") or sys.modules["posix"]
+    try:
+        posix.stat(control)
+    except OSError:
+        return False  # the doctor's folder is gone: the session ended
+    try:
+        posix.stat(control + "/detach")
+    except OSError:
+        return True
+    return False
+
+
+def _after_imports(main, args):
+    """On a helper thread: wait until the main thread is out of its imports, then queue the
+    bootstrap on it (``Py_AddPendingCall``, the door the debugger used) and keep the callback
+    alive until it ran."""
+    import sys
+    _thread = sys.modules["_thread"]
+    nap = _thread.allocate_lock()
+    nap.acquire()
+    while True:
+        if not _session_on(args[0]):
+            return
+        nap.acquire(timeout=0.05)
+        if not _importing(sys._current_frames().get(main)):
+            break
+    import ctypes  # on this thread, never inside the main thread's import; loaded already with torch
+    done = _thread.allocate_lock()
+    done.acquire()
+
+    def run(_):
+        try:
+            _gpudoctor_attach(*args)
+        except BaseException:
+            pass
+        finally:
+            done.release()
+        return 0
+
+    thunk = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(run)
+    if ctypes.pythonapi.Py_AddPendingCall(thunk, None) != 0:
+        _failed(args[0], RuntimeError("Py_AddPendingCall refused the call (queue full)"))
+        return
+    done.acquire()
+    nap.acquire(timeout=1.0)  # the callback has returned into CPython before its thunk goes
+
+
+def _failed(control, exc):
+    import json, os, time
     status = os.path.join(control, "%d.installed.json" % os.getpid())
+    fd = os.open(status + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump({{"ok": False, "pid": os.getpid(), "t": time.time(),
+                   "error": "%s: %s" % (type(exc).__name__, exc)}}, fh)
+    os.replace(status + ".tmp", status)
+
+
+def _gpudoctor_attach(control, pkg_parent, run_dir, doctor_pid):
+    import sys  # loaded in every interpreter: this import statement takes no import lock
+    if _importing(sys._getframe(1)):
+        _thread = sys.modules["_thread"]
+        _thread.start_new_thread(_after_imports, (_thread.get_ident(), (control, pkg_parent, run_dir, doctor_pid)))
+        return
     try:
         added = None
         try:
@@ -76,11 +152,7 @@ def _gpudoctor_attach(control, pkg_parent, run_dir, doctor_pid):
             import gpudoctor.attach.payload as payload
         payload.attach(run_dir, control, doctor_pid, added)
     except BaseException as exc:
-        fd = os.open(status + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            json.dump({{"ok": False, "pid": os.getpid(), "t": time.time(),
-                       "error": "%s: %s" % (type(exc).__name__, exc)}}, fh)
-        os.replace(status + ".tmp", status)
+        _failed(control, exc)
 _gpudoctor_attach({control!r}, {pkg_parent!r}, {run_dir!r}, {doctor_pid!r})
 '''
 
