@@ -63,9 +63,9 @@ _GDB_SETTINGS = (
 
 # The bootstrap proper. It runs with the real builtins (see _robust), never __main__'s names.
 # It may land inside an import (torch still loading, a lazy import): importing there runs importlib
-# inside itself on the thread that is importing, which CPython before 3.12 cannot take (stopped
-# within ``_ModuleLock.acquire``, the nested import deletes the caller's ``_blocking_on`` entry and the
-# training's own import dies with a KeyError: seen in CI). So it first looks at the stack with only
+# inside itself on the thread that is importing, which CPython 3.11 cannot take (stopped within
+# ``_ModuleLock.acquire``, the nested import deletes the caller's ``_blocking_on`` entry and the
+# training's own import dies with a KeyError: seen in CI, and tests/scripts/bootstrap_in_acquire.py). So it first looks at the stack with only
 # the modules every interpreter has loaded (``sys``, ``_thread``, ``posix``), and mid-import imports
 # nothing: a helper thread waits for the import to end and queues the bootstrap again.
 _BODY = '''\
