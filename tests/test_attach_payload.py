@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import ROOT, cli_env
 
@@ -27,6 +28,16 @@ def test_objects_met_half_built_are_skipped_and_the_hooks_go_in(tmp_path: Path) 
     assert len(loaders) == 1 and loaders[0]["batch_size"] == 4  # the built DataLoader, caught up
 
 
+
+def _in_acquire(*args: str) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "scripts" / "bootstrap_in_acquire.py"), *args],
+                          capture_output=True, text=True, timeout=120, env=cli_env())
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    assert seen["fired"] and seen["import"] == "imported", seen  # the training's own import finished
+    return seen
+
+
 def test_a_bootstrap_landing_inside_an_import_lock_leaves_the_import_whole_and_attaches_after(tmp_path: Path) -> None:
     """CI saw a probe die of ``KeyError`` in ``_ModuleLock.acquire`` (lazy ``import torch._dynamo`` at its
     optimizer) when the pending call landed there and the bootstrap imported the payload inside it."""
@@ -35,11 +46,12 @@ def test_a_bootstrap_landing_inside_an_import_lock_leaves_the_import_whole_and_a
     control = tmp_path / "control"
     bootstrap = write_bootstrap(control, tmp_path / "run")
     try:
-        done = subprocess.run([sys.executable, str(ROOT / "tests" / "scripts" / "bootstrap_in_acquire.py"),
-                               str(bootstrap), str(control)], capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr[-2000:]
-        seen = json.loads(done.stdout.splitlines()[-1])
-        assert seen["fired"] and seen["import"] == "imported"  # the training's import finished
-        assert seen["status"]["ok"] is True and seen["status"]["underway"] is False  # and the attach came after
+        seen = _in_acquire("bootstrap", str(bootstrap), str(control))
+        assert seen["done"]["ok"] is True and seen["done"]["underway"] is False  # and the attach came after
     finally:
         (control / "detach").touch()
+
+
+def test_a_detach_or_install_queued_inside_an_import_lock_runs_after_the_import() -> None:
+    """The payload's own pending calls (the detach, a deferred install) wait for the import as well."""
+    assert _in_acquire("pending")["done"] == {"ran_after_the_import": True}

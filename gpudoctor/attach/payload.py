@@ -108,16 +108,42 @@ def _on_main_thread(fn: Any, on_error: Any) -> bool:
     raise into the patient. False when CPython refused the call (its queue is full)."""
     import ctypes
 
+    thunk = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(_pending(fn, on_error))
+    _callbacks.append(thunk)
+    return bool(ctypes.pythonapi.Py_AddPendingCall(thunk, None) == 0)
+
+
+def _pending(fn: Any, on_error: Any) -> Any:
+    """What a pending call runs: ``fn``, unless it landed inside an import. There, whatever ``fn``
+    imports would run importlib inside itself on the importing thread (on CPython 3.11 the
+    training's own import dies of a KeyError: see ``inject._BODY``), so ``fn`` waits for the
+    import to end (:func:`_when_out_of_imports`)."""
+
     def run(_: Any) -> int:
         try:
-            fn()
+            if _importing(sys._getframe(1)):  # the frame below is the one the call interrupted
+                _when_out_of_imports(fn, on_error)
+            else:
+                fn()
         except BaseException as exc:
             on_error(exc)
         return 0
 
-    thunk = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(run)
-    _callbacks.append(thunk)
-    return bool(ctypes.pythonapi.Py_AddPendingCall(thunk, None) == 0)
+    return run
+
+
+def _when_out_of_imports(fn: Any, on_error: Any) -> None:
+    """Queue ``fn`` on the main thread again once its stack holds no import (a helper thread
+    watches it), whether or not the session goes on: a detach is queued this way too."""
+
+    def wait() -> None:
+        main = threading.main_thread().ident or 0
+        while _importing(sys._current_frames().get(main)):
+            time.sleep(0.05)
+        if not _on_main_thread(fn, on_error):
+            on_error(RuntimeError("Py_AddPendingCall refused the call (queue full)"))
+
+    threading.Thread(target=wait, name="gpudoctor-attach-wait", daemon=True).start()
 
 
 def _call_again_after_imports(fn: Any) -> None:

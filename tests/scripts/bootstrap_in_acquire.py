@@ -1,7 +1,9 @@
-"""The attach bootstrap run where a pending call can land: inside importlib's ``_ModuleLock.acquire``,
-after this thread's ``_blocking_on`` entry is set (a trace function stands in for the debugger's
-``Py_AddPendingCall``), then the interrupted import goes on. Prints, as JSON, whether the bootstrap
-ran there, what became of the training's own import, and the status the attach wrote."""
+"""Code run where a pending call can land: inside importlib's ``_ModuleLock.acquire``, after this
+thread's ``_blocking_on`` entry is set (a trace function stands in for ``Py_AddPendingCall``), then
+the interrupted import goes on. ``bootstrap PATH CONTROL`` runs the attach bootstrap there and waits
+for the status it writes; ``pending`` runs the payload's pending-call wrapper around a function
+that imports a module. Prints, as JSON, whether the code ran there, what became of the training's
+own import, and what the code did."""
 
 from __future__ import annotations
 
@@ -12,10 +14,27 @@ import time
 from types import FrameType
 from typing import Any
 
-bootstrap, control = sys.argv[1], sys.argv[2]
-with open(bootstrap, encoding="utf-8") as fh:
-    source = fh.read()
 fired: list[int] = []
+ran: list[bool] = []  # pending: whether the import had finished when the function ran
+mode = sys.argv[1]
+if mode == "bootstrap":
+    control = sys.argv[3]
+    with open(sys.argv[2], encoding="utf-8") as fh:
+        source = fh.read()
+
+    def land() -> None:
+        exec(source, {"__name__": "__main__"})  # as PyRun_SimpleString runs it: this thread, this point
+else:
+    from gpudoctor.attach import payload
+
+    def imports_a_module() -> None:
+        __import__("fractions")  # not loaded yet: the import a detach or an install might make
+        ran.append("colorsys" in sys.modules)
+
+    land_run = payload._pending(imports_a_module, lambda exc: ran.append(False))
+
+    def land() -> None:
+        land_run(None)
 
 
 def in_acquire(frame: FrameType, event: str, arg: Any) -> Any:
@@ -23,7 +42,7 @@ def in_acquire(frame: FrameType, event: str, arg: Any) -> Any:
         blocking_on = frame.f_globals.get("_blocking_on")
         if blocking_on is not None and sys.modules["_thread"].get_ident() in blocking_on:
             fired.append(1)
-            exec(source, {"__name__": "__main__"})  # as PyRun_SimpleString runs it: this thread, this point
+            land()
     return in_acquire
 
 
@@ -40,12 +59,15 @@ try:
 except BaseException as exc:  # what the training would die of
     outcome = f"{type(exc).__name__}: {exc}"
 sys.settrace(None)
-status = os.path.join(control, f"{os.getpid()}.installed.json")
 deadline = time.monotonic() + 30
-while not os.path.exists(status) and time.monotonic() < deadline:
-    time.sleep(0.02)
-written = None
-if os.path.exists(status):
-    with open(status, encoding="utf-8") as fh:
-        written = json.load(fh)
-print(json.dumps({"fired": bool(fired), "import": outcome, "status": written}))
+done: Any = None
+while time.monotonic() < deadline and done is None:
+    time.sleep(0.02)  # the main thread runs bytecode: a queued call runs here
+    if mode == "bootstrap":
+        status = os.path.join(control, f"{os.getpid()}.installed.json")
+        if os.path.exists(status):
+            with open(status, encoding="utf-8") as fh:
+                done = json.load(fh)
+    elif ran:
+        done = {"ran_after_the_import": ran[0]}
+print(json.dumps({"fired": bool(fired), "import": outcome, "done": done}))
