@@ -172,7 +172,7 @@ def test_a_hanging_trial_times_out_and_the_sweep_keeps_the_rest(
     assert doc is not None, proc.stderr[-2000:]
     status = {p["params"]["replay.read_latency_ms"]: p for p in doc["points"]}
     assert status[5.0]["status"] == "ok" and status[5.0]["cached"]
-    assert status[60000.0]["status"] == "timeout" and "--trial-timeout" in status[60000.0]["reason"]
+    assert status[60000.0]["status"] == "timeout" and "--trial-timeout" in status[60000.0]["reason"], status[60000.0]
     assert proc.returncode == 0 and doc["best"]["params"]["replay.read_latency_ms"] == 5.0
 
 
