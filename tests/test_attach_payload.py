@@ -28,7 +28,6 @@ def test_objects_met_half_built_are_skipped_and_the_hooks_go_in(tmp_path: Path) 
     assert len(loaders) == 1 and loaders[0]["batch_size"] == 4  # the built DataLoader, caught up
 
 
-
 def _in_acquire(*args: str) -> dict[str, Any]:
     done = subprocess.run([sys.executable, str(ROOT / "tests" / "scripts" / "bootstrap_in_acquire.py"), *args],
                           capture_output=True, text=True, timeout=120, env=cli_env())

@@ -65,9 +65,11 @@ _GDB_SETTINGS = (
 # It may land inside an import (torch still loading, a lazy import): importing there runs importlib
 # inside itself on the thread that is importing, which CPython 3.11 cannot take (stopped within
 # ``_ModuleLock.acquire``, the nested import deletes the caller's ``_blocking_on`` entry and the
-# training's own import dies with a KeyError: seen in CI, and tests/scripts/bootstrap_in_acquire.py). So it first looks at the stack with only
-# the modules every interpreter has loaded (``sys``, ``_thread``, ``posix``), and mid-import imports
-# nothing: a helper thread waits for the import to end and queues the bootstrap again.
+# training's own import dies with a KeyError: seen in CI, and tests/scripts/bootstrap_in_acquire.py).
+# So it first looks at the stack with only the modules every interpreter has loaded (``sys``,
+# ``_thread``, ``posix``), and mid-import imports nothing: a helper thread waits for the import to
+# end and queues the bootstrap again. (``_importing`` is payload's own, written again here: the
+# bootstrap cannot import it before it knows it may import.)
 _BODY = '''\
 def _importing(frame):
     while frame is not None:

@@ -64,7 +64,7 @@ def attach(run_dir: str, control_dir: str, doctor_pid: int, path_added: str | No
                            "(started under 'gpudoctor run' or the Python API)")
     if _importing(sys._getframe()):
         # Mid-import (e.g. torch still loading): a half-built module cannot be patched. Come back after.
-        _call_again_after_imports(lambda: attach(run_dir, control_dir, doctor_pid, path_added))
+        _when_out_of_imports(lambda: attach(run_dir, control_dir, doctor_pid, path_added), _fail, session_bound=True)
         return
     writer = hooks.install(run_dir)
     _state.doctor_pid, _state.path_added = doctor_pid, path_added
@@ -132,13 +132,16 @@ def _pending(fn: Any, on_error: Any) -> Any:
     return run
 
 
-def _when_out_of_imports(fn: Any, on_error: Any) -> None:
+def _when_out_of_imports(fn: Any, on_error: Any, session_bound: bool = False) -> None:
     """Queue ``fn`` on the main thread again once its stack holds no import (a helper thread
-    watches it), whether or not the session goes on: a detach is queued this way too."""
+    watches it). A detach is queued whether or not the session goes on; an install put off
+    (``session_bound``) is dropped once the doctor's folder is gone or asks for the detach."""
 
     def wait() -> None:
-        main = threading.main_thread().ident or 0
+        main = threading.main_thread().ident or 0  # the main thread has started: it has an ident
         while _importing(sys._current_frames().get(main)):
+            if session_bound and not _session_on():
+                return
             time.sleep(0.05)
         if not _on_main_thread(fn, on_error):
             on_error(RuntimeError("Py_AddPendingCall refused the call (queue full)"))
@@ -146,22 +149,8 @@ def _when_out_of_imports(fn: Any, on_error: Any) -> None:
     threading.Thread(target=wait, name="gpudoctor-attach-wait", daemon=True).start()
 
 
-def _call_again_after_imports(fn: Any) -> None:
-    """Run ``fn`` on the main thread, at a bytecode boundary, once it is out of its imports.
-
-    A helper thread watches the main thread's stack and queues ``fn`` when no import is running.
-    """
-
-    def wait() -> None:
-        main = threading.main_thread().ident or 0  # the main thread has started: it has an ident
-        while os.path.isdir(_state.control_dir) and not os.path.exists(os.path.join(_state.control_dir, "detach")):
-            time.sleep(0.05)
-            if not _importing(sys._current_frames().get(main)):
-                if not _on_main_thread(fn, _fail):
-                    _fail(RuntimeError("Py_AddPendingCall refused the call (queue full)"))
-                return
-
-    threading.Thread(target=wait, name="gpudoctor-attach-wait", daemon=True).start()
+def _session_on() -> bool:
+    return os.path.isdir(_state.control_dir) and not os.path.exists(os.path.join(_state.control_dir, "detach"))
 
 
 def _fail(exc: BaseException) -> None:
