@@ -75,6 +75,7 @@ def test_each_gap_in_a_free_string_is_closed(text):
         ["-p", f"{PW}/x"],
         ["-p=" + PW],
         ["--token", "--password", PW],
+        ["--token", f"-Token{PW}"],  # a value that reads as a secret flag: the next flag is kept
         ["--config", json.dumps({"hub_token": PW, "max_tokens": 5})],
         [f"--config={json.dumps({'wandb': {'api_key': PW}})}"],
         [f"tokens_secret={PW}"],

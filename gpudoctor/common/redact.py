@@ -178,20 +178,24 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
     The value after a secret flag is hidden whatever it looks like (``--password
     --x`` has the value ``--x``), unless the flag reads as a switch
     (``--use-auth-token``) and what follows is a flag. When what is hidden was
-    itself a secret flag (``--token --password X``), the next one is hidden too.
+    itself a secret flag (``--token --password X``), the next one is hidden too,
+    unless it is a flag: then what was hidden was a value that reads like a flag
+    (``--token -AAAToken0 --max-tokens 512``), or a flag given no value.
     ``-p`` hides its value unless that is a port or a path (``-p 8080``, ``-p /data``).
     """
     out: list[str] = []
     hide_next = ""  # the secret flag whose value may come next
+    chained = False  # hide_next was itself hidden as the value of a secret flag
     for raw in argv:
         arg = str(raw)
         if hide_next:
             flag, hide_next = hide_next, ""
-            if _hides(flag, arg):
+            if _hides(flag, arg) and not (chained and _FLAG.fullmatch(arg)):
                 out.append(REDACTED)
-                if _FLAG.fullmatch(arg) and _is_secret_flag(arg.partition("=")[0], None):
-                    hide_next = arg
+                chained = bool(_FLAG.fullmatch(arg)) and _is_secret_flag(arg.partition("=")[0], None)
+                hide_next = arg if chained else ""
                 continue
+            chained = False
         if arg.startswith("-") and "=" in arg:
             name, _, value = arg.partition("=")
             hidden = REDACTED if _is_secret_flag(name, value) else redact_value(value)
