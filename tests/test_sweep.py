@@ -176,6 +176,16 @@ def test_a_hanging_trial_times_out_and_the_sweep_keeps_the_rest(
     assert proc.returncode == 0 and doc["best"]["params"]["replay.read_latency_ms"] == 5.0
 
 
+def test_preparing_past_the_trial_timeout_is_a_timeout_not_a_crash(tmp_path: Path, monkeypatch) -> None:
+    """A busy machine can spend the whole --trial-timeout importing and building the data cache."""
+    from gpudoctor.sweep.trial import prepare
+
+    monkeypatch.setenv("GPUDOCTOR_REPLAY_CACHE", str(tmp_path / "cache"))
+    failed = prepare(ROOT / "sample_configs" / "healthy.yaml", 0.001)  # no interpreter starts that fast
+    assert failed is not None and failed.status == "timeout", failed
+    assert failed.reason == "preparing the data took longer than --trial-timeout 0.001 s"
+
+
 def test_a_crashing_trial_is_recorded_and_the_sweep_goes_on(
     workers_sweep: dict[str, Any], sweeps: Sweeps
 ) -> None:

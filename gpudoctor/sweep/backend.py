@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol as TypingProtocol
 
@@ -65,7 +65,7 @@ class LocalBackend:
         self.gpu = self.nvml is not None
         self.on_start: Callable[[TrialJob], None] | None = None
         self._queue: deque[TrialJob] = deque()
-        self._prepared: dict[str, str | None] = {}
+        self._prepared: dict[str, TrialRun | None] = {}
 
     def submit(self, job: TrialJob) -> None:
         self._queue.append(job)
@@ -79,7 +79,7 @@ class LocalBackend:
             self._prepared[job.prepare_key] = prepare(job.config_yaml, job.timeout_s)
         failed = self._prepared[job.prepare_key]
         if failed:
-            return job, TrialRun("crashed", failed)
+            return job, replace(failed)  # each point its own record
         if self.on_start is not None:
             self.on_start(job)
         run = run_trial(

@@ -79,7 +79,7 @@ def ray_trial(payload: dict[str, Any]) -> dict[str, Any]:
         protocol = Protocol(**payload["protocol"])
         failed = prepare(config_yaml, payload["timeout_s"])
         if failed:
-            return {"run": TrialRun("crashed", failed).__dict__, "measure": None, "log": ""}
+            return {"run": failed.__dict__, "measure": None, "log": ""}
         run_dir = scratch / "run"
         run = run_trial(
             config_yaml,

@@ -64,19 +64,21 @@ def command(config_yaml: Path, run_dir: Path, protocol: Protocol) -> list[str]:
     )  # fmt: skip
 
 
-def prepare(config_yaml: Path, timeout_s: float) -> str | None:
-    """Build the replay's data cache (unmeasured, as ``gpudoctor replay`` does); the error if it fails."""
+def prepare(config_yaml: Path, timeout_s: float) -> TrialRun | None:
+    """Build the replay's data cache (unmeasured, as ``gpudoctor replay`` does); how it failed, if it did.
+
+    Past ``--trial-timeout`` the point is a ``timeout`` (as a trial that hangs), not a crash."""
     cmd = childpy.isolated("gpudoctor.replay.worker", str(config_yaml), "--prepare-only")
     env = childpy.doctor_env({**os.environ, "TOKENIZERS_PARALLELISM": "false"})
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return f"preparing the data took longer than --trial-timeout {timeout_s:g} s"
+        return TrialRun("timeout", f"preparing the data took longer than --trial-timeout {timeout_s:g} s")
     if proc.returncode == 0:
         return None
     lines = (proc.stderr or proc.stdout).strip().splitlines()
     last = lines[-1].removeprefix("gpudoctor: ") if lines else f"exit code {proc.returncode}"
-    return "preparing the data failed: " + last.replace(f"{config_yaml}:", "line ")
+    return TrialRun("crashed", "preparing the data failed: " + last.replace(f"{config_yaml}:", "line "))
 
 
 def run_trial(
