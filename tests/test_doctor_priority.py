@@ -242,6 +242,11 @@ def test_host_rates_are_weighed_by_the_seconds_each_row_covers() -> None:
              {"t": 96.0, "cpu_total_pct": 100.0}, {"t": 97.0, "cpu_total_pct": 100.0}]
     assert time_mean(apart, "cpu_total_pct") == pytest.approx(100.0 * (MAX_INTERVAL_S + 1.0) / (MAX_INTERVAL_S + 3.0))
     assert time_mean([{"t": 5.0, "cpu_total_pct": None}], "cpu_total_pct") is None
+    # two rows at one time, one without the figure, and a row whose time is NaN: read, never raised on
+    # (hypothesis found the first: the rows' (time, value) pairs compared None with a float)
+    odd = [{"t": 1.0, "cpu_total_pct": None}, {"t": 1.0, "cpu_total_pct": 50.0},
+           {"t": float("nan"), "cpu_total_pct": 0.0}, {"t": 2.0, "cpu_total_pct": 50.0}]
+    assert time_mean(odd, "cpu_total_pct") == pytest.approx(50.0)
 
 
 SLOW_STEPS = textwrap.dedent("""

@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -150,6 +151,23 @@ def test_odd_meta_values_never_crash_the_analysis(data):
             meta[key] = data.draw(ODD)
         (folder / "meta.json").write_text(_line(meta))
         _report_and_render(folder)
+
+
+@pytest.mark.parametrize("when", [-62135596801.0, -9e10])  # a second before year 1; 4 millennia before
+def test_a_start_or_attach_no_calendar_holds_is_an_unknown_time(tmp_path: Path, when: float) -> None:
+    """Hypothesis found ``year 0 is out of range`` in the report's start: a time within what the meta's
+    check lets through (its bound is the magnitude) that no calendar holds is said unknown, never raised on."""
+    folder = _valid_folder(tmp_path / "run")
+    meta = json.loads((folder / "meta.json").read_text())
+    meta.pop("started_at", None)
+    meta.update(start_time=when, mode="attach", attach_time=when, attach={"targets": [], "inject": False})
+    (folder / "meta.json").write_text(_line(meta))
+    report = load_report(folder)
+    assert report["run"]["started_at"] is None
+    assert report["attach"]["attached_at"] is None
+    assert any(n.startswith("Attached at an unknown time") for n in report["notes"]), report["notes"]
+    for ext in ("json", "md", "html"):
+        assert renderer_for(ext).render(report)
 
 
 def _paths(obj: Any, prefix: tuple = ()) -> list[tuple]:

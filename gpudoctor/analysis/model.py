@@ -12,6 +12,7 @@ from typing import Any
 from gpudoctor.analysis import trainings as tr
 from gpudoctor.analysis.process import ProcessView, build_process_view, padding_summary, quantiles
 from gpudoctor.analysis.sampled import load_stack_rows, sampled_records
+from gpudoctor.common.numbers import num
 from gpudoctor.core.schema import BREAKDOWN_KEYS
 from gpudoctor.recording.records import Records
 from gpudoctor.recording.store import Recording
@@ -193,7 +194,7 @@ def time_mean(rows: list[dict[str, Any]], key: str) -> float | None:
     A gap longer than the sampler's longest interval is rows left out between (``rows``
     from several windows), so a row never weighs more than that interval.
     """
-    timed = sorted((r["t"], r.get(key)) for r in rows if isinstance(r.get("t"), (int, float)))
+    timed = sorted(((r["t"], r.get(key)) for r in rows if num(r.get("t")) is not None), key=lambda tv: tv[0])
     pairs: list[tuple[float, float]] = []
     for i, (t, value) in enumerate(timed):
         if not isinstance(value, (int, float)):

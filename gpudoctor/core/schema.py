@@ -309,7 +309,7 @@ class Attach(TypedDict):
     """``gpudoctor attach``: what was loaded into which process, from when, what is estimated
     (:mod:`gpudoctor.report.attach`); its lines also lead ``notes``, which every format prints."""
 
-    attached_at: str
+    attached_at: str | None  # None where the recorded time is no calendar date
     process_age_s: Seconds | None
     window_start_s: Offset
     loaded: list[str]

@@ -10,9 +10,9 @@ renderer prints; the timeline counts seconds since the attach.
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
+from gpudoctor.common.numbers import iso_utc, num
 from gpudoctor.core import schema
 
 # What stack samples alone cannot tell (said by the report and by the attach session's notes).
@@ -21,21 +21,17 @@ UNAVAILABLE_WITHOUT_HOOKS = (
 )
 
 
-def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
 def attach_time(meta: dict[str, Any]) -> float | None:
     """When the doctor attached (epoch s), or None for a run that was not an attach."""
-    return _num(meta.get("attach_time")) if meta.get("mode") == "attach" else None
+    return num(meta.get("attach_time")) if meta.get("mode") == "attach" else None
 
 
 def process_age_s(meta: dict[str, Any]) -> float | None:
     """How old the process attached to was at the attach (its first target's creation)."""
     at = attach_time(meta)
     targets = [t for t in (meta.get("attach") or {}).get("targets") or [] if isinstance(t, dict)]
-    born = [c for t in targets if (c := _num(t.get("create_time"))) is not None]
-    root = _num((meta.get("attach") or {}).get("root_start_time"))
+    born = [c for t in targets if (c := num(t.get("create_time"))) is not None]
+    root = num((meta.get("attach") or {}).get("root_start_time"))
     born += [root] if root is not None else []
     if at is None or not born:
         return None
@@ -53,7 +49,7 @@ def attach_section(meta: dict[str, Any], window_start: float) -> schema.Attach |
         "In-process hooks not loaded ("
         + ("--no-inject was given" if info.get("inject") is False else "no Python training process was hooked")
         + "); everything was seen through stack samples."]
-    hooked = [t for t in targets if _num(t.get("installed_at")) is not None]
+    hooked = [t for t in targets if num(t.get("installed_at")) is not None]
     estimated: list[str] = []
     if not hooked:
         samples = info.get("stack_samples") or 0
@@ -72,7 +68,7 @@ def attach_section(meta: dict[str, Any], window_start: float) -> schema.Attach |
     else:
         window = "The report's window starts at the attach: the process's startup is not included."
     return {
-        "attached_at": dt.datetime.fromtimestamp(at, dt.timezone.utc).isoformat(),
+        "attached_at": iso_utc(at),
         "process_age_s": round(age, 3) if age is not None else None,
         "window_start_s": round(start_s, 3),
         "loaded": loaded,
@@ -84,7 +80,7 @@ def attach_section(meta: dict[str, Any], window_start: float) -> schema.Attach |
 
 def _loaded_line(t: dict[str, Any], at: float) -> str:
     who = f"pid {t.get('pid')}" + (f" (rank {t['rank']})" if isinstance(t.get("rank"), int) else "")
-    installed = _num(t.get("installed_at"))
+    installed = num(t.get("installed_at"))
     if installed is None:
         why = t.get("error") or "it did not run the injected code"
         return f"{who}: in-process hooks not loaded ({why}); seen through stack samples only."
@@ -99,15 +95,15 @@ def _tries(t: dict[str, Any]) -> str:
 
     Said when the injection took more than one try or its budget was scaled up; silent on a quiet machine.
     """
-    tries, budget_s, factor = t.get("tries"), _num(t.get("try_budget_s")), _num(t.get("budget_factor"))
+    tries, budget_s, factor = t.get("tries"), num(t.get("try_budget_s")), num(t.get("budget_factor"))
     if not isinstance(tries, int) or budget_s is None or (tries <= 1 and (factor or 1.0) <= 1.0):
         return ""
     seen = []
-    if (load := _num(t.get("load_per_core"))) is not None:
+    if (load := num(t.get("load_per_core"))) is not None:
         seen.append(f"load {load:.1f} per core")
-    if (delay := _num(t.get("run_delay_share"))) is not None:
+    if (delay := num(t.get("run_delay_share"))) is not None:
         seen.append(f"its main thread waited {delay:.0%} of the time for a core")
-    queued = _num(t.get("queued_s"))
+    queued = num(t.get("queued_s"))
     return (f" ({tries} {'try' if tries == 1 else 'tries'}"
             + (f", queued in {queued:.1f} s" if queued is not None else "")
             + (f": {', '.join(seen)}" if seen else "")
@@ -117,7 +113,7 @@ def _tries(t: dict[str, Any]) -> str:
 def summary_lines(section: schema.Attach) -> list[str]:
     """The section as plain lines for the report's notes (what every renderer prints)."""
     age = section["process_age_s"]
-    head = (f"Attached at {section['attached_at']}"
+    head = (f"Attached at {section['attached_at'] or 'an unknown time'}"
             + (f", when the process was {age:.1f} s old" if age is not None else "")
             + "; the timeline counts seconds since the attach.")
     return [head, *section["loaded"], section["window"], *section["estimated"]]

@@ -6,7 +6,6 @@ run and one re-rendered from disk are the same.
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from gpudoctor._version import __version__
 from gpudoctor.analysis import Analysis, analyze, gpu_timeline, memory
 from gpudoctor.analysis.process import quantiles
 from gpudoctor.analysis.saves import split_saves
+from gpudoctor.common.numbers import iso_utc
 from gpudoctor.core import schema
 from gpudoctor.core.schema import SCHEMA, Report
 from gpudoctor.recording.store import Recording
@@ -147,7 +147,7 @@ def _profiler_windows(a: Analysis) -> list[schema.ProfilerWindow]:
 
 def _run_section(rec: Recording, a: Analysis, price: Price) -> schema.Run:
     meta = rec.meta
-    started = meta.get("started_at") or dt.datetime.fromtimestamp(a.start, dt.timezone.utc).isoformat()
+    started = meta.get("started_at") or iso_utc(a.start)
     run: schema.Run = {
         "mode": meta.get("mode", "run"),
         "command": meta.get("command", []),

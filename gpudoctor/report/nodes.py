@@ -14,7 +14,6 @@ is one finding, from the node where it cost most, naming the others.
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from gpudoctor._version import __version__
 from gpudoctor.analysis import analyze
 from gpudoctor.analysis.nodes import NodeSummary, align, job_analysis, summarize
 from gpudoctor.common.errors import UserError
+from gpudoctor.common.numbers import iso_utc
 from gpudoctor.common.wording import plural
 from gpudoctor.core.schema import (
     SCHEMA,
@@ -181,7 +181,7 @@ def _run(nodes: list[NodeSummary], start: float, duration_s: float, price: Any) 
         "mode": "merge",
         "command": first.get("command", []),
         "pid": None,
-        "started_at": dt.datetime.fromtimestamp(start, dt.timezone.utc).isoformat(),
+        "started_at": iso_utc(start),
         "duration_s": round(duration_s, 3),
         "host": {"hostname": ", ".join(hosts[:MAX_NAMED_NODES]) + (" ..." if len(hosts) > MAX_NAMED_NODES else ""),
                  "nodes": len(nodes), "ranks": sum(len(n.ranks) for n in nodes)},
