@@ -23,11 +23,12 @@ STEPS, EVERY, K = 12, 4, 3  # steps, eval every EVERY steps, K batches per eval
 
 
 def hooked(loop: Callable[[], None]) -> list[dict[str, Any]]:
-    folder = Path(tempfile.mkdtemp(prefix="gpudoctor-evalregions-"))
-    with hooks_in(folder):
-        loop()
-    path = folder / "events" / f"{os.getpid()}.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    with tempfile.TemporaryDirectory(prefix="gpudoctor-evalregions-") as name:
+        folder = Path(name)
+        with hooks_in(folder):
+            loop()
+        path = folder / "events" / f"{os.getpid()}.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def evals(events: list[dict[str, Any]]) -> int:

@@ -219,11 +219,12 @@ def read_events(folder: Path) -> list[dict[str, Any]]:
 
 def hooked(fn: Any, *args: Any) -> tuple[Any, list[dict[str, Any]]]:
     """``fn(*args)`` with the hooks in (no profiler windows, pad id 0), and what they recorded."""
-    folder = Path(tempfile.mkdtemp(prefix="gpudoctor-guard-"))
-    with hooks_in(folder):
-        hooks.active_torch_hooks().pad_token_id = 0
-        result = fn(*args)
-    return result, read_events(folder)
+    with tempfile.TemporaryDirectory(prefix="gpudoctor-guard-") as name:
+        folder = Path(name)
+        with hooks_in(folder):
+            hooks.active_torch_hooks().pad_token_id = 0
+            result = fn(*args)
+        return result, read_events(folder)
 
 
 def same_run(bare: tuple[list[Any], str | None], with_hooks: tuple[list[Any], str | None]) -> None:

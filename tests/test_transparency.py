@@ -45,14 +45,18 @@ def _read(path: Path) -> Results:
 def _both(tmp: Path, command: Callable[[Path], list[str]], read: Callable[[Path], Results],
           together: bool = True) -> tuple[Results, Results]:
     """The command bare and under ``gpudoctor run``, at the same time (bit-identical results do not depend
-    on what else the machine runs); each writes its results to the path it is given."""
+    on what else the machine runs); each writes its results to the path it is given, and its scratch
+    (the scripts' folders, torchrun's) under ``tmp``, not in /tmp."""
     from concurrent.futures import ThreadPoolExecutor
+
+    scratch = {"TMPDIR": str(tmp)}
 
     if not together:  # two 2-rank gloo jobs at once: a rank of the bare one aborted ("terminate called") in CI
         bare = once_more_on_gloo_abort(lambda: subprocess.run(command(tmp / "bare"), capture_output=True, text=True,
-                                                              timeout=600, env=cli_env(), cwd=tmp))
+                                                              timeout=600, env=cli_env(scratch), cwd=tmp))
         doctored = once_more_on_gloo_abort(lambda: run_cli("run", "--out", str(tmp / "run"), "--",
-                                                           *command(tmp / "doctored"), timeout=600, cwd=tmp),
+                                                           *command(tmp / "doctored"), timeout=600, cwd=tmp,
+                                                           env=scratch),
                                            fresh=tmp / "run")
         assert bare.returncode == 0, bare.stderr[-3000:]
         assert doctored.returncode == 0, doctored.stderr[-3000:]
@@ -60,8 +64,9 @@ def _both(tmp: Path, command: Callable[[Path], list[str]], read: Callable[[Path]
         return read(tmp / "bare"), read(tmp / "doctored")
     with ThreadPoolExecutor(2) as pool:
         under = pool.submit(run_cli, "run", "--out", str(tmp / "run"), "--", *command(tmp / "doctored"),
-                            timeout=600, cwd=tmp)
-        bare = subprocess.run(command(tmp / "bare"), capture_output=True, text=True, timeout=600, env=cli_env(), cwd=tmp)
+                            timeout=600, cwd=tmp, env=scratch)
+        bare = subprocess.run(command(tmp / "bare"), capture_output=True, text=True, timeout=600, env=cli_env(scratch),
+                              cwd=tmp)
         doctored = under.result()
     assert bare.returncode == 0, bare.stderr[-3000:]
     assert doctored.returncode == 0, doctored.stderr[-3000:]
@@ -75,7 +80,7 @@ def loops(tmp_path_factory: pytest.TempPathFactory) -> tuple[Results, Results, R
     bare, doctored = _both(tmp, lambda out: [sys.executable, str(SCRIPTS / "transparency_loops.py"), str(out)], _read)
     attached = subprocess.run([sys.executable, str(SCRIPTS / "transparency_loops.py"), str(tmp / "attached"),
                                "--profile", str(tmp / "profiles")], capture_output=True, text=True, timeout=600,
-                              env=cli_env(), cwd=tmp)
+                              env=cli_env({"TMPDIR": str(tmp)}), cwd=tmp)
     assert attached.returncode == 0, attached.stderr[-3000:]
     return bare, doctored, _read(tmp / "attached")
 
@@ -101,7 +106,7 @@ def ddp(tmp_path_factory: pytest.TempPathFactory) -> tuple[Results, Results]:
 
 def _attach_loop(tmp: Path, attach: bool) -> str:
     """tests/scripts/transparency_attach.py, bare or with ``gpudoctor attach`` from its 5th step."""
-    env = {k: v for k, v in cli_env().items() if not k.startswith("GPUDOCTOR_")}
+    env = {k: v for k, v in cli_env({"TMPDIR": str(tmp)}).items() if not k.startswith("GPUDOCTOR_")}
     go, log, out = tmp / "go", tmp / "steps.log", tmp / "hash"
     if not attach:
         go.touch()

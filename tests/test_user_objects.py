@@ -24,8 +24,7 @@ from tests.conftest import hooks_in
 
 @pytest.fixture
 def doctor() -> Iterator[None]:
-    folder = Path(tempfile.mkdtemp(prefix="gpudoctor-userobjects-"))
-    with hooks_in(folder):
+    with tempfile.TemporaryDirectory(prefix="gpudoctor-userobjects-") as name, hooks_in(Path(name)):
         yield
 
 
