@@ -145,3 +145,16 @@ def test_a_leak_per_step_is_a_line_however_the_steps_slow(tmp_path: Path) -> Non
 def test_growth_that_stops_per_step_is_not_a_leak_however_the_steps_slow(tmp_path: Path) -> None:
     report = _slowed_run(tmp_path / "ramp", lambda n: 5.0 * min(n, 150))
     assert "memory_growth" not in [f["rule"] for f in report["findings"]]
+
+
+@pytest.mark.parametrize("end", [20, -1])  # the window's first sample (the loop's first third is left out) and last
+def test_a_sample_off_the_line_at_either_end_of_the_loop_is_the_samplers(tmp_path: Path, end: int) -> None:
+    """A clean-clone CI: the tick that shared the leaking loop's last step was stamped before it read the
+    tree, by which time the workers had gone (4,428 MiB, then 505 in the window's last sample); as the
+    line's end the one sample turned a steady leak's R² to 0.23 and its second half's slope negative."""
+    growing = [30_000.0 + 40.0 * i for i in range(60)]
+    growing[end] = 1_000.0  # the process's memory at teardown (or before it loaded), read in the window
+    report = _gpu_run(tmp_path / "grow", growing)
+    f = next(f for f in report["findings"] if f["rule"] == "memory_growth")
+    assert f["data"]["r2"] >= 0.99
+    assert f["data"]["growth_mib_per_hour"] == pytest.approx(40.0 * 3600, rel=0.02)

@@ -199,13 +199,21 @@ def _fit(what: str, rows: Sequence[dict[str, Any]], value: Callable[[dict[str, A
 
 def _median3(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """Each value the median of it and its neighbours: one sample off the line (a worker whose RSS
-    a tick could not read, a transient buffer) is the sampler's, not the trend's."""
+    a tick could not read, a transient buffer) is the sampler's, not the trend's. The two ends by
+    Tukey's end-point rule, the median of the end, its smoothed neighbour and the line through the next
+    two carried out to it: an end on the line stays where it is, an end off it (the workers gone from the
+    tick the loop's last step shared, stamped before it read them: a clean-clone CI) is moved back onto it."""
     if len(points) < 3:
         return points
     vs = [v for _, v in points]
     mid = [sorted(vs[i - 1:i + 2])[1] for i in range(1, len(vs) - 1)]
-    return [(points[0][0], vs[0]), *((t, m) for (t, _), m in zip(points[1:-1], mid, strict=True)),
-            (points[-1][0], vs[-1])]
+    if len(mid) >= 2:
+        first = sorted((vs[0], mid[0], 3 * mid[0] - 2 * mid[1]))[1]
+        last = sorted((vs[-1], mid[-1], 3 * mid[-1] - 2 * mid[-2]))[1]
+    else:
+        first, last = vs[0], vs[-1]
+    return [(points[0][0], first), *((t, m) for (t, _), m in zip(points[1:-1], mid, strict=True)),
+            (points[-1][0], last)]
 
 
 def _line(points: Sequence[tuple[float, float]]) -> tuple[float, float, float]:
