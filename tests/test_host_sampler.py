@@ -143,3 +143,28 @@ def test_a_child_found_late_is_rated_over_its_life_not_the_last_tick() -> None:
             proc.kill()
         parent.kill()
         parent.wait()
+
+
+class _SlowRead(HostSampler):
+    """A host sampler whose read is descheduled for 0.3 s halfway, as at idle priority on a busy host."""
+
+    def sample(self):  # type: ignore[no-untyped-def]
+        time.sleep(0.15)
+        row = super().sample()
+        time.sleep(0.15)
+        return row
+
+
+def test_a_row_is_stamped_at_the_middle_of_its_read_not_before_it(tmp_path) -> None:
+    sampler = _SlowRead(os.getpid(), JsonlAppender(tmp_path / "host.jsonl"), interval_s=10.0)
+    t0, m0 = time.time(), time.monotonic()
+    sampler.tick()
+    t1, m1 = time.time(), time.monotonic()
+    sampler.writer.close()  # type: ignore[union-attr]
+    (row,), bad = read_jsonl(tmp_path / "host.jsonl")
+    assert bad == 0
+    assert t1 - t0 >= 0.3
+    # stamped at its start the row read t0 (0.15 s before the tree was read); at the middle, within
+    # a few ms of (t0 + t1) / 2 on both clocks
+    assert abs(row["t"] - (t0 + t1) / 2) < 0.05, (row["t"] - t0, t1 - t0)
+    assert abs(row["m"] - (m0 + m1) / 2) < 0.05, (row["m"] - m0, m1 - m0)

@@ -29,9 +29,12 @@ class RowWriter(Protocol):
 class Sampler:
     """Calls :meth:`sample` every ``interval_s`` on a daemon thread.
 
-    Each row gets ``"t"`` (epoch seconds, taken just before sampling) and ``"m"`` (the
+    Each row gets ``"t"`` (epoch seconds at the middle of its read) and ``"m"`` (the
     monotonic clock at the same moment: where the two part, the wall clock was stepped,
-    :mod:`gpudoctor.recording.clock`) and goes to ``writer``. Subclasses implement
+    :mod:`gpudoctor.recording.clock`) and goes to ``writer``. The middle, because a read
+    spans the process tree and, at idle priority on a busy host, can be descheduled inside it:
+    a row stamped at its start once held a tree read after the training's workers had exited,
+    stamped before the training's last step ended. Subclasses implement
     :meth:`sample`; returning ``None`` skips a row.
     """
 
@@ -79,13 +82,15 @@ class Sampler:
             self.writer.close()
 
     def tick(self) -> None:
-        """Take one sample and write it; errors are recorded, not raised."""
+        """Take one sample and write it, stamped at the middle of its read; errors are recorded,
+        not raised."""
         t, m = time.time(), time.monotonic()
         try:
             row = self.sample()
             if row is not None:
+                half = (time.monotonic() - m) / 2
                 if self.writer is not None:
-                    self.writer.write({"t": t, "m": round(m, 4), **row})
+                    self.writer.write({"t": t + half, "m": round(m + half, 4), **row})
                 self.rows_written += 1
         except Exception as exc:  # recorded in self.errors and reported by the caller
             self._record_error(exc)

@@ -47,7 +47,6 @@ class TreeSampler(Sampler):
         self.peak_rss_mib = 0.0
         self.peak_gpu_mem_mib: float | None = None
         self.gpu_util: list[tuple[float, float]] = []  # (epoch s, busy %)
-        self._t = 0.0
         self._procs: ProcTree | None = None
 
     def __enter__(self) -> TreeSampler:
@@ -56,10 +55,6 @@ class TreeSampler(Sampler):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-    def tick(self) -> None:
-        self._t = time.time()  # the same clock as the row's "t" (taken just before sample())
-        super().tick()
 
     def sample(self) -> dict[str, Any] | None:
         pids, rss_mib = self._tree()
@@ -72,7 +67,7 @@ class TreeSampler(Sampler):
                 util = self.nvml.utilization_pct(index)
                 if util is not None:
                     row["util_pct"] = float(util)
-                    self.gpu_util.append((self._t, float(util)))
+                    self.gpu_util.append((time.time(), float(util)))  # when NVML answered
                 mem = self.nvml.process_memory_mib(index, pids)
                 if mem is not None:
                     row["gpu_mem_mib"] = float(mem)
