@@ -205,16 +205,24 @@ def _switch(dest: str) -> dict[str, object]:
             "takes_value": False, "const": True}
 
 
-def _tokenizing_loop(tmp_path: Path, switch: str, *, tokenize_s: float = 0.02, cpu_total_pct: float = 40.0) -> dict:
+def _tokenizing_loop(tmp_path: Path, switch: str, *, tokenize_s: float = 0.02, cpu_total_pct: float = 40.0,
+                     workers: int | None = None) -> dict:
     """A loop that waits 60 ms a batch, ``tokenize_s`` of it tokenizing, beside 20 ms of compute; its
-    script takes an on/off ``--<switch>``."""
+    script takes an on/off ``--<switch>`` (and ``--num-workers N`` given, where ``workers`` says N)."""
     b = RecordingBuilder(tmp_path, cores=2, duration_s=60.0)
     rows = b.process()
-    rows[0]["argv"] = ["/usr/bin/python3", "train.py"]
-    b.meta_extra["command"] = ["python", "train.py"]
+    given = ["--num-workers", str(workers)] if workers is not None else []
+    rows[0]["argv"] = ["/usr/bin/python3", "train.py", *given]
+    b.meta_extra["command"] = ["python", "train.py", *given]
+    options = [_switch(switch)] + ([{"dest": "num_workers", "flags": ["--num-workers"], "default": 0, "value": workers,
+                                     "takes_value": True, "const": None}] if workers is not None else [])
     rows.append({"k": "cli", "t": T0 + 0.5, "style": "argparse", "parser": "ArgumentParser", "from_argv": True,
-                 "args": None, "options": [_switch(switch)]})
-    end = b.training_loop(rows, start_s=2.0, steps=600, compute_s=0.02, wait_s=0.06, fetch_s=0.06)
+                 "args": None, "options": options})
+    end = b.training_loop(rows, start_s=2.0, steps=600, compute_s=0.02, wait_s=0.06,
+                          fetch_s=0.06 if workers is None else None, num_workers=workers or 0,
+                          dataset_len=4096 if workers is not None else None)
+    if workers is not None:  # a build of Python on the fetching thread: 60 ms of its CPU a batch
+        b.fetch_counter(rows, t_s=end, calls=600, wall_s=0.06, cpu_s=0.06)
     b.tokenizer_counters(rows, start_s=2.0, end_s=end, total_s=tokenize_s * 600)
     b.host_rows(cpu_total_pct=cpu_total_pct, cpu_proc_pct=100.0)
     return build_report(load_recording(b.write()))
@@ -234,6 +242,26 @@ def test_a_caching_switch_promises_the_whole_build_a_pretokenizing_one_the_token
     assert cached["data"]["switch_kind"] == "cache" and "caches each whole item" in cached["fix"]["summary"]
     assert cached["predicted_speedup"] == pytest.approx(0.08 / 0.02, rel=0.03)
     assert cached["data"]["command_argv"] == ["python", "train.py", "--precompute"]
+
+
+def test_a_caching_switch_takes_the_workers_it_no_longer_needs_out_of_the_loop(tmp_path):
+    """Cached items sent through a worker still pay its queue every batch (prove.py loop 83: 43-59
+    steps/s cached through its 1 worker, 59-76 cached in the loop), and the promise is the compute
+    back to back: the command sets both, the figure is the same as without workers to remove."""
+    report = _tokenizing_loop(tmp_path, "precompute", workers=1, tokenize_s=0.005, cpu_total_pct=55.0)
+    naming = [f for f in report["findings"] if "--precompute" in f["data"].get("command_argv", [])]
+    assert naming, [f["rule"] for f in report["findings"]]
+    for f in naming:
+        assert f["data"]["command_argv"] == ["python", "train.py", "--num-workers", "0", "--precompute"]
+        assert "`--precompute` instead of its default (False) and `--num-workers 0` instead of 1" in f["fix"]["summary"]
+        assert "the loop reads each batch itself (--num-workers 0)" in f["fix"]["summary"]
+        assert f["predicted_speedup"] == pytest.approx(0.08 / 0.02, rel=0.03)
+    # a run without workers keeps its command to the one switch
+    alone = _tokenizing_loop(tmp_path / "none", "precompute", workers=0, tokenize_s=0.005, cpu_total_pct=55.0)
+    for f in alone["findings"]:
+        if "--precompute" in f["data"].get("command_argv", []):
+            assert f["data"]["command_argv"] == ["python", "train.py", "--num-workers", "0", "--precompute"]
+            assert "the loop reads each batch itself" not in f["fix"]["summary"]
 
 
 def test_a_switch_is_named_by_one_finding_with_one_figure_where_the_tokenizer_leads_on_busy_cores(tmp_path):
