@@ -258,10 +258,11 @@ def test_a_caching_switch_takes_the_workers_it_no_longer_needs_out_of_the_loop(t
         assert f["predicted_speedup"] == pytest.approx(0.08 / 0.02, rel=0.03)
     # a run without workers keeps its command to the one switch
     alone = _tokenizing_loop(tmp_path / "none", "precompute", workers=0, tokenize_s=0.005, cpu_total_pct=55.0)
-    for f in alone["findings"]:
-        if "--precompute" in f["data"].get("command_argv", []):
-            assert f["data"]["command_argv"] == ["python", "train.py", "--num-workers", "0", "--precompute"]
-            assert "the loop reads each batch itself" not in f["fix"]["summary"]
+    cached = [f for f in alone["findings"] if "--precompute" in f["data"].get("command_argv", [])]
+    assert cached, [f["rule"] for f in alone["findings"]]
+    for f in cached:
+        assert f["data"]["command_argv"] == ["python", "train.py", "--num-workers", "0", "--precompute"]
+        assert "the loop reads each batch itself" not in f["fix"]["summary"]
 
 
 def test_a_switch_is_named_by_one_finding_with_one_figure_where_the_tokenizer_leads_on_busy_cores(tmp_path):
