@@ -156,11 +156,10 @@ def _workers_off(a: Analysis, p: ProcessView | None, cli: ScriptCli, finding: Fi
     pay its queue (issue #40, prove.py loop 83: cached through 1 worker 43-59 steps/s, in the loop
     59-76, 2.4-6.2 ms a step against 0.2 ms waiting for the batch)."""
     option = _option_for(cli, "num_workers")
-    if option is None or not option.takes_value or not _number(option.value) or option.value <= 0:
+    if option is None or not _number(option.value) or option.value <= 0:
         return []
-    if not _agrees(option.value, _current(a, p, finding, "num_workers"), False) or _spell(cli, option, 0) is None:
-        return []
-    return [_Change(option, 0)]
+    changes, _ = _changes(a, p, cli, finding, [{"num_workers": 0}])  # the option's checks, as every value's
+    return changes
 
 
 def _word(cli: ScriptCli, finding: Finding, flags: _Flags) -> None:
