@@ -44,9 +44,12 @@ def shared_out() -> Iterator[Path]:
     shutil.rmtree(parent, ignore_errors=True)
 
 
-def start_patient(python: str, mode: str, seconds: float, user: OtherUser | None = None) -> subprocess.Popen[str]:
+def start_patient(python: str, mode: str, seconds: float, user: OtherUser | None = None,
+                  until_eof: bool = False) -> subprocess.Popen[str]:
+    """``until_eof``: the patient also ends when ``communicate`` closes its stdin (``seconds`` a cap)."""
     kwargs: dict[str, Any] = user.popen_kwargs() if user else {}
-    proc = subprocess.Popen([python, str(PATIENT), mode, str(seconds)], stdout=subprocess.PIPE,
+    argv = [python, str(PATIENT), mode, str(seconds), *(["until-eof"] if until_eof else [])]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE if until_eof else subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={"PATH": os.defpath}, cwd="/", **kwargs)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     return proc
@@ -297,8 +300,11 @@ def test_remote_exec_never_runs_the_patient_users_interpreter_or_pth_files_as_ro
 
 # -- issue 11 item 3: an injection nothing in __main__ can break --------------------------------
 def _attach_and_check(python: str, out: Path, method: str, mode: str = "shadow") -> None:
-    """Hooks in and out of a patient whose __main__ shadows the names, which then ends normally."""
-    patient = start_patient(python, mode, 10)
+    """Hooks in and out of a patient whose __main__ shadows the names, which then ends normally.
+
+    The patient works until the doctor is done (its stdin closed, 150 s at most): with a fixed 10 s
+    beside two busy programs, gdb got in after it had ended and the hooks never went in."""
+    patient = start_patient(python, mode, 150, until_eof=True)
     try:
         doctor = run_cli("attach", str(patient.pid), "--out", str(out), "--duration", "3", timeout=180)
         rest, err = patient.communicate(timeout=120)
