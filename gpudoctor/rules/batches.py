@@ -339,7 +339,7 @@ def predict_padding(a: Analysis, new_max: int | None, multiple: int, *, per_batc
     if measured is not None and (fit is None or fit.basis != "fitted"):
         points = [(q.rows, q.width, q.seconds) for q in measured.points]
         if p is not None and not measured.stand_in:
-            points = _ran_as_seen(points, before, p)
+            points = _ran_as_seen(points, before, p, measured.draws)
         timed = workload.fit_measured(points)
         if timed is not None and measured.stand_in and p is not None:
             timed = _own_fixed_cost(timed, measured, p)
@@ -382,18 +382,33 @@ def _gain_words(g: PaddingGain) -> str:
 
 
 def _ran_as_seen(points: list[tuple[int, int, float]], before: list[tuple[int, int]],
-                 p: ProcessView) -> list[tuple[int, int, float]]:
-    """The timed pass at the width and rows that ran, never slower than the training's own batch
-    there (its compute per batch over every step, less the optimizer's share): the timing child
-    starts just after the training exits, and its first passes can meet what the exit leaves (a
-    try baseline's pass at 512 wide timed 645 ms where the training's batches took 264 ms and the
-    same child, run again on a quiet machine, 216-228 ms). Work is only ever added to a pass, so
-    the smaller of the two is the truer figure of the width the prediction divides by."""
+                 p: ProcessView, draws: int = 1) -> list[tuple[int, int, float]]:
+    """The timed passes on the training's own scale where the child ran slower than the training.
+
+    The timing child starts just after the training exits, and a pass can meet what the exit
+    leaves (a try baseline's pass at 512 wide timed 645 ms where the training's batches took 264 ms
+    and the same child, run again on a quiet machine, 216-228 ms). Work is only ever added to a
+    pass, so at the width that ran the smaller of the two is the truer figure. What follows from it
+    depends on what outvoted the disturbance. With one draw, nothing did: that pass alone is
+    brought down to the training's batch. With several draws (forked processes, each read relative
+    to its own pass at the width that ran: :func:`gpudoctor.launch.draws.median_ratios`) a draw that
+    met a disturbance is outvoted already, and a child still slower than the training is slower as
+    a whole (its process's heap and the machine's state over its life, or a loss the training does
+    not compute): every width is scaled alike, so the curve keeps the child's own shape. Lowering
+    the one pass there read every narrower width on the child's slower scale against the
+    training's faster one: loop 10 of the proving ground (a child 1.31x the training at 512 wide)
+    put the compute after at 0.165 of today's where the child's own passes said 0.126 and the fixed
+    loop stepped in 0.76 of the child's time at the fix's widths."""
     own = _own_batch_s(p)
-    if own is None or len(set(before)) != 1:
+    if own is None or own <= 0 or len(set(before)) != 1:
         return points
     rows, width = before[0]
-    return [(r, w, min(s, own) if (r, w) == (rows, width) and own > 0 else s) for r, w, s in points]
+    ran = next((s for r, w, s in points if (r, w) == (rows, width)), None)
+    if ran is None or ran <= own:
+        return points
+    if draws > 1:
+        return [(r, w, s * own / ran) for r, w, s in points]
+    return [(r, w, own if (r, w) == (rows, width) else s) for r, w, s in points]
 
 
 def _own_batch_s(p: ProcessView) -> float | None:
