@@ -119,24 +119,31 @@ def test_batches_sorted_by_length_or_many_are_not_drawn() -> None:
     assert _drawn_batches(many, 1, None) is None
 
 
+def _timed_report(folder: Path, timed: tuple[tuple[int, float], ...], draws: int) -> dict[str, Any]:
+    """The padding finding of a 12-step CPU run (0.5 s of compute a step, 4 rows padded to 256) whose
+    timing child left ``timed`` (width, seconds) from ``draws`` processes."""
+    from gpudoctor.recording import length_cost
+
+    b = RecordingBuilder(folder, cores=2, duration_s=20.0)
+    rows = b.process()
+    b.training_loop(rows, start_s=2.0, steps=12, compute_s=0.5, wait_s=0.01)
+    rows.append({"k": "torch_cfg", "t": T0 + 2.0, "cuda": False, "device": "cpu", "threads": 1})
+    for i in range(12):
+        lengths = [30 + (7 * i + 11 * r) % 25 for r in range(4)]
+        rows.append({"k": "batch", "t": T0 + 2.1 + i * 0.5, "tokens": 4 * 256, "pad": 4 * 256 - sum(lengths),
+                     "seq_len": 256, "lengths": lengths})
+    written = b.write()
+    points = tuple(length_cost.LengthPoint(4, w, s) for w, s in timed)
+    length_cost.write(written, length_cost.LengthCost(points, "cpu", 1, "GPT2LMHeadModel", None, draws=draws))
+    return _padding(build_report(load_recording(written)))
+
+
 def test_a_timed_pass_slower_than_the_trainings_own_batch_is_read_as_the_training_ran(tmp_path: Path) -> None:
     """The timing child's pass at the width that ran, three times the training's own batch there (a
     disturbed first pass): the prediction divides by the training's batch, not by the outlier."""
-    from gpudoctor.recording import length_cost
 
     def report(at_256: float, draws: int = 1) -> dict[str, Any]:
-        b = RecordingBuilder(tmp_path / f"{at_256}-{draws}", cores=2, duration_s=20.0)
-        rows = b.process()
-        b.training_loop(rows, start_s=2.0, steps=12, compute_s=0.5, wait_s=0.01)
-        rows.append({"k": "torch_cfg", "t": T0 + 2.0, "cuda": False, "device": "cpu", "threads": 1})
-        for i in range(12):
-            lengths = [30 + (7 * i + 11 * r) % 25 for r in range(4)]
-            rows.append({"k": "batch", "t": T0 + 2.1 + i * 0.5, "tokens": 4 * 256, "pad": 4 * 256 - sum(lengths),
-                         "seq_len": 256, "lengths": lengths})
-        folder = b.write()
-        points = tuple(length_cost.LengthPoint(4, w, s) for w, s in ((256, at_256), (64, 0.08), (32, 0.04)))
-        length_cost.write(folder, length_cost.LengthCost(points, "cpu", 1, "GPT2LMHeadModel", None, draws=draws))
-        return _padding(build_report(load_recording(folder)))
+        return _timed_report(tmp_path / f"{at_256}-{draws}", ((256, at_256), (64, 0.08), (32, 0.04)), draws)
 
     as_ran = report(0.5)  # the training's own batch: 0.5 s of compute a step
     disturbed = report(1.5)
@@ -152,27 +159,15 @@ def test_a_timed_pass_slower_than_the_trainings_own_batch_is_read_as_the_trainin
     assert "median of" not in str(one["evidence"]) and medianed["predicted_speedup"] == one["predicted_speedup"]
 
 
-
 def test_a_child_slower_than_the_training_at_every_width_keeps_its_own_curve(tmp_path: Path) -> None:
     """Three draws whose passes all ran 1.3x the training's (the child slower as a whole, not one
     disturbed pass: the draws' median outvotes that): every width is read on the training's scale,
     so the compute after is the child's own ratio, where lowering the width that ran alone read the
     narrow widths 1.3x slow against it (loop 10 of the proving ground: 0.165 where 0.126 held)."""
-    from gpudoctor.recording import length_cost
 
     def report(scale: float, draws: int) -> dict[str, Any]:
-        b = RecordingBuilder(tmp_path / f"{scale}-{draws}", cores=2, duration_s=20.0)
-        rows = b.process()
-        b.training_loop(rows, start_s=2.0, steps=12, compute_s=0.5, wait_s=0.01)
-        rows.append({"k": "torch_cfg", "t": T0 + 2.0, "cuda": False, "device": "cpu", "threads": 1})
-        for i in range(12):
-            lengths = [30 + (7 * i + 11 * r) % 25 for r in range(4)]
-            rows.append({"k": "batch", "t": T0 + 2.1 + i * 0.5, "tokens": 4 * 256, "pad": 4 * 256 - sum(lengths),
-                         "seq_len": 256, "lengths": lengths})
-        folder = b.write()
-        points = tuple(length_cost.LengthPoint(4, w, s * scale) for w, s in ((256, 0.5), (64, 0.08), (32, 0.04)))
-        length_cost.write(folder, length_cost.LengthCost(points, "cpu", 1, "GPT2LMHeadModel", None, draws=draws))
-        return _padding(build_report(load_recording(folder)))
+        timed = tuple((w, s * scale) for w, s in ((256, 0.5), (64, 0.08), (32, 0.04)))
+        return _timed_report(tmp_path / f"{scale}-{draws}", timed, draws)
 
     as_ran = report(1.0, draws=3)  # the child's pass at 256 is the training's own batch there
     slower = report(1.3, draws=3)
@@ -181,6 +176,7 @@ def test_a_child_slower_than_the_training_at_every_width_keeps_its_own_curve(tmp
     assert slower["predicted_speedup"] == pytest.approx(as_ran["predicted_speedup"], rel=1e-3)
     one_draw = report(1.3, draws=1)  # nothing outvoted a disturbed first pass: that pass alone comes down
     assert one_draw["data"]["compute_after_ratio"] > as_ran["data"]["compute_after_ratio"]
+
 
 def _tokenizing(tmp_path: Path, cuda: bool) -> dict[str, Any]:
     """The golden cpu_tokenizing loop, on a CPU or on CUDA: its tokenization finding."""
