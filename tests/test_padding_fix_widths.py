@@ -111,6 +111,25 @@ def test_few_batches_read_the_mean_longest_row_from_every_row_seen() -> None:
     assert statistics.fmean(drawn_err) < 0.12
 
 
+@pytest.mark.parametrize("seen", [6, 12, 24])
+def test_the_drawn_longest_rows_are_not_drawn_longer_than_the_rows_run(seen: int) -> None:
+    """A smoothed bootstrap's jitter widens the rows' spread, and the longest of 16 rows grows with it:
+    over 30 recordings of ``seen`` batches the drawn mean longest row stood 4.4-5.5% above the
+    population's (a padding fix's compute after read too high, its speedup too low). Shrunk back to
+    the rows' own spread, its bias is within 3.5% either way."""
+    truth = _population_max(random.Random(4), 16)
+    rng = random.Random(3)
+    errors = []
+    for _ in range(30):
+        batches = [{"seq_len": 1024, "tokens": 16 * 1024,
+                    "lengths": [min(1024, math.ceil(rng.lognormvariate(math.log(200), 0.55))) for _ in range(16)]}
+                   for _ in range(seen)]
+        drawn = _drawn_batches(batches, 1, None)
+        assert drawn is not None
+        errors.append((statistics.fmean(w for _, w in drawn) - truth) / truth)
+    assert abs(statistics.fmean(errors)) < 0.035, statistics.fmean(errors)
+
+
 def test_batches_sorted_by_length_or_many_are_not_drawn() -> None:
     ordered = sorted(random.Random(5).randint(10, 900) for _ in range(48))
     sorted_batches = [{"seq_len": 1024, "tokens": 16 * 1024, "lengths": ordered[i:i + 16]} for i in range(0, 48, 16)]
