@@ -92,6 +92,13 @@ def _population_max(rng: random.Random, rows: int) -> float:
                                           for _ in range(rows))) for _ in range(4000))
 
 
+def _lognormal_batches(rng: random.Random, seen: int) -> list[dict[str, Any]]:
+    """``seen`` batches of 16 rows drawn as :func:`_population_max` draws them, padded to 1024."""
+    return [{"seq_len": 1024, "tokens": 16 * 1024,
+             "lengths": [min(1024, math.ceil(rng.lognormvariate(math.log(200), 0.55))) for _ in range(16)]}
+            for _ in range(seen)]
+
+
 def test_few_batches_read_the_mean_longest_row_from_every_row_seen() -> None:
     """Three batches of 16 rows padded to 1024 (about three slow steps): over 20 such recordings the
     drawn batches' mean longest row misses the population's by less than the three maxima seen do."""
@@ -99,10 +106,7 @@ def test_few_batches_read_the_mean_longest_row_from_every_row_seen() -> None:
     truth = _population_max(random.Random(4), 16)
     seen_err, drawn_err = [], []
     for _ in range(20):
-        batches = []
-        for _ in range(3):
-            lengths = [min(1024, math.ceil(rng.lognormvariate(math.log(200), 0.55))) for _ in range(16)]
-            batches.append({"seq_len": 1024, "tokens": 16 * 1024, "lengths": lengths})
+        batches = _lognormal_batches(rng, 3)
         drawn = _drawn_batches(batches, 1, None)
         assert drawn is not None and len(drawn) % 3 == 0
         seen_err.append(abs(statistics.fmean(max(b["lengths"]) for b in batches) - truth) / truth)
@@ -121,9 +125,7 @@ def test_the_drawn_longest_rows_are_not_drawn_longer_than_the_rows_run(seen: int
     rng = random.Random(3)
     errors = []
     for _ in range(30):
-        batches = [{"seq_len": 1024, "tokens": 16 * 1024,
-                    "lengths": [min(1024, math.ceil(rng.lognormvariate(math.log(200), 0.55))) for _ in range(16)]}
-                   for _ in range(seen)]
+        batches = _lognormal_batches(rng, seen)
         drawn = _drawn_batches(batches, 1, None)
         assert drawn is not None
         errors.append((statistics.fmean(w for _, w in drawn) - truth) / truth)

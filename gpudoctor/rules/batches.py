@@ -468,11 +468,11 @@ def _drawn_batches(batches: list[Any], multiple: int, new_max: int | None) -> li
     are drawn from a smoothed bootstrap: a row seen, times a log-normal jitter whose width is
     Silverman's rule for the log lengths (it shrinks as more rows are seen), shrunk back towards the
     rows' mean so the draws keep the rows' own spread (Silverman's rescaled smoothed bootstrap: the
-    jitter alone widens the rows, and the longest of n rows grows with their spread, 3-8% too long
-    over recordings of 3-12 batches), in batches of the recorded sizes, capped as the fix caps them.
-    Only where rows went into batches at random: each batch's spread of log lengths at least half
-    the spread of all rows (a loader that sorts by length fails it). A fixed seed: one recording, one figure. The result is a whole multiple of
-    the batches seen, so the widths before repeat to match; None when enough batches were seen,
+    jitter alone widens the rows, and the longest of n rows grows with their spread: 2.5-10% too
+    long in simulated recordings of 3-24 batches), in batches of the recorded sizes, capped as the
+    fix caps them. Only where rows went into batches at random: each batch's spread of log lengths
+    at least half the spread of all rows (a loader that sorts by length fails it). A fixed seed: one
+    recording, one figure. The result is a whole multiple of the batches seen, so the widths before repeat to match; None when enough batches were seen,
     or when the widths vary now (each batch's own longest row is then what it is compared with).
     """
     if len(batches) >= FEW_BATCHES or len({int(b["seq_len"]) for b in batches}) > 1:
