@@ -163,11 +163,12 @@ def steady_prediction(out: Path, rule: str) -> float | None:
     """What ``gpudoctor try`` predicts for the finding's fix, in steady-state steps/s (the same
     function try uses; a finding's own ``predicted_speedup`` is of the whole run, startup included)."""
     sys.path.insert(0, str(ROOT))
-    from gpudoctor.analysis import analyze
     from gpudoctor.recording.store import load_recording
-    from gpudoctor.tryfix import steady
+    from gpudoctor.report.build import diagnose
+    from gpudoctor.rules import knobs
 
-    return steady.predict(analyze(load_recording(out)), rule, None).speedup
+    dx = diagnose(load_recording(out))
+    return knobs.predict(dx.analysis, dx.findings, rule).speedup
 
 
 def measure(p: Probe, variants: dict[str, list[str]], pairs: int, work: Path) -> dict[str, list[float]]:
