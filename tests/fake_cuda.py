@@ -269,3 +269,69 @@ def _nvml_row(gpu: FakeGpu, t: float) -> dict[str, Any]:
     return {"t": t, "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "util_pct": float(util),
                               "mem_used_mib": 30000.0, "mem_total_mib": 81559.0, "proc_mem_mib": 30000.0,
                               "lost": False}]}
+
+
+@dataclass(frozen=True)
+class WidthLoop:
+    """A training loop on the fake GPU whose kernels scale with the rows' width and whose host
+    launches them one by one: the GPU step is about the longer of the two. Rows tokenized to one
+    width up front (``padding="max_length"``), copied from pageable memory each step."""
+
+    rows: int = 16
+    launches: int = 100  # kernels a step
+    host_s: float = 0.008  # the host's own seconds a step: launching them and its Python
+    build_s: float = 0.0005  # the batch's fetch on the main process
+    fixed_s: float = 0.001  # GPU seconds a step at any width (the optimizer's kernels)
+    per_token_s: float = 1.0e-6  # kernels' GPU seconds a token
+    per_token2_s: float = 1.0e-9  # and a token times the width (attention)
+
+    def kernels_s(self, width: int) -> float:
+        return self.fixed_s + self.rows * width * (self.per_token_s + self.per_token2_s * width)
+
+
+def play_widths(loop: WidthLoop, root: Path, width: int, lengths: list[list[int]]) -> Replayed:
+    """``loop`` at rows padded to ``width`` (each batch's ``lengths`` recorded, cut to it) into a
+    recording folder; the model event a GPT-2 class, as a ``transformers`` training records it."""
+    gpu = FakeGpu(now=T0 + 1.0, busy_until=T0 + 1.0)
+    clock = FakeClock(gpu)
+    b = RecordingBuilder(root, cores=8)
+    rows = b.process(libs={"torch": "2.13.0"})
+    marks = GpuMarks(clock, rows.append, now=lambda: gpu.now)
+    start = gpu.now
+    rows += [
+        {"k": "loader", "t": start, "id": 1, "num_workers": 0, "batch_size": loop.rows, "pin_memory": False,
+         "prefetch_factor": None, "persistent_workers": False,
+         "params": ["dataset", "batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers"]},
+        {"k": "first_step", "t": start},
+        {"k": "torch_cfg", "t": start, "cuda": True, "device": "cuda", "device_name": "NVIDIA H100 80GB HBM3",
+         "device_capability": [9, 0], "matmul_precision": "high", "allow_tf32": True, "cudnn_allow_tf32": True,
+         "param_dtype": "torch.float32", "autocast": True, "autocast_dtype": "torch.bfloat16", "libs": {}},
+        {**MODEL, "t": start},
+        {"k": "gpu_clock", "t": start, "device": "cuda:0", "source": "cuda_events"},
+    ]
+    kernel = loop.kernels_s(width) / loop.launches
+    for n, row_lengths in enumerate(lengths, start=1):
+        t0 = gpu.now
+        marks.wait_start(t0)
+        gpu.host(loop.build_s)
+        rows.append({"k": "span", "c": "data_wait", "t0": t0, "dt": gpu.now - t0, "name": "DataLoader.__next__"})
+        marks.wait_end()
+        cut = [min(x, width) for x in row_lengths]
+        rows.append({"k": "batch", "t": gpu.now, "tokens": loop.rows * width, "pad": loop.rows * width - sum(cut),
+                     "seq_len": width, "lengths": cut})
+        before = marks.mark()
+        h0 = gpu.now
+        gpu.launch(0.0002, launch_s=0.0001)
+        gpu.sync()  # pageable: the copy waits for the step before
+        marks.h2d(before, gpu.now - h0)
+        for _ in range(loop.launches):
+            gpu.launch(kernel, launch_s=loop.host_s / loop.launches)
+        rows.append({"k": "step", "t": gpu.now, "n": n, "dt": 0.0005})
+        marks.step_end(n)
+    gpu.sync()
+    marks.poll()
+    loop_s = gpu.now - start
+    rows.append({"k": "counter", "t": gpu.now, "name": "fetch", "calls": len(lengths), "s": loop.build_s * len(lengths)})
+    b.duration_s = gpu.now - T0 + 0.5
+    b.write()
+    return Replayed(root, gpu, clock, loop_s, len(lengths))

@@ -46,6 +46,7 @@ def test_a_transformers_model_is_timed_at_the_width_that_ran_and_narrower(tmp_pa
     assert [p.width for p in kept.points] == job["widths"] and all(p.seconds > 0 for p in kept.points)
     # a pass of this model takes milliseconds: three processes' draws fit the budget, their median kept
     assert kept.draws == 3
+    assert not kept.kernels  # a CPU's passes are their work: no kernels timed beside them
     assert stat.S_IMODE(os.stat(folder / length_cost.FILE).st_mode) == 0o600
     # a later ``gpudoctor report`` reads what was timed, and times nothing again
     again = analyze(load_recording(folder))
@@ -83,6 +84,8 @@ def test_a_class_transformers_does_not_export_is_never_built(tmp_path: Path) -> 
     {"schema": length_cost.SCHEMA, "points": [[4, 64, -0.1], [4, 128, 0.2]]},
     {"schema": length_cost.SCHEMA, "points": [[4, 64, True], [4, 128, 0.2]]},
     {"schema": length_cost.SCHEMA, "points": [[4, 64]]},
+    {"schema": length_cost.SCHEMA, "points": [[4, 64, 0.1, 0.0], [4, 128, 0.2, 0.1]]},
+    {"schema": length_cost.SCHEMA, "points": [[4, 64, 0.1, 0.05, 1], [4, 128, 0.2, 0.1, 1]]},
     {"schema": length_cost.SCHEMA, "points": [[4, 64, 0.1]] * (length_cost.MAX_POINTS + 1)},
     [1, 2, 3],
 ])
@@ -123,3 +126,23 @@ def test_the_widths_a_fix_goes_to_are_timed_before_the_fractions() -> None:
     assert timing.widths_to_time(1024, batches, 455) == [1024, 400, 464, 456, 512, 256, 128, 64]
     # rows as long as the width that ran: nothing narrower for the fix, only the fractions
     assert timing.widths_to_time(128, [{"lengths": [128]}], 128) == [128, 64, 32, 16]
+
+
+def test_a_gpus_kernels_alone_are_kept_beside_the_passes_only_as_a_whole_curve(tmp_path: Path) -> None:
+    """A GPU's child times each width's kernels alone beside its pass: they travel as a fourth
+    column, round-trip through the file, and make a curve only where every draw timed every width."""
+    gpu = [[[16, 1024, 0.0209, 0.0195], [16, 224, 0.0098, 0.0048], [16, 64, 0.0096, 0.0021]],
+           [[16, 1024, 0.0208, 0.0190], [16, 224, 0.0097, 0.0046], [16, 64, 0.0097, 0.0020]],
+           [[16, 1024, 0.0211, 0.0196], [16, 224, 0.0099, 0.0049], [16, 64, 0.0095, 0.0022]]]
+    points = timing.points_of(list(gpu), 16)
+    assert [q.width for q in points] == [1024, 224, 64]
+    assert [round(q.kernel_s or 0, 4) for q in points] == [0.0195, 0.0048, 0.0021]  # the draws' median
+    cost = length_cost.LengthCost(points, "cuda", None, "GPT2LMHeadModel", None, draws=3)
+    assert cost.kernels
+    length_cost.write(tmp_path, cost)
+    assert length_cost.read(tmp_path) == cost
+    # one draw whose kernels were not timed (its host met the GPU): the passes stand alone
+    partial = [*gpu[:2], [row[:3] for row in gpu[2]]]
+    alone = timing.points_of(partial, 16)
+    assert [q.kernel_s for q in alone] == [None, None, None] and [q.width for q in alone] == [1024, 224, 64]
+    assert not length_cost.LengthCost(alone, "cuda", None, "GPT2LMHeadModel", None, draws=3).kernels

@@ -26,6 +26,7 @@ class ClockView:
     waits: dict[float, float]  # wait start (host epoch) -> GPU idle seconds inside it
     device: str | None
     saves: list[tuple[float, float, float]] = field(default_factory=list)  # (host t0, host dt, GPU s)
+    host_waits: list[tuple[float, float]] = field(default_factory=list)  # (host t0, host dt) of each wait
 
     @property
     def timed(self) -> list[GpuStepEvent]:
@@ -38,6 +39,43 @@ class ClockView:
         reduce-scatters) or saving."""
         idle = sum(float(v or 0.0) for v in idle_parts(step))
         return max(0.0, float(step["gpu_s"] or 0.0) - idle)
+
+    def host_steps(self) -> list[HostStep]:
+        """Per timed step after the first, the host's period split into its own seconds and the
+        seconds it sat blocked on the GPU where the hooks mark it; steps with a save or whose waits
+        were not all timed are left out."""
+        out = []
+        steps = self.timed
+        waits = sorted(self.host_waits)
+        for prev, step in zip(steps, steps[1:], strict=False):
+            t0, t1 = float(prev["t"]), float(step["t"])
+            if step.get("saves") or t1 <= t0:
+                continue
+            waited = sum(dt for w0, dt in waits if t0 < w0 <= t1)
+            blocked = float(step.get("sync_block_s") or 0.0) + float(step.get("h2d_block_s") or 0.0)
+            idle = float(step.get("wait_idle_s") or 0.0)
+            out.append(HostStep(t1 - t0, waited, blocked, max(0.0, t1 - t0 - blocked), idle))
+        return out
+
+
+@dataclass(frozen=True)
+class HostStep:
+    """One step on the host beside the GPU: its period, its loader waits, its time blocked on the
+    GPU in marked calls (syncs, pageable copies), and the rest, its own: fetching the batch,
+    launching the step's kernels and the Python around them. A GPU step is about the longer of that
+    and its kernels (the GPU idles through a fetch once it no longer runs behind the host)."""
+
+    period_s: float
+    wait_s: float
+    blocked_s: float
+    own_s: float  # period_s less blocked_s
+    idle_in_waits_s: float = 0.0  # the GPU's idle inside the step's loader waits (the data bucket's)
+
+    @property
+    def compute_floor_s(self) -> float:
+        """The host's own seconds less what the GPU already idled in its waits: the floor under
+        the step's compute (the fetch the GPU ran through shows once the kernels no longer hide it)."""
+        return max(0.0, self.own_s - self.idle_in_waits_s)
 
 
 def idle_parts(step: GpuStepEvent) -> tuple[float | None, ...]:
@@ -52,7 +90,8 @@ def clock_view(records: Records) -> ClockView | None:
     if not records.gpu_steps and not waits:
         return None
     device = records.gpu_clock.get("device") if records.gpu_clock is not None else None
-    return ClockView(sorted(records.gpu_steps, key=lambda s: float(s["t"])), waits, device, saves)
+    host_waits = [(float(e["t0"]), float(e["dt"])) for e in records.gpu_waits]
+    return ClockView(sorted(records.gpu_steps, key=lambda s: float(s["t"])), waits, device, saves, host_waits)
 
 
 def gpu_wait_intervals(spans: list[tl.Interval], clock: ClockView) -> list[tl.Interval]:

@@ -27,6 +27,11 @@ if TYPE_CHECKING:
 # with any kernel of any process as busy; 10 points plus the window's sampling spread.
 NVML_TOLERANCE = 0.10
 WINDOW_S = 10.0
+# The host's own time a step is a launch floor only where it was seen blocking on the GPU: a GPU
+# this busy whose host blocked under this share of a step in marked calls (syncs, pageable copies)
+# blocked in a full launch queue instead, and its own time is then unknown.
+KERNEL_BOUND_BUSY = 0.95
+MIN_BLOCKED_SHARE = 0.05
 # MFU a well-tuned dense transformer reaches at this precision (of the datasheet peak for it).
 REACHABLE_MFU = {"bf16": 0.45, "fp16": 0.45, "tf32": 0.40, "fp32": 0.60}
 
@@ -134,6 +139,20 @@ class GpuFigures:
     h2d_s_per_step: float
     gpu_s: float  # total GPU seconds over the timed steps
     host_breakdown: dict[str, float]
+    host_own_s: float | None = None  # median host seconds a step not blocked on the GPU (fetch, launches, Python)
+    host_blocked_s: float | None = None  # median host seconds a step blocked on the GPU (syncs, copies)
+    host_floor_s: float | None = None  # median host_own_s less the GPU's idle in the step's waits
+
+    @property
+    def host_bound(self) -> float | None:
+        """The host's own seconds a step (less the GPU's idle in its waits, which the data bucket
+        holds), where they are a floor the step's compute cannot go under; None where the host never blocked in a marked call while the GPU was busy: then it
+        blocked where the hooks do not see (a full launch queue) and its own time is not known."""
+        if self.host_floor_s is None or self.host_blocked_s is None:
+            return None
+        if self.busy_fraction >= KERNEL_BOUND_BUSY and self.host_blocked_s < MIN_BLOCKED_SHARE * self.gpu_step_s:
+            return None
+        return self.host_floor_s
 
 
 def figures(a: Analysis) -> GpuFigures | None:
@@ -151,6 +170,7 @@ def _figures(a: Analysis) -> GpuFigures | None:
     timed = clock.timed
     gpu_s = sum(float(s["gpu_s"] or 0.0) for s in timed)
     n = len(timed)
+    host = clock.host_steps()
     return GpuFigures(
         steps_timed=n,
         gpu_step_s=statistics.median(float(s["gpu_s"] or 0.0) for s in timed),
@@ -163,6 +183,9 @@ def _figures(a: Analysis) -> GpuFigures | None:
         h2d_s_per_step=sum(float(s.get("h2d_s") or 0.0) for s in timed) / n,
         gpu_s=gpu_s,
         host_breakdown=dict(p.host_breakdown),
+        host_own_s=statistics.median(h.own_s for h in host) if host else None,
+        host_blocked_s=statistics.median(h.blocked_s for h in host) if host else None,
+        host_floor_s=statistics.median(h.compute_floor_s for h in host) if host else None,
     )
 
 

@@ -551,6 +551,8 @@ class GpuTimeline(TypedDict, total=False):
     sync_block_s_per_step: Seconds
     sync_idle_s_per_step: Seconds
     h2d_s_per_step: Seconds
+    host_own_s_per_step: Seconds | None  # the host a step not blocked on the GPU: fetch, launches, Python (median)
+    host_blocked_s_per_step: Seconds | None  # the host blocked on the GPU in syncs and copies (median)
     host_breakdown: Breakdown
     nvml_windows: list[NvmlWindow]
     nvml_verdict: str | None

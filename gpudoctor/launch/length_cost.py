@@ -85,23 +85,35 @@ def measure(a: Analysis, folder: Path) -> str | None:
     if not isinstance(doc, dict):
         return "timing the model at other row widths failed (no figures); the padding prediction uses its FLOPs"
     answered = doc.get("draws")
-    timed = [d for d in map(_draw, answered if isinstance(answered, list) else []) if len(d) >= 2]
-    if not timed:
+    drawn = [d for d in (answered if isinstance(answered, list) else []) if len(_draw(d)) >= 2]
+    if not drawn:
         why = str(doc.get("error") or "fewer than two widths timed")[:200]
         return f"timing the model at other row widths failed ({why}); the padding prediction uses its FLOPs"
-    kept = [d for d in timed if _monotone(d)]
+    kept = [d for d in drawn if _monotone(_draw(d))]
     if not kept:
         return ("timing the model at other row widths gave the narrowest rows a longer pass than the widest "
                 "(a busy machine?); "
                 "the padding prediction uses its FLOPs")
-    rows = int(wanted["rows"])
-    points = [LengthPoint(rows, int(w), s) for w, s in draws.median_ratios(kept).items()]
-    cost = LengthCost(tuple(points), wanted["device"], wanted["threads"], wanted["shown"], wanted["autocast"],
+    points = points_of(kept, int(wanted["rows"]))
+    cost = LengthCost(points, wanted["device"], wanted["threads"], wanted["shown"], wanted["autocast"],
                       wanted["stand_in"], draws=len(kept))
     with contextlib.suppress(OSError):  # the report still uses it; a later ``report`` falls back to the FLOPs
         length_cost.write(folder, cost)
     a.rec.length_cost = cost
     return None
+
+
+def points_of(draws_kept: list[object], rows: int) -> tuple[LengthPoint, ...]:
+    """The kept draws' median curve (:func:`gpudoctor.launch.draws.median_ratios`), and on a GPU the
+    kernels' curve beside it where every draw timed them at every width (a curve of some widths, or
+    of some draws, is left out whole: the passes stand alone)."""
+    passes = [_draw(d) for d in draws_kept]
+    kernels = [_kernels(d) for d in draws_kept]
+    kernel_s = draws.median_ratios(kernels) if kernels and all(kernels) else {}
+    points = tuple(LengthPoint(rows, int(w), s, kernel_s.get(w)) for w, s in draws.median_ratios(passes).items())
+    if all(q.kernel_s for q in points):
+        return points
+    return tuple(LengthPoint(q.rows, q.width, q.seconds) for q in points)
 
 
 NOISE = 1.10  # the narrowest width may time up to 10% above the widest (timer noise), no more
@@ -112,6 +124,14 @@ def _draw(points: object) -> dict[float, float]:
     the file is (a draw with a bad row is left out whole)."""
     parsed = length_cost.parse({"schema": length_cost.SCHEMA, "points": points})
     return {float(q.width): q.seconds for q in parsed.points} if parsed else {}
+
+
+def _kernels(points: object) -> dict[float, float]:
+    """One draw's kernel seconds by width (a GPU's child), or nothing where it timed none."""
+    parsed = length_cost.parse({"schema": length_cost.SCHEMA, "points": points})
+    if parsed is None or not parsed.kernels:
+        return {}
+    return {float(q.width): float(q.kernel_s or 0.0) for q in parsed.points}
 
 
 def _monotone(draw: dict[float, float]) -> bool:

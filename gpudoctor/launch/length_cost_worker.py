@@ -7,7 +7,10 @@ is a ``PreTrainedModel`` is built. Each draw (:mod:`gpudoctor.launch.draws`: a f
 up to three while the budget allows) times every width; prints one JSON line
 ``{"draws": [[[rows, width, seconds]...]...]}`` (in each draw the median of its passes at each
 width; the narrower widths timed in rounds, as a loop padded per batch meets them), or
-``{"error": "..."}``.
+``{"error": "..."}``. On a GPU each point also carries the pass's kernels alone
+(``[rows, width, seconds, kernel_seconds]``, :func:`_kernels_alone`): a narrow pass is bound by
+its launches, and what the kernels take below them is what the training's own launches are
+compared with (:func:`gpudoctor.rules.batches.gpu_cost_ratio`).
 """
 
 from __future__ import annotations
@@ -82,14 +85,16 @@ def build(job: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
     return model, config, device, dtype
 
 
-def loss_of(job: dict[str, Any], model: Any, ids: Any, dtype: Any) -> Any:
-    """The stand-in's loss on ``ids`` (labels where the class takes them), under the job's autocast."""
+def loss_of(job: dict[str, Any], model: Any, ids: Any, dtype: Any, mask: bool = True) -> Any:
+    """The stand-in's loss on ``ids`` (labels where the class takes them), under the job's autocast.
+    ``mask=False`` passes no attention mask: the same kernels for rows with no padding, and no
+    host check of the mask's values (a sync) inside the pass."""
     import torch
 
-    mask = torch.ones_like(ids)
+    attention = torch.ones_like(ids) if mask else None
     with torch.autocast(ids.device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext():
-        out = model(input_ids=ids, attention_mask=mask, labels=ids) if str(job["model"]).endswith(LABELLED) else model(
-            input_ids=ids, attention_mask=mask)
+        out = model(input_ids=ids, attention_mask=attention, labels=ids) if str(job["model"]).endswith(
+            LABELLED) else model(input_ids=ids, attention_mask=attention)
         return out.loss if getattr(out, "loss", None) is not None else out[0].float().mean()
 
 
@@ -105,6 +110,7 @@ def _time(job: dict[str, Any]) -> list[list[float]]:
     vocab = int(getattr(config, "vocab_size", 0) or 1000)
     widths = [int(w) for w in job["widths"]]
     times: dict[int, list[float]] = {w: [] for w in widths}
+    launches: dict[int, list[float]] = {w: [] for w in widths}
 
     def timed(width: int) -> float:
         ids = torch.randint(0, vocab, (rows, width), device=device)
@@ -112,6 +118,7 @@ def _time(job: dict[str, Any]) -> list[list[float]]:
         loss_of(job, model, ids, dtype).backward()
         model.zero_grad(set_to_none=True)
         if device.type == "cuda":
+            launches[width].append(time.perf_counter() - t0)
             torch.cuda.synchronize(device)  # our own process: the GPU's time is the point
         return time.perf_counter() - t0
 
@@ -128,7 +135,59 @@ def _time(job: dict[str, Any]) -> list[list[float]]:
                 break
             times[width].append(timed(width))
         rest = [w for w in rest if len(times[w]) < _reps(times[w], job) or sum(times[w]) < MIN_WIDTH_S]
-    return [[rows, w, statistics.median(times[w])] for w in widths if times[w]]
+    out = [[rows, w, statistics.median(times[w])] for w in widths if times[w]]
+    if device.type == "cuda":
+        with contextlib.suppress(Exception):  # the passes' own times stand without it
+            kernels = _kernels_alone(job, model, dtype, vocab, {w: statistics.median(launches[w]) for w in widths if launches[w]})
+            if all(int(point[1]) in kernels for point in out):
+                for point in out:
+                    point.append(kernels[int(point[1])])
+    return out
+
+
+KERNEL_REPS = 3
+MAX_AHEAD_S = 2.0  # a pass the host launches in over a second is not bound by its kernels' widths
+
+
+def _kernels_alone(job: dict[str, Any], model: Any, dtype: Any, vocab: int,
+                   launch_s: dict[int, float]) -> dict[int, float]:
+    """Each width's pass with its kernels back to back on the GPU, in seconds: the pass is queued
+    behind a GPU sleep longer than the host takes to launch it, so the GPU meets every kernel already
+    queued, and two CUDA events time them. A pass bound by its launches times the launches, so
+    this is how its kernels scale with width beneath them. A width whose host caught up with the
+    sleep (a sync inside the pass) is left out: its figure would be launches again."""
+    import torch
+
+    device = next(model.parameters()).device
+    event: Any = torch.cuda.Event
+    start, end = event(enable_timing=True), event(enable_timing=True)
+    torch.cuda.synchronize(device)
+    start.record()
+    torch.cuda._sleep(10_000_000)  # type: ignore[no-untyped-call]
+    end.record()
+    end.synchronize()
+    cycles_per_s = 10_000_000 / max(1e-6, start.elapsed_time(end) / 1000.0)
+    out: dict[int, float] = {}
+    for width, host_s in launch_s.items():
+        ids = torch.randint(0, vocab, (int(job["rows"]), width), device=device)
+        ahead = min(MAX_AHEAD_S, 2.0 * host_s + 0.005)
+        got = []
+        for _ in range(KERNEL_REPS):
+            torch.cuda.synchronize(device)
+            torch.cuda._sleep(int(ahead * cycles_per_s))  # type: ignore[no-untyped-call]
+            t0 = time.perf_counter()
+            start.record()
+            loss_of(job, model, ids, dtype, mask=False).backward()
+            model.zero_grad(set_to_none=True)
+            end.record()
+            if time.perf_counter() - t0 > 0.8 * ahead:  # the host met the GPU: launches again
+                break
+            end.synchronize()
+            got.append(start.elapsed_time(end) / 1000.0)
+        if len(got) == KERNEL_REPS:
+            out[width] = statistics.median(got)
+    torch.cuda.synchronize(device)
+    return out
 
 
 def _reps(times: list[float], job: dict[str, Any]) -> int:

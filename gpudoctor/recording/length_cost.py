@@ -6,6 +6,8 @@ softmax and masks, a GPU's kernel launches). After the training exits, ``run`` a
 the recorded architecture (random weights, forward and backward) at the width that ran and a few
 narrower ones, on the same device and threads (:mod:`gpudoctor.launch.length_cost`), and keep
 the points here, in the run folder, so ``gpudoctor report`` later reads what was measured then.
+On a GPU each point also holds the pass's kernels timed alone (a fourth column): a narrow pass
+is bound by its launches, and the padding rule compares the kernels with the training's own.
 """
 
 from __future__ import annotations
@@ -27,11 +29,17 @@ MAX_POINTS = 32
 
 @dataclass(frozen=True)
 class LengthPoint:
-    """One width timed: ``rows`` rows of ``width`` tokens, forward and backward, ``seconds`` (median)."""
+    """One width timed: ``rows`` rows of ``width`` tokens, forward and backward, ``seconds`` (median);
+    on a GPU ``kernel_s``, the same pass's kernels back to back (queued ahead of the GPU: what they
+    take beneath the launches), None where not timed."""
 
     rows: int
     width: int
     seconds: float
+    kernel_s: float | None = None
+
+    def row(self) -> list[float]:
+        return [self.rows, self.width, self.seconds] + ([self.kernel_s] if self.kernel_s is not None else [])
 
 
 @dataclass(frozen=True)
@@ -49,7 +57,12 @@ class LengthCost:
     def to_json(self) -> str:
         return json.dumps({"schema": SCHEMA, "device": self.device, "threads": self.threads, "model": self.model,
                            "dtype": self.dtype, "stand_in": self.stand_in, "draws": self.draws,
-                           "points": [[p.rows, p.width, p.seconds] for p in self.points]})
+                           "points": [p.row() for p in self.points]})
+
+    @property
+    def kernels(self) -> bool:
+        """Every point's kernels were timed alone (a GPU's child)."""
+        return all(p.kernel_s is not None for p in self.points)
 
 
 def write(folder: Path, cost: LengthCost) -> None:
@@ -76,12 +89,12 @@ def parse(doc: object) -> LengthCost | None:
         return None
     points = []
     for item in raw:
-        if not (isinstance(item, list) and len(item) == 3 and all(_number(x) for x in item)):
+        if not (isinstance(item, list) and len(item) in (3, 4) and all(_number(x) for x in item)):
             return None
-        rows, width, seconds = item
-        if rows < 1 or width < 1 or seconds <= 0:
+        rows, width, seconds, *kernel = item
+        if rows < 1 or width < 1 or seconds <= 0 or any(k <= 0 for k in kernel):
             return None
-        points.append(LengthPoint(int(rows), int(width), float(seconds)))
+        points.append(LengthPoint(int(rows), int(width), float(seconds), float(kernel[0]) if kernel else None))
     threads, dtype = doc.get("threads"), doc.get("dtype")
     return LengthCost(tuple(points), str(doc.get("device") or "cpu")[:16],
                       int(threads) if isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1

@@ -322,6 +322,9 @@ def gpu_clock_rows(report: Report) -> list[tuple[str, str]]:
                                 f"{fmt_step_time(g.get('sync_idle_s_per_step'))} per step)"),
         ("H2D copy per step", fmt_step_time(g.get("h2d_s_per_step"))),
     ]
+    if g.get("host_own_s_per_step") is not None:
+        rows.append(("host per step: its own (fetch, launches, Python) / blocked on the GPU",
+                     f"{fmt_step_time(g.get('host_own_s_per_step'))} / {fmt_step_time(g.get('host_blocked_s_per_step'))}"))
     if g.get("nvml_verdict"):
         rows.append(("NVML vs events", str(g["nvml_verdict"])))
     return rows

@@ -120,6 +120,8 @@ def gpu_timeline_section(a: Analysis) -> schema.GpuTimeline | None:
         "sync_block_s_per_step": round(fig.sync_block_s / n, 6),
         "sync_idle_s_per_step": round(fig.sync_idle_s / n, 6),
         "h2d_s_per_step": round(fig.h2d_s_per_step, 6),
+        "host_own_s_per_step": round(fig.host_own_s, 6) if fig.host_own_s is not None else None,
+        "host_blocked_s_per_step": round(fig.host_blocked_s, 6) if fig.host_blocked_s is not None else None,
         "host_breakdown": breakdown_section(fig.host_breakdown),
         "nvml_windows": windows,
         "nvml_verdict": gpu_timeline.nvml_verdict(windows),

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpudoctor.analysis import Analysis, workload
+from gpudoctor.analysis import Analysis, gpu_timeline, workload
 from gpudoctor.analysis.memory import step_memory
 from gpudoctor.analysis.process import ProcessView, dynamic_padding_tokens
 from gpudoctor.common import batchlengths
@@ -309,6 +309,50 @@ class PaddingGain:
     attention_ratio: float = 1.0  # and tokens² after over now (quadratic attention)
     per_step: float = 0.0  # share of the compute in optimizer.step: work per step, left as it is
     measured: LengthCost | None = None  # the model timed at several widths, when that sized it
+    launch: GpuBound | None = None  # on a GPU: the host's launches beside the kernels, when that sized it
+
+
+@dataclass(frozen=True)
+class GpuBound:
+    """A CUDA step's two floors, per step: the host's own seconds (fetching the batch, launching the
+    step's kernels and the Python around them: all but its time blocked on the GPU, measured beside
+    the GPU clock) and the GPU's busy seconds now."""
+
+    host_s: float
+    kernels_s: float
+
+
+def gpu_cost_ratio(a: Analysis, measured: LengthCost | None, before: list[tuple[int, int]],
+                   after: list[tuple[int, int]]) -> tuple[float, GpuBound] | None:
+    """Compute after over today's on a GPU, where a batch takes about the longer of its launches
+    and its kernels, not their sum: the host queues kernels while the GPU runs those before, so
+    whichever is slower sets the pace. The kernels scale with width as the stand-in's kernels
+    timed alone do (queued ahead of the GPU: :func:`gpudoctor.launch.length_cost_worker._kernels_alone`),
+    from the GPU's busy seconds now; the launches are the training's own, and a padding fix leaves
+    them as they are. On an H200 a narrow model (4 layers of 256) padded to 1024 stepped in 19.8 ms,
+    its kernels; padded to 224 its host's own 8.7 ms a step set the pace (its kernels there: 4.8 ms).
+    Summing the stand-in's passes (GPT-2's own launches beneath the training's fixed cost) read the
+    fix as 1.74x where it gave 2.48x (1.41x for 2.36x in another call); read as the longer of the
+    two, 2.26x (tests/data/h200_narrow_padding). None where
+    either floor is not measured (a CPU run, no kernel timings, a host that never blocked where seen)."""
+    fig = gpu_timeline.figures(a)
+    if fig is None or measured is None or measured.device != "cuda" or not measured.kernels:
+        return None
+    host = fig.host_bound
+    kernels = workload.fit_measured([(q.rows, q.width, float(q.kernel_s or 0.0)) for q in measured.points])
+    if host is None or kernels is None or not before or not after or fig.gpu_step_s <= 0:
+        return None
+    busy = fig.gpu_step_s * fig.busy_fraction
+    mean_now = statistics.fmean(kernels.batch_s(r, w) for r, w in before)
+    if mean_now <= 0:
+        return None
+
+    def cost(batches: list[tuple[int, int]]) -> float:
+        """A step's compute made of batches like these: the longer of the two floors."""
+        return statistics.fmean(max(host, busy * kernels.batch_s(r, w) / mean_now) for r, w in batches)
+
+    now = cost(before)
+    return (cost(after) / now, GpuBound(host, busy)) if now > 0 else None
 
 
 def predict_padding(a: Analysis, new_max: int | None, multiple: int, *, per_batch: bool) -> PaddingGain:
@@ -347,11 +391,17 @@ def predict_padding(a: Analysis, new_max: int | None, multiple: int, *, per_batc
     # drawn: the same batches, widths from every row seen; the widths before repeat to match
     compared = (before * (len(drawn) // len(before)), drawn) if drawn else (before, after)
     ratio = workload.cost_ratio(fit, *compared) if fit else None
+    on_gpu = gpu_cost_ratio(a, measured, *compared)
     lengths = [int(x) for b in batches for x in b.get("lengths") or []]
     packed = workload.packed_rows(lengths, new_max or max(w for _, w in before)) if lengths else []
     packing = workload.cost_ratio(fit, before, packed) if fit and packed else None
     widths = (before[0][1], after[0][1]) if rows_after == "max_length" and before else None
     per_step = _per_step_share(p)
+    if on_gpu is not None:  # the whole step, the optimizer's launches and kernels in it
+        gpu_ratio, bound = on_gpu
+        return PaddingGain(max(0.0, 1 - gpu_ratio), None, "measured", rows_after,
+                           packing if packing is not None else None, widths, gpu_ratio, shape,
+                           measured=measured, launch=bound)
     if ratio is not None and fit is not None:
         return PaddingGain(max(0.0, (1 - ratio) * (1 - per_step)), None, fit.basis, rows_after,
                            per_step + (1 - per_step) * packing if packing is not None else None,
@@ -373,6 +423,10 @@ def _gain_words(g: PaddingGain) -> str:
                  "PaLM 6N + attention)")
         how = ("per-token and per-token² costs fitted to the steps' measured times over their row widths"
                if g.basis == "fitted" else _measured_words(g.measured) if g.basis == "measured" else flops)
+        if g.launch is not None:
+            how = (f"on the GPU a step takes about the longer of the host's launches ({_ms(g.launch.host_s)} a "
+                   f"step here, its own work beside the GPU clock) and its kernels ({_ms(g.launch.kernels_s)} "
+                   f"busy now), the kernels scaled as {_kernels_words(g.measured)}")
         kept = (f"; the optimizer's {pct(g.per_step)} of the compute does not shrink with the rows"
                 if g.per_step >= 0.005 else "")
         return (f"Rows {widths}: the workload model ({how}) puts the batches' compute after at "
@@ -430,6 +484,18 @@ def _own_fixed_cost(timed: workload.Fit, m: LengthCost, p: ProcessView) -> workl
         return timed
     width_part = timed.batch_s(widest.rows, widest.width) - timed.per_batch_s
     return replace(timed, per_batch_s=max(0.0, own - width_part))
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"
+
+
+def _kernels_words(m: LengthCost | None) -> str:
+    if m is None:
+        return "the model's kernels timed at several widths"
+    widths = ", ".join(str(q.width) for q in sorted(m.points, key=lambda q: q.width))
+    model = f"a GPT-2 of the recorded shape (standing in for {m.model})" if m.stand_in else m.model
+    return f"the kernels of {model}, timed alone on this GPU after the run (queued ahead of it), at widths {widths}"
 
 
 def _measured_words(m: LengthCost | None) -> str:
