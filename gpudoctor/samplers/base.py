@@ -96,9 +96,11 @@ class Sampler:
             self._record_error(exc)
 
     def _run(self) -> None:
-        name_thread(f"gd-{self.name}")
         if self.keeps_turn:
             in_turn()
+        # named once lowered: its name in /proc says the thread is what it will stay (a reader that
+        # waits for the name read the host sampler between its nice and its I/O class once)
+        name_thread(f"gd-{self.name}")
         try:
             self._loop()
         finally:
