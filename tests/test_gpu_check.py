@@ -38,7 +38,7 @@ def test_the_dry_path_skips_every_row_and_exits_0(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     rows = json.loads(out.read_text())["rows"]
     names = [n for _, _, ns in gpu_check.CHECKS for n in ns]
-    assert [r["check"] for r in rows] == names and len(names) == 15
+    assert [r["check"] for r in rows] == names and len(names) == 16
     assert all(r["result"] == "skipped" and r["note"] == "no GPU: skipped" for r in rows)
     assert "| nvml utilization | — | — | skipped | no GPU: skipped |" in done.stdout
 

@@ -324,7 +324,7 @@ class GpuBound:
 
 def gpu_cost_ratio(a: Analysis, measured: LengthCost | None, before: list[tuple[int, int]],
                    after: list[tuple[int, int]]) -> tuple[float, GpuBound] | None:
-    """Compute after over today's on a GPU, where a batch takes about the longer of its launches
+    """Compute after over today's on a GPU (``before`` and ``after``: one step's batch each), where a batch takes about the longer of its launches
     and its kernels, not their sum: the host queues kernels while the GPU runs those before, so
     whichever is slower sets the pace. The kernels scale with width as the stand-in's kernels
     timed alone do (queued ahead of the GPU: :func:`gpudoctor.launch.length_cost_worker._kernels_alone`),
@@ -348,8 +348,8 @@ def gpu_cost_ratio(a: Analysis, measured: LengthCost | None, before: list[tuple[
         return None
 
     def cost(batches: list[tuple[int, int]]) -> float:
-        """A step's compute made of batches like these: the longer of the two floors."""
-        return statistics.fmean(max(host, busy * kernels.batch_s(r, w) / mean_now) for r, w in batches)
+        """The compute of steps made of these batches, one each: the longer of the two floors."""
+        return sum(max(host, busy * kernels.batch_s(r, w) / mean_now) for r, w in batches)
 
     now = cost(before)
     return (cost(after) / now, GpuBound(host, busy)) if now > 0 else None
@@ -399,8 +399,12 @@ def predict_padding(a: Analysis, new_max: int | None, multiple: int, *, per_batc
     per_step = _per_step_share(p)
     if on_gpu is not None:  # the whole step, the optimizer's launches and kernels in it
         gpu_ratio, bound = on_gpu
+        # packed rows go through the loop as batches of today's rows: fewer steps, each as wide as the cap
+        per = max(1, round(statistics.fmean(r for r, _ in before)))
+        packed_gpu = gpu_cost_ratio(a, measured, before, [(per, w) for r, w in packed
+                                                          for _ in range(math.ceil(r / per))]) if packed else None
         return PaddingGain(max(0.0, 1 - gpu_ratio), None, "measured", rows_after,
-                           packing if packing is not None else None, widths, gpu_ratio, shape,
+                           packed_gpu[0] if packed_gpu else None, widths, gpu_ratio, shape,
                            measured=measured, launch=bound)
     if ratio is not None and fit is not None:
         return PaddingGain(max(0.0, (1 - ratio) * (1 - per_step)), None, fit.basis, rows_after,
