@@ -42,16 +42,21 @@ class ClockView:
 
     def host_steps(self) -> list[HostStep]:
         """Per timed step after the first, the host's period split into its own seconds and the
-        seconds it sat blocked on the GPU where the hooks mark it; steps with a save or whose waits
-        were not all timed are left out."""
+        seconds it sat blocked on the GPU where the hooks mark it; steps with a save are left out."""
         out = []
         steps = self.timed
         waits = sorted(self.host_waits)
+        k = 0  # both in time order: one pass over the waits
         for prev, step in zip(steps, steps[1:], strict=False):
             t0, t1 = float(prev["t"]), float(step["t"])
+            while k < len(waits) and waits[k][0] <= t0:
+                k += 1
+            waited, j = 0.0, k
+            while j < len(waits) and waits[j][0] <= t1:
+                waited += waits[j][1]
+                j += 1
             if step.get("saves") or t1 <= t0:
                 continue
-            waited = sum(dt for w0, dt in waits if t0 < w0 <= t1)
             blocked = float(step.get("sync_block_s") or 0.0) + float(step.get("h2d_block_s") or 0.0)
             idle = float(step.get("wait_idle_s") or 0.0)
             out.append(HostStep(t1 - t0, waited, blocked, max(0.0, t1 - t0 - blocked), idle))

@@ -146,8 +146,9 @@ class GpuFigures:
     @property
     def host_bound(self) -> float | None:
         """The host's own seconds a step (less the GPU's idle in its waits, which the data bucket
-        holds), where they are a floor the step's compute cannot go under; None where the host never blocked in a marked call while the GPU was busy: then it
-        blocked where the hooks do not see (a full launch queue) and its own time is not known."""
+        holds), where they are a floor the step's compute cannot go under; None where the host
+        never blocked in a marked call while the GPU was busy: then it blocked where the hooks do
+        not see (a full launch queue) and its own time is not known."""
         if self.host_floor_s is None or self.host_blocked_s is None:
             return None
         if self.busy_fraction >= KERNEL_BOUND_BUSY and self.host_blocked_s < MIN_BLOCKED_SHARE * self.gpu_step_s:

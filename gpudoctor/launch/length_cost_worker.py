@@ -138,7 +138,8 @@ def _time(job: dict[str, Any]) -> list[list[float]]:
     out = [[rows, w, statistics.median(times[w])] for w in widths if times[w]]
     if device.type == "cuda":
         with contextlib.suppress(Exception):  # the passes' own times stand without it
-            kernels = _kernels_alone(job, model, dtype, vocab, {w: statistics.median(launches[w]) for w in widths if launches[w]})
+            launch_s = {w: statistics.median(launches[w]) for w in widths if launches[w]}
+            kernels = _kernels_alone(job, model, dtype, vocab, launch_s)
             if all(int(point[1]) in kernels for point in out):
                 for point in out:
                     point.append(kernels[int(point[1])])
@@ -146,7 +147,7 @@ def _time(job: dict[str, Any]) -> list[list[float]]:
 
 
 KERNEL_REPS = 3
-MAX_AHEAD_S = 2.0  # a pass the host launches in over a second is not bound by its kernels' widths
+MAX_AHEAD_S = 2.0  # the GPU's head start at most; a pass the host launches slower is left out
 
 
 def _kernels_alone(job: dict[str, Any], model: Any, dtype: Any, vocab: int,

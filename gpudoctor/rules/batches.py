@@ -324,17 +324,17 @@ class GpuBound:
 
 def gpu_cost_ratio(a: Analysis, measured: LengthCost | None, before: list[tuple[int, int]],
                    after: list[tuple[int, int]]) -> tuple[float, GpuBound] | None:
-    """Compute after over today's on a GPU (``before`` and ``after``: one step's batch each), where a batch takes about the longer of its launches
-    and its kernels, not their sum: the host queues kernels while the GPU runs those before, so
-    whichever is slower sets the pace. The kernels scale with width as the stand-in's kernels
+    """Compute after over today's on a GPU (``before`` and ``after``: one step's batch each), where
+    a step takes about the longer of its launches and its kernels, not their sum: the host queues
+    kernels while the GPU runs those before, so whichever is slower sets the pace. The kernels scale with width as the stand-in's kernels
     timed alone do (queued ahead of the GPU: :func:`gpudoctor.launch.length_cost_worker._kernels_alone`),
     from the GPU's busy seconds now; the launches are the training's own, and a padding fix leaves
     them as they are. On an H200 a narrow model (4 layers of 256) padded to 1024 stepped in 19.8 ms,
     its kernels; padded to 224 its host's own 8.7 ms a step set the pace (its kernels there: 4.8 ms).
     Summing the stand-in's passes (GPT-2's own launches beneath the training's fixed cost) read the
     fix as 1.74x where it gave 2.48x (1.41x for 2.36x in another call); read as the longer of the
-    two, 2.26x (tests/data/h200_narrow_padding). None where
-    either floor is not measured (a CPU run, no kernel timings, a host that never blocked where seen)."""
+    two, 2.26x (tests/data/h200_narrow_padding). None where either floor is not measured (a CPU
+    run, no kernel timings, a host that never blocked where seen)."""
     fig = gpu_timeline.figures(a)
     if fig is None or measured is None or measured.device != "cuda" or not measured.kernels:
         return None
