@@ -42,7 +42,7 @@ def _padding(folder: Path) -> dict[str, Any]:
 
 @pytest.mark.parametrize("host_s", [0.008, 0.002])
 def test_the_padding_prediction_on_a_gpu_is_the_longer_of_launches_and_kernels(tmp_path: Path, host_s: float) -> None:
-    """At 1024 wide the fake's step is its kernels (22 ms); at the fix's width the launches take
+    """At 1024 wide the fake's step is its kernels (34 ms); at the fix's width the launches take
     over where they are long (8 ms), the kernels where they are short (2 ms). The prediction reads
     the training's own launches beside the GPU clock and the kernels' scaling from the timed
     stand-in: within 5% of the fake with the fix, both ways. Summing the stand-in's passes (the
