@@ -181,21 +181,78 @@ class Replayed:
         return self.gpu.busy_s(T0 + 1.0, T0 + 1.0 + self.loop_s) / self.loop_s
 
 
-def play(p: Pattern, marks: GpuMarks, gpu: FakeGpu, rows: list[dict[str, Any]], steps: int) -> None:
+@dataclass
+class FakeProcess:
+    """One training process on the fake GPU: its stream, the events' clock, its recording and the
+    production :class:`GpuMarks` writing into it."""
+
+    gpu: FakeGpu
+    clock: FakeClock
+    builder: RecordingBuilder
+    rows: list[dict[str, Any]]
+    marks: GpuMarks
+    start: float
+
+    @classmethod
+    def begin(cls, root: Path, num_workers: int, batch_size: int, queue_s: float | None = None) -> FakeProcess:
+        """A CUDA training's process and its first lines: its loader, its first step, its torch
+        configuration (bf16 autocast), :data:`MODEL`, and the GPU clock started."""
+        gpu = FakeGpu(now=T0 + 1.0, busy_until=T0 + 1.0, queue_s=queue_s)
+        clock = FakeClock(gpu)
+        b = RecordingBuilder(root, cores=8)
+        rows = b.process(libs={"torch": "2.13.0"})
+        marks = GpuMarks(clock, rows.append, now=lambda: gpu.now)
+        start = gpu.now
+        rows += [
+            {"k": "loader", "t": start, "id": 1, "num_workers": num_workers, "batch_size": batch_size,
+             "pin_memory": False, "prefetch_factor": None, "persistent_workers": False,
+             "params": ["dataset", "batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers"]},
+            {"k": "first_step", "t": start},
+            {"k": "torch_cfg", "t": start, "cuda": True, "device": "cuda", "device_name": "NVIDIA H100 80GB HBM3",
+             "device_capability": [9, 0], "matmul_precision": "highest", "allow_tf32": False,
+             "cudnn_allow_tf32": True, "param_dtype": "torch.float32", "autocast": True,
+             "autocast_dtype": "torch.bfloat16", "libs": {}},
+            {**MODEL, "t": start},
+            {"k": "gpu_clock", "t": start, "device": "cuda:0", "source": "cuda_events"},
+        ]
+        return cls(gpu, clock, b, rows, marks, start)
+
+    def fetch(self, build_s: float) -> None:
+        """One DataLoader wait of ``build_s`` on the host, its span and its marks."""
+        t0 = self.gpu.now
+        self.marks.wait_start(t0)
+        self.gpu.host(build_s)
+        self.rows.append({"k": "span", "c": "data_wait", "t0": t0, "dt": self.gpu.now - t0,
+                          "name": "DataLoader.__next__"})
+        self.marks.wait_end()
+
+    def copy(self, copy_s: float, pageable: bool) -> None:
+        """The batch's ``.to("cuda")``: from pageable memory it waits for the queue (a sync)."""
+        before = self.marks.mark()
+        h0 = self.gpu.now
+        self.gpu.launch(copy_s, launch_s=0.0002)
+        if pageable:
+            self.gpu.sync()
+        self.marks.h2d(before, self.gpu.now - h0)
+
+    def exit(self, batches: int, build_s: float) -> float:
+        """The process exits (its queue drains, the marks are read back, the fetch counter flushed);
+        returns the loop's virtual seconds."""
+        self.gpu.sync()
+        self.marks.poll()
+        self.rows.append({"k": "counter", "t": self.gpu.now, "name": "fetch", "calls": batches,
+                          "s": build_s * batches})
+        self.builder.duration_s = self.gpu.now - T0 + 0.5
+        return self.gpu.now - self.start
+
+
+def play(p: Pattern, proc: FakeProcess, steps: int) -> None:
     """The loop ``for batch in loader: batch.to('cuda'); loss = model(batch); loss.backward(); opt.step()``."""
+    gpu, marks, rows = proc.gpu, proc.marks, proc.rows
     for n in range(1, steps + 1):
-        t0 = gpu.now
-        marks.wait_start(t0)
-        gpu.host(p.build_s)
-        rows.append({"k": "span", "c": "data_wait", "t0": t0, "dt": gpu.now - t0, "name": "DataLoader.__next__"})
-        marks.wait_end()
+        proc.fetch(p.build_s)
         rows.append({"k": "batch", "t": gpu.now, "tokens": BATCH_ROWS * SEQ_LEN, "pad": 0, "seq_len": SEQ_LEN})
-        before = marks.mark()
-        h0 = gpu.now
-        gpu.launch(p.copy_s, launch_s=0.0002)
-        if p.pageable:
-            gpu.sync()
-        marks.h2d(before, gpu.now - h0)
+        proc.copy(p.copy_s, p.pageable)
         gpu.launch(p.forward_s)
         if p.sync_python_s is not None:
             marks.sync(gpu.sync())
@@ -228,39 +285,21 @@ def replay(name: str, root: Path, steps: int = 120, nvml: bool = True, tokenize:
     ``trainer_args``: the loop is an HF Trainer's with these ``TrainingArguments``.
     """
     p = PATTERNS[name]
-    gpu = FakeGpu(now=T0 + 1.0, busy_until=T0 + 1.0, queue_s=p.queue_s)
-    clock = FakeClock(gpu)
-    b = RecordingBuilder(root, cores=8)
-    rows = b.process(libs={"torch": "2.13.0"})
-    marks = GpuMarks(clock, rows.append, now=lambda: gpu.now)
-    start = gpu.now
-    rows += [
-        {"k": "loader", "t": start, "id": 1, "num_workers": p.num_workers, "batch_size": BATCH_ROWS,
-         "pin_memory": False, "prefetch_factor": None, "persistent_workers": False,
-         "params": ["dataset", "batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers"]},
-        {"k": "first_step", "t": start},
-        {"k": "torch_cfg", "t": start, "cuda": True, "device": "cuda", "device_name": "NVIDIA H100 80GB HBM3",
-         "device_capability": [9, 0], "matmul_precision": "highest", "allow_tf32": False, "cudnn_allow_tf32": True,
-         "param_dtype": "torch.float32", "autocast": True, "autocast_dtype": "torch.bfloat16", "libs": {}},
-        {**MODEL, "t": start},
-        {"k": "gpu_clock", "t": start, "device": "cuda:0", "source": "cuda_events"},
-    ]
+    proc = FakeProcess.begin(root, p.num_workers, BATCH_ROWS, p.queue_s)
+    gpu, rows, start = proc.gpu, proc.rows, proc.start
     if trainer_args is not None:
         rows.append({"k": "trainer", "t": start, "args": trainer_args, "version": "4.46.0",
                      "max_steps": steps, "num_train_epochs": 1})
-    play(p, marks, gpu, rows, steps)
-    gpu.sync()  # the process exits: its queue drains
-    marks.poll()
-    loop_s = gpu.now - start
-    rows.append({"k": "counter", "t": gpu.now, "name": "fetch", "calls": steps, "s": p.build_s * steps})
+    play(p, proc, steps)
+    loop_s = proc.exit(steps, p.build_s)
     if tokenize:
-        b.tokenizer_counters(rows, start_s=start - T0, end_s=gpu.now - T0, total_s=p.build_s * steps)
-    b.duration_s = gpu.now - T0 + 0.5
+        proc.builder.tokenizer_counters(rows, start_s=start - T0, end_s=gpu.now - T0, total_s=p.build_s * steps)
+    b = proc.builder
     if nvml:
         b.gpus_meta = [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559.0}]
         b.gpu = [_nvml_row(gpu, T0 + i / 10) for i in range(1, int(b.duration_s * 10))]
     b.write()
-    return Replayed(root, gpu, clock, loop_s, steps)
+    return Replayed(root, gpu, proc.clock, loop_s, steps)
 
 
 def _nvml_row(gpu: FakeGpu, t: float) -> dict[str, Any]:
@@ -292,46 +331,19 @@ class WidthLoop:
 def play_widths(loop: WidthLoop, root: Path, width: int, lengths: list[list[int]]) -> Replayed:
     """``loop`` at rows padded to ``width`` (each batch's ``lengths`` recorded, cut to it) into a
     recording folder; the model event a GPT-2 class, as a ``transformers`` training records it."""
-    gpu = FakeGpu(now=T0 + 1.0, busy_until=T0 + 1.0)
-    clock = FakeClock(gpu)
-    b = RecordingBuilder(root, cores=8)
-    rows = b.process(libs={"torch": "2.13.0"})
-    marks = GpuMarks(clock, rows.append, now=lambda: gpu.now)
-    start = gpu.now
-    rows += [
-        {"k": "loader", "t": start, "id": 1, "num_workers": 0, "batch_size": loop.rows, "pin_memory": False,
-         "prefetch_factor": None, "persistent_workers": False,
-         "params": ["dataset", "batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers"]},
-        {"k": "first_step", "t": start},
-        {"k": "torch_cfg", "t": start, "cuda": True, "device": "cuda", "device_name": "NVIDIA H100 80GB HBM3",
-         "device_capability": [9, 0], "matmul_precision": "high", "allow_tf32": True, "cudnn_allow_tf32": True,
-         "param_dtype": "torch.float32", "autocast": True, "autocast_dtype": "torch.bfloat16", "libs": {}},
-        {**MODEL, "t": start},
-        {"k": "gpu_clock", "t": start, "device": "cuda:0", "source": "cuda_events"},
-    ]
+    proc = FakeProcess.begin(root, 0, loop.rows)
+    gpu, rows = proc.gpu, proc.rows
     kernel = loop.kernels_s(width) / loop.launches
     for n, row_lengths in enumerate(lengths, start=1):
-        t0 = gpu.now
-        marks.wait_start(t0)
-        gpu.host(loop.build_s)
-        rows.append({"k": "span", "c": "data_wait", "t0": t0, "dt": gpu.now - t0, "name": "DataLoader.__next__"})
-        marks.wait_end()
+        proc.fetch(loop.build_s)
         cut = [min(x, width) for x in row_lengths]
         rows.append({"k": "batch", "t": gpu.now, "tokens": loop.rows * width, "pad": loop.rows * width - sum(cut),
                      "seq_len": width, "lengths": cut})
-        before = marks.mark()
-        h0 = gpu.now
-        gpu.launch(0.0002, launch_s=0.0001)
-        gpu.sync()  # pageable: the copy waits for the step before
-        marks.h2d(before, gpu.now - h0)
+        proc.copy(0.0002, pageable=True)  # pageable: the copy waits for the step before
         for _ in range(loop.launches):
             gpu.launch(kernel, launch_s=loop.host_s / loop.launches)
         rows.append({"k": "step", "t": gpu.now, "n": n, "dt": 0.0005})
-        marks.step_end(n)
-    gpu.sync()
-    marks.poll()
-    loop_s = gpu.now - start
-    rows.append({"k": "counter", "t": gpu.now, "name": "fetch", "calls": len(lengths), "s": loop.build_s * len(lengths)})
-    b.duration_s = gpu.now - T0 + 0.5
-    b.write()
-    return Replayed(root, gpu, clock, loop_s, len(lengths))
+        proc.marks.step_end(n)
+    loop_s = proc.exit(len(lengths), loop.build_s)
+    proc.builder.write()
+    return Replayed(root, gpu, proc.clock, loop_s, len(lengths))
