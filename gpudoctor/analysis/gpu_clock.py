@@ -26,7 +26,6 @@ class ClockView:
     waits: dict[float, float]  # wait start (host epoch) -> GPU idle seconds inside it
     device: str | None
     saves: list[tuple[float, float, float]] = field(default_factory=list)  # (host t0, host dt, GPU s)
-    host_waits: list[tuple[float, float]] = field(default_factory=list)  # (host t0, host dt) of each wait
 
     @property
     def timed(self) -> list[GpuStepEvent]:
@@ -43,38 +42,28 @@ class ClockView:
     def host_steps(self) -> list[HostStep]:
         """Per timed step after the first, the host's period split into its own seconds and the
         seconds it sat blocked on the GPU where the hooks mark it; steps with a save are left out."""
-        out = []
         steps = self.timed
-        waits = sorted(self.host_waits)
-        k = 0  # both in time order: one pass over the waits
-        for prev, step in zip(steps, steps[1:], strict=False):
-            t0, t1 = float(prev["t"]), float(step["t"])
-            while k < len(waits) and waits[k][0] <= t0:
-                k += 1
-            waited, j = 0.0, k
-            while j < len(waits) and waits[j][0] <= t1:
-                waited += waits[j][1]
-                j += 1
-            if step.get("saves") or t1 <= t0:
-                continue
-            blocked = float(step.get("sync_block_s") or 0.0) + float(step.get("h2d_block_s") or 0.0)
-            idle = float(step.get("wait_idle_s") or 0.0)
-            out.append(HostStep(t1 - t0, waited, blocked, max(0.0, t1 - t0 - blocked), idle))
-        return out
+        return [HostStep(float(step["t"]) - float(prev["t"]),
+                         float(step.get("sync_block_s") or 0.0) + float(step.get("h2d_block_s") or 0.0),
+                         float(step.get("wait_idle_s") or 0.0))
+                for prev, step in zip(steps, steps[1:], strict=False)
+                if not step.get("saves") and float(step["t"]) > float(prev["t"])]
 
 
 @dataclass(frozen=True)
 class HostStep:
-    """One step on the host beside the GPU: its period, its loader waits, its time blocked on the
-    GPU in marked calls (syncs, pageable copies), and the rest, its own: fetching the batch,
-    launching the step's kernels and the Python around them. A GPU step is about the longer of that
-    and its kernels (the GPU idles through a fetch once it no longer runs behind the host)."""
+    """One step on the host beside the GPU: its period and its time blocked on the GPU in marked
+    calls (syncs, pageable copies); the rest is its own: fetching the batch, launching the step's
+    kernels and the Python around them. A GPU step is about the longer of that and its kernels (the
+    GPU idles through a fetch once it no longer runs behind the host)."""
 
     period_s: float
-    wait_s: float
     blocked_s: float
-    own_s: float  # period_s less blocked_s
-    idle_in_waits_s: float = 0.0  # the GPU's idle inside the step's loader waits (the data bucket's)
+    idle_in_waits_s: float  # the GPU's idle inside the step's loader waits (the data bucket's)
+
+    @property
+    def own_s(self) -> float:
+        return max(0.0, self.period_s - self.blocked_s)
 
     @property
     def compute_floor_s(self) -> float:
@@ -95,8 +84,7 @@ def clock_view(records: Records) -> ClockView | None:
     if not records.gpu_steps and not waits:
         return None
     device = records.gpu_clock.get("device") if records.gpu_clock is not None else None
-    host_waits = [(float(e["t0"]), float(e["dt"])) for e in records.gpu_waits]
-    return ClockView(sorted(records.gpu_steps, key=lambda s: float(s["t"])), waits, device, saves, host_waits)
+    return ClockView(sorted(records.gpu_steps, key=lambda s: float(s["t"])), waits, device, saves)
 
 
 def gpu_wait_intervals(spans: list[tl.Interval], clock: ClockView) -> list[tl.Interval]:
