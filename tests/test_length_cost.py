@@ -134,7 +134,7 @@ def test_a_gpus_kernels_alone_are_kept_beside_the_passes_only_as_a_whole_curve(t
     gpu = [[[16, 1024, 0.0209, 0.0195], [16, 224, 0.0098, 0.0048], [16, 64, 0.0096, 0.0021]],
            [[16, 1024, 0.0208, 0.0190], [16, 224, 0.0097, 0.0046], [16, 64, 0.0097, 0.0020]],
            [[16, 1024, 0.0211, 0.0196], [16, 224, 0.0099, 0.0049], [16, 64, 0.0095, 0.0022]]]
-    points = timing.points_of(list(gpu), 16)
+    points = timing.points_of([timing.parse_draw(d) for d in gpu], 16)
     assert [q.width for q in points] == [1024, 224, 64]
     assert [round(q.kernel_s or 0, 4) for q in points] == [0.0195, 0.0048, 0.0021]  # the draws' median
     cost = length_cost.LengthCost(points, "cuda", None, "GPT2LMHeadModel", None, draws=3)
@@ -143,6 +143,6 @@ def test_a_gpus_kernels_alone_are_kept_beside_the_passes_only_as_a_whole_curve(t
     assert length_cost.read(tmp_path) == cost
     # one draw whose kernels were not timed (its host met the GPU): the passes stand alone
     partial = [*gpu[:2], [row[:3] for row in gpu[2]]]
-    alone = timing.points_of(partial, 16)
+    alone = timing.points_of([timing.parse_draw(d) for d in partial], 16)
     assert [q.kernel_s for q in alone] == [None, None, None] and [q.width for q in alone] == [1024, 224, 64]
     assert not length_cost.LengthCost(alone, "cuda", None, "GPT2LMHeadModel", None, draws=3).kernels

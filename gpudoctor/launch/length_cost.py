@@ -85,11 +85,11 @@ def measure(a: Analysis, folder: Path) -> str | None:
     if not isinstance(doc, dict):
         return "timing the model at other row widths failed (no figures); the padding prediction uses its FLOPs"
     answered = doc.get("draws")
-    drawn = [d for d in (answered if isinstance(answered, list) else []) if len(_draw(d)) >= 2]
+    drawn = [d for d in map(parse_draw, answered if isinstance(answered, list) else []) if len(d) >= 2]
     if not drawn:
         why = str(doc.get("error") or "fewer than two widths timed")[:200]
         return f"timing the model at other row widths failed ({why}); the padding prediction uses its FLOPs"
-    kept = [d for d in drawn if _monotone(_draw(d))]
+    kept = [d for d in drawn if _monotone(d)]
     if not kept:
         return ("timing the model at other row widths gave the narrowest rows a longer pass than the widest "
                 "(a busy machine?); "
@@ -103,12 +103,16 @@ def measure(a: Analysis, folder: Path) -> str | None:
     return None
 
 
-def points_of(draws_kept: list[object], rows: int) -> tuple[LengthPoint, ...]:
+Draw = tuple[LengthPoint, ...]  # one forked draw's points, as parsed once
+
+
+def points_of(draws_kept: Sequence[Draw], rows: int) -> tuple[LengthPoint, ...]:
     """The kept draws' median curve (:func:`gpudoctor.launch.draws.median_ratios`), and on a GPU the
     kernels' curve beside it where every draw timed them at every width (a curve of some widths, or
     of some draws, is left out whole: the passes stand alone)."""
-    passes = [_draw(d) for d in draws_kept]
-    kernels = [_kernels(d) for d in draws_kept]
+    passes = [{float(q.width): q.seconds for q in d} for d in draws_kept]
+    kernels = [{float(q.width): q.kernel_s for q in d if q.kernel_s} if all(q.kernel_s for q in d) else {}
+               for d in draws_kept]
     kernel_s = draws.median_ratios(kernels) if kernels and all(kernels) else {}
     points = tuple(LengthPoint(rows, int(w), s, kernel_s.get(w)) for w, s in draws.median_ratios(passes).items())
     if all(q.kernel_s for q in points):
@@ -119,26 +123,19 @@ def points_of(draws_kept: list[object], rows: int) -> tuple[LengthPoint, ...]:
 NOISE = 1.10  # the narrowest width may time up to 10% above the widest (timer noise), no more
 
 
-def _draw(points: object) -> dict[float, float]:
-    """One draw's seconds by width, from the worker's ``[[rows, width, seconds]...]``, checked as
-    the file is (a draw with a bad row is left out whole)."""
+def parse_draw(points: object) -> Draw:
+    """One draw's points, from the worker's ``[[rows, width, seconds(, kernel seconds)]...]``, checked
+    once as the file is (a draw with a bad row is left out whole: no points)."""
     parsed = length_cost.parse({"schema": length_cost.SCHEMA, "points": points})
-    return {float(q.width): q.seconds for q in parsed.points} if parsed else {}
+    return parsed.points if parsed else ()
 
 
-def _kernels(points: object) -> dict[float, float]:
-    """One draw's kernel seconds by width (a GPU's child), or nothing where it timed none."""
-    parsed = length_cost.parse({"schema": length_cost.SCHEMA, "points": points})
-    if parsed is None or not parsed.kernels:
-        return {}
-    return {float(q.width): float(q.kernel_s or 0.0) for q in parsed.points}
-
-
-def _monotone(draw: dict[float, float]) -> bool:
+def _monotone(draw: Draw) -> bool:
     """A pass never gets slower as its rows get narrower: where the narrowest timed above the widest,
     the draw measured the machine's other work, not the model, and is not kept. Between them
     noise is allowed (a GPU bound by its kernel launches times every narrow width alike)."""
-    return draw[min(draw)] <= NOISE * draw[max(draw)]
+    narrow, wide = min(draw, key=lambda q: q.width), max(draw, key=lambda q: q.width)
+    return narrow.seconds <= NOISE * wide.seconds
 
 
 def widths_to_time(width: int, batches: Sequence[Mapping[str, Any]], p99: object) -> list[int]:
