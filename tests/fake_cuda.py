@@ -194,16 +194,22 @@ class FakeProcess:
     start: float
 
     @classmethod
+    def open(cls, root: Path, queue_s: float | None = None, clock: type[FakeClock] = FakeClock) -> FakeProcess:
+        """A CUDA training's process with its process line alone: its GPU, a clock of ``clock``'s
+        class on it, its recording and the marks writing into it."""
+        gpu = FakeGpu(now=T0 + 1.0, busy_until=T0 + 1.0, queue_s=queue_s)
+        events = clock(gpu)
+        b = RecordingBuilder(root, cores=8)
+        rows = b.process(libs={"torch": "2.13.0"})
+        return cls(gpu, events, b, rows, GpuMarks(events, rows.append, now=lambda: gpu.now), gpu.now)
+
+    @classmethod
     def begin(cls, root: Path, num_workers: int, batch_size: int, queue_s: float | None = None) -> FakeProcess:
         """A CUDA training's process and its first lines: its loader, its first step, its torch
         configuration (bf16 autocast), :data:`MODEL`, and the GPU clock started."""
-        gpu = FakeGpu(now=T0 + 1.0, busy_until=T0 + 1.0, queue_s=queue_s)
-        clock = FakeClock(gpu)
-        b = RecordingBuilder(root, cores=8)
-        rows = b.process(libs={"torch": "2.13.0"})
-        marks = GpuMarks(clock, rows.append, now=lambda: gpu.now)
-        start = gpu.now
-        rows += [
+        proc = cls.open(root, queue_s)
+        start = proc.start
+        proc.rows += [
             {"k": "loader", "t": start, "id": 1, "num_workers": num_workers, "batch_size": batch_size,
              "pin_memory": False, "prefetch_factor": None, "persistent_workers": False,
              "params": ["dataset", "batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers"]},
@@ -215,7 +221,7 @@ class FakeProcess:
             {**MODEL, "t": start},
             {"k": "gpu_clock", "t": start, "device": "cuda:0", "source": "cuda_events"},
         ]
-        return cls(gpu, clock, b, rows, marks, start)
+        return proc
 
     def fetch(self, build_s: float) -> None:
         """One DataLoader wait of ``build_s`` on the host, its span and its marks."""

@@ -23,8 +23,8 @@ from gpudoctor.analysis.comm import comm_figures
 from gpudoctor.hooks.device_clock import GpuMarks
 from gpudoctor.recording.store import load_recording
 from gpudoctor.report.build import build_report
-from tests.fake_cuda import FakeClock, FakeEvent, FakeGpu
-from tests.recording_builder import T0, RecordingBuilder
+from tests.fake_cuda import FakeClock, FakeEvent, FakeGpu, FakeProcess
+from tests.recording_builder import T0
 
 BUCKETS = 4
 FORWARD_S, BACKWARD_S, OPTIMIZER_S = 0.030, 0.060, 0.010
@@ -57,12 +57,10 @@ def play_ddp(root: Path, allreduce_s: float, steps: int = 40) -> Played:
     each of ``BUCKETS`` buckets all-reduces for ``allreduce_s`` on the network stream once its
     gradients are computed, one after the other; DDP's finalize makes the training stream wait for
     the last one."""
-    gpu = FakeGpu(now=T0 + 1.0, busy_until=T0 + 1.0, queue_s=0.2)  # the host at most ~1.5 steps ahead
-    clock = StrictClock(gpu)
-    b = RecordingBuilder(root, cores=8)
-    rows = b.process(libs={"torch": "2.13.0"})
-    marks = GpuMarks(clock, rows.append, now=lambda: gpu.now)
-    start = gpu.now
+    proc = FakeProcess.open(root, queue_s=0.2, clock=StrictClock)  # the host at most ~1.5 steps ahead
+    gpu, b, rows, marks, start = proc.gpu, proc.builder, proc.rows, proc.marks, proc.start
+    assert isinstance(proc.clock, StrictClock)
+    clock = proc.clock
     rows += [
         {"k": "loader", "t": start, "id": 1, "num_workers": 4, "batch_size": 8, "pin_memory": True,
          "prefetch_factor": 2, "persistent_workers": False, "params": ["dataset", "batch_size", "num_workers"]},
