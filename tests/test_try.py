@@ -54,7 +54,7 @@ def test_try_applies_workers_and_compares_steps_per_s(tmp_path: Path) -> None:
               for line in f.read_text().splitlines()]
     assert any(e["k"] == "applied" and e["values"] == applied["values"] for e in events)
     assert trial["baseline"]["steps"] >= 3 and trial["trial"]["steps"] >= 3
-    # The first pair's speedup more than 20% from the prediction: 3 pairs in all, the achieved speedup
+    # The first pair's speedup over 20% from the prediction (10% sets the check off): 3 pairs in all, the achieved speedup
     # the median of the pairs' own ratios (one pair lands wherever the machine's speed was), each
     # rate its side's median; pair 1 is the report's own runs
     predicted, measured = trial["predicted_speedup"], trial["pairs"][0]["speedup"]
@@ -141,21 +141,22 @@ def test_the_pairs_measured_stand_when_the_first_is_not() -> None:
     assert alone["achieved_speedup"] == 2.5 and alone["pairs"] is None
 
 
-def test_a_first_pair_that_breaks_the_promise_is_confirmed_by_two_more() -> None:
-    """More than 20% from the prediction (or its range) either way: 3 pairs, and why; within it, or
-    nothing to compare, or ``--pairs N`` given: what was asked, no reason."""
+def test_a_first_pair_far_from_the_prediction_is_confirmed_by_two_more() -> None:
+    """More than 10% (half the promise) from the prediction (or its range) either way: 3 pairs, and
+    why; within it, or nothing to compare, or ``--pairs N`` given: what was asked, no reason."""
     from gpudoctor.rules.knobs import Prediction
     from gpudoctor.tryfix import confirm
 
     two = Prediction(2.0, None, "test")
-    assert confirm.pairs_wanted(None, two, 1.7) == (1, None)  # 2.0 within 20% of 1.7 (2.04)
-    assert confirm.pairs_wanted(None, two, 2.5) == (1, None)  # 2.0 is 0.8 of 2.5
-    wanted, why = confirm.pairs_wanted(None, two, 1.6)  # 2.0 is 1.25 of 1.6
-    assert wanted == 3 and why is not None and why.startswith("The first pair measured 1.60x where 2.00x was predicted")
-    assert confirm.pairs_wanted(None, two, 2.6)[0] == 3
+    assert confirm.pairs_wanted(None, two, 1.85) == (1, None)  # 2.0 within 10% of 1.85 (2.035)
+    assert confirm.pairs_wanted(None, two, 2.2) == (1, None)  # 2.0 is 0.909 of 2.2
+    wanted, why = confirm.pairs_wanted(None, two, 1.7)  # 2.0 is 1.18 of 1.7: inside the promise, not close
+    assert wanted == 3 and why is not None and why.startswith("The first pair measured 1.70x where 2.00x was predicted")
+    assert "more than 10% apart" in why
+    assert confirm.pairs_wanted(None, two, 2.3)[0] == 3  # 2.0 is 0.87 of 2.3
     spread = Prediction(2.0, 3.0, "test")
-    assert confirm.pairs_wanted(None, spread, 3.6) == (1, None)  # the range's top within 20%
-    assert "2.00-3.00x was predicted" in str(confirm.pairs_wanted(None, spread, 4.0)[1])
+    assert confirm.pairs_wanted(None, spread, 3.3) == (1, None)  # the range's top within 10%
+    assert "2.00-3.00x was predicted" in str(confirm.pairs_wanted(None, spread, 3.5)[1])
     assert confirm.pairs_wanted(None, Prediction(None, None, "none"), 1.0) == (1, None)
     assert confirm.pairs_wanted(None, two, None) == (1, None) and confirm.pairs_wanted(None, None, 9.0) == (1, None)
     assert confirm.pairs_wanted(1, two, 9.0) == (1, None) and confirm.pairs_wanted(4, two, 2.0) == (4, None)

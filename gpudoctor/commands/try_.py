@@ -65,7 +65,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="measure N before/after pairs, back to back, and report the median of their speedups "
                         f"(at most {MAX_PAIRS}): on a machine whose speed moves between runs (a shared or virtual "
                         f"one) one pair lands wherever it was. Default: 1, and {confirm.PAIRS - 1} more when its "
-                        f"speedup is more than {round(100 * confirm.PROMISE)}%% from the prediction (--pairs 1: never more)")
+                        f"speedup is more than {round(100 * confirm.AGREE)}%% from the prediction (--pairs 1: never more)")
     p.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
                    help="try this value instead of (or besides) the fix's own, e.g. --set num_workers=2")
     p.add_argument("--interval", type=flags.interval, default=0.1, help="sampling period in seconds (default 0.1)")
