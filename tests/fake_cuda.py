@@ -198,10 +198,10 @@ class FakeProcess:
         """A CUDA training's process with its process line alone: its GPU, a clock of ``clock``'s
         class on it, its recording and the marks writing into it."""
         gpu = FakeGpu(now=T0 + 1.0, busy_until=T0 + 1.0, queue_s=queue_s)
-        events = clock(gpu)
+        gpu_clock = clock(gpu)
         b = RecordingBuilder(root, cores=8)
         rows = b.process(libs={"torch": "2.13.0"})
-        return cls(gpu, events, b, rows, GpuMarks(events, rows.append, now=lambda: gpu.now), gpu.now)
+        return cls(gpu, gpu_clock, b, rows, GpuMarks(gpu_clock, rows.append, now=lambda: gpu.now), gpu.now)
 
     @classmethod
     def begin(cls, root: Path, num_workers: int, batch_size: int, queue_s: float | None = None) -> FakeProcess:
