@@ -162,3 +162,15 @@ def test_a_first_pair_far_from_the_prediction_is_confirmed_by_two_more() -> None
     assert confirm.pairs_wanted(1, two, 9.0) == (1, None) and confirm.pairs_wanted(4, two, 2.0) == (4, None)
     assert [confirm.order(k) for k in (1, 2, 3)] == [("baseline", "trial"), ("trial", "baseline"),
                                                     ("baseline", "trial")]
+
+
+def test_too_few_steps_to_compare_says_what_seconds_would_give_enough() -> None:
+    """A run that took 4 s a step ran 3 steps in 16 s of training (none steady): 13 steps give the 10
+    steady ones a comparison needs (3 of warm-up), at 8 s apart after the first: about 110 s; a run
+    that had 8 of 10 steady steps in 10 s needs 13 at 1.1 s: 20 s. Never fewer seconds than ran."""
+    from gpudoctor.commands.try_ import MIN_COMPARE_STEPS
+    from gpudoctor.tryfix.steady import Rate, seconds_for
+
+    assert seconds_for(Rate(None, 0, 3, None), 16.0, MIN_COMPARE_STEPS) == 110.0
+    assert seconds_for(Rate(1.0, 7, 3, 9.0), 10.0, MIN_COMPARE_STEPS) == 20.0
+    assert seconds_for(Rate(None, 0, 1, None), 16.0, MIN_COMPARE_STEPS) >= 16.0

@@ -216,9 +216,11 @@ def _window(a: Any, a_trial: Any, crash: dict[str, Any] | None) -> tuple[float |
     rates = (steady.steady_rate(a, length), steady.steady_rate(a_trial, length))
     short = min(r.steps for r in rates)
     if short < MIN_COMPARE_STEPS:
-        which = "the trial" if rates[1].steps <= rates[0].steps else "the baseline"
-        return length, None, (f"{which} ran {short} steady steps in the common {length:.1f} s of training, fewer "
-                              f"than the {MIN_COMPARE_STEPS} a comparison needs; raise --seconds")
+        slow = 1 if rates[1].steps <= rates[0].steps else 0
+        enough = steady.seconds_for(rates[slow], length, MIN_COMPARE_STEPS)
+        return length, None, (f"{('the baseline', 'the trial')[slow]} ran {short} steady steps in the common "
+                              f"{length:.1f} s of training, fewer than the {MIN_COMPARE_STEPS} a comparison needs; "
+                              f"raise --seconds (at its pace, about --seconds {enough:g})")
     return length, rates, None
 
 
