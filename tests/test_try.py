@@ -165,9 +165,9 @@ def test_a_first_pair_far_from_the_prediction_is_confirmed_by_two_more() -> None
 
 
 def test_too_few_steps_to_compare_says_what_seconds_would_give_enough() -> None:
-    """A run that took 4 s a step ran 3 steps in 16 s of training (none steady): 13 steps give the 10
-    steady ones a comparison needs (3 of warm-up), at 8 s apart after the first: about 110 s; a run
-    that had 8 of 10 steady steps in 10 s needs 13 at 1.1 s: 20 s. Never fewer seconds than ran."""
+    """A run of 3 steps in 16 s of training (8 s apart, none steady): 13 steps give the 10 steady ones
+    a comparison needs (3 of warm-up), about 110 s; a run of 10 steps in 10 s (7 past its warm-up)
+    needs 13 at 1.1 s apart: 20 s. Never fewer seconds than ran."""
     from gpudoctor.commands.try_ import MIN_COMPARE_STEPS
     from gpudoctor.tryfix.steady import Rate, seconds_for
 
