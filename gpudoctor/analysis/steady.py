@@ -22,6 +22,14 @@ def warmup(events: int) -> int:
     return max(MIN_WARMUP, math.ceil(WARMUP_SHARE * events))
 
 
+def events_for(steady: int) -> int:
+    """The fewest events that leave ``steady`` of them past the warm-up (:func:`warmup`'s inverse)."""
+    events = steady
+    while events - warmup(events) < steady:
+        events += 1
+    return events
+
+
 def warm_start(times: Sequence[float], after_s: float = 0.0) -> int | None:
     """Index of the first steady event of ``times`` (sorted), or None without :data:`MIN_STEADY` past it."""
     if not times:

@@ -54,11 +54,8 @@ def seconds_for(rate: Rate, length_s: float, steady_steps: int) -> float:
     """Seconds of training a run measured as ``rate`` over ``length_s`` needs for ``steady_steps``
     past its warm-up, at the pace it ran (rounded up to ten seconds): what to give ``--seconds``."""
     total = rate.steps + rate.warmup_steps
-    needed = steady_steps
-    while needed - steady.warmup(needed) < steady_steps:
-        needed += 1
     per_step = length_s / max(1, total - 1)
-    return 10.0 * math.ceil(needed * per_step / 10.0)
+    return 10.0 * math.ceil(steady.events_for(steady_steps) * per_step / 10.0)
 
 
 def _r(x: float | None) -> float | None:
