@@ -264,6 +264,19 @@ def test_html_stays_small_for_an_hour_long_run(sample: dict) -> None:
     assert points <= 2000
 
 
+@pytest.mark.parametrize("duration_s", [90.0, 3 * 3600.0, 14 * 86400.0, 9.17e10])
+def test_the_timeline_axis_has_at_most_ten_labels_whatever_the_length(sample: dict, duration_s: float) -> None:
+    """Ticks past 8 hours used to stay 8 hours apart: a two-week attach drew 42 labels on top of each
+    other, and a start no calendar holds (2,900 years) drew 3 million and took 14 s to render."""
+    sample["timeline"]["duration_s"] = sample["run"]["duration_s"] = duration_s
+    html = HtmlRenderer().render(sample)
+    svg = html[html.index('<svg class="chart"'):]
+    svg = svg[:svg.index("</svg>")]
+    labels = re.findall(r'<text[^>]*text-anchor="middle"[^>]*font-size="10"[^>]*>([^<]*)</text>', svg)
+    assert 2 <= len(labels) <= 11, labels[:20]
+    assert labels[0] == "0"
+
+
 def test_html_per_rank_table_only_with_several_ranks(sample: dict, nogpu: dict) -> None:
     assert "Per rank" not in HtmlRenderer().render(sample)
     html = HtmlRenderer().render(nogpu)

@@ -11,6 +11,7 @@ the template inserts these strings as markup.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from html import escape
 from typing import Any
@@ -216,8 +217,22 @@ def _mib(v: float) -> str:
     return f"{v / 1024:.1f} GiB" if v >= 1024 else f"{v:.0f} MiB"
 
 
+MAX_TICKS = 10  # labels under the timeline, past its zero
+
+
+def tick_step_s(duration_s: float) -> float:
+    """Seconds between the axis labels: the first nice step that needs at most ten, and past the
+    table's 8 hours whole multiples of it (a two-week attach gets 2-day ticks, not 42 of 8 hours;
+    a meta whose start no calendar holds, millions of years, still ten)."""
+    step = next((s for s in NICE_STEPS_S if duration_s / s <= MAX_TICKS), None)
+    if step is not None:
+        return float(step)
+    last = NICE_STEPS_S[-1]
+    return last * math.ceil(duration_s / (MAX_TICKS * last))
+
+
 def _axis(duration_s: float, y: float) -> list[str]:
-    step = next((s for s in NICE_STEPS_S if duration_s / s <= 10), NICE_STEPS_S[-1])
+    step = tick_step_s(duration_s)
     out = [f'<line x1="{LEFT}" x2="{LEFT + PLOT_W}" y1="{y:.1f}" y2="{y:.1f}" stroke="{MUTED}"/>']
     t = 0.0
     while t <= duration_s + 1e-9:
