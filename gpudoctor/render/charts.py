@@ -222,8 +222,8 @@ MAX_TICKS = 10  # labels under the timeline, past its zero
 
 def tick_step_s(duration_s: float) -> float:
     """Seconds between the axis labels: the first nice step that needs at most ten, and past the
-    table's 8 hours whole multiples of it (a two-week attach gets 2-day ticks, not 42 of 8 hours;
-    a meta whose start no calendar holds, millions of years, still ten)."""
+    table's 8 hours whole multiples of it (a two-week attach gets 40-hour ticks, not 42 of 8 hours;
+    a meta whose start no calendar holds, 2,900 years, still ten)."""
     step = next((s for s in NICE_STEPS_S if duration_s / s <= MAX_TICKS), None)
     if step is not None:
         return float(step)
